@@ -1,0 +1,39 @@
+// Model-level measurements used by `flashnorm verify` and the equivalence tests: perplexity,
+// greedy generation, and teacher-forced logit comparison of two engines.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "flashnorm/engine/cpu_engine.h"
+
+namespace flashnorm {
+
+// Teacher-forced pass of `tokens` through both engines in chunks of `ctx` tokens (each chunk
+// from an empty KV cache, all positions scored except each chunk's first).
+struct ComparisonStats {
+  size_t positions = 0;       // scored positions
+  double nll_a = 0, nll_b = 0;  // summed negative log-likelihood (nats) of the next token
+  double ppl_a() const;       // exp(nll / positions)
+  double ppl_b() const;
+  // max over positions of max_j |a_j - b_j| / max_j |a_j|  (relative to the logit scale)
+  double max_rel_logit_diff = 0;
+  size_t top1_agree = 0;      // positions where argmax(a) == argmax(b)
+};
+
+// Runs `a` and `b` side by side (b may be null: only a's perplexity). progress(done, total)
+// is called per chunk. Errors: Error if ctx < 2 or fewer than 2 tokens.
+ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
+                                       std::span<const int32_t> tokens, int ctx,
+                                       const std::function<void(size_t, size_t)>& progress = {});
+
+// Greedy decoding of exactly n tokens after `prompt` (stop tokens are not honoured, so two
+// models are compared over the full length). Resets the engine first.
+std::vector<int32_t> greedy_tokens(CpuEngine& e, std::span<const int32_t> prompt, int n);
+
+// log-softmax of logits[target] in fp64.
+double log_prob(std::span<const float> logits, int32_t target);
+
+}  // namespace flashnorm

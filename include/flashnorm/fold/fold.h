@@ -1,0 +1,80 @@
+// Weight folding (FlashNorm design notes section 1): for every RMSNorm whose output feeds linear
+// layers, W*[:, i] = g_i * W[:, i] for each consumer W [N, K], computed in fp64 from the original
+// values and rounded once to the stored type; the norm's gain is then set to its identity
+// (1 for plain gains, 0 for `1 + w` gains); a tied LM head is untied so the embedding lookup
+// stays unfolded; the output carries the metadata key flashnorm.folded and a folded input is
+// refused. Outputs go through a temporary file and a rename; an input is never overwritten.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flashnorm/io/ggml_types.h"
+#include "flashnorm/model/arch.h"
+
+namespace flashnorm {
+
+struct FoldOptions {
+  // Stored type of the folded tensors: F32, F16 or BF16 (default F32). Ignored with requantize.
+  io::GgmlType dtype = io::GgmlType::F32;
+  // GGUF only: requantize each folded tensor to its original type (Q8_0, Q4_0, Q4_1, Q5_0, and
+  // the float types); any other type is refused with an error naming the tensor and type.
+  bool requantize = false;
+  // Called with (done, total) as tensors are folded (for a progress line); may be empty.
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct FoldedTensor {
+  std::string name;      // name in the output file
+  std::string kind;      // e.g. "attn_q", "ffn_gate", "output"
+  std::string out_type;  // stored type name
+  // Requantized outputs: ||deq(q(W*)) - W*||_2 / ||W*||_2; 0 for float outputs.
+  double requant_rel_rms = 0;
+  double sum_sq_err = 0, sum_sq_ref = 0;
+};
+
+struct FoldReport {
+  std::string arch;
+  std::vector<std::string> folded_norms;  // norms set to identity
+  std::vector<FoldedTensor> tensors;      // every consumer rewritten
+  bool untied_head = false;
+  // Per tensor kind: relative RMS error added by requantization (only when requantize).
+  std::map<std::string, double> requant_rel_rms_by_kind() const;
+};
+
+// Folds a GGUF file. Every tensor that is not rewritten keeps its bytes, and every KV is kept in
+// order, so unmodified GGUF tools load the output. Adds flashnorm.folded (bool true).
+// Errors: Error / FormatError for malformed input, an unsupported architecture, a model already
+// folded, a consumer whose input width differs from its norm, an unsupported requantize type,
+// or `out` naming the input.
+FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
+                     const FoldOptions& opt = {});
+
+// Folds a Hugging Face safetensors directory into a new directory with the same config (except
+// tie_word_embeddings, set false when the head is untied), the same number of shards, the other
+// files copied, and __metadata__ flashnorm.folded = "true". Tensor dtypes are kept unless
+// opt.dtype is F16/BF16 (F32 default keeps each tensor's own dtype).
+FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
+                   const FoldOptions& opt = {});
+
+// Folds gains into a row-major matrix w [rows, cols] in fp64: out[r][c] = w[r][c] * gain[c].
+std::vector<double> fold_matrix(std::span<const float> w, size_t rows, size_t cols,
+                                std::span<const double> gain);
+
+// Rounds an fp64 value once to fp32 / f16 / bf16 (no double rounding: fp64 -> fp32 uses
+// round-to-odd before the final round-to-nearest-even for the 16-bit types).
+float round_to_f32(double v);
+// fp64 -> fp32 with round-to-odd (truncate toward zero, set the last bit if inexact): a later
+// round-to-nearest-even to f16/bf16 of this value equals one rounding of v (Boldo & Melquiond,
+// "When double rounding is odd", 2005).
+float round_to_odd_f32(double v);
+uint16_t round_to_f16(double v);
+uint16_t round_to_bf16(double v);
+
+}  // namespace flashnorm

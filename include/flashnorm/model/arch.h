@@ -1,0 +1,66 @@
+// Architecture descriptions as data: which normalization feeds which projections, the gain
+// convention of each file format, whether the LM head is tied, and which consumers renormalize
+// their input (the graph facts that FlashNorm's folding, deferral and cancellation rely on).
+// Tensor names are canonical GGUF names (llama.cpp's gguf-py constants.py, MODEL_TENSOR names);
+// Hugging Face names map onto them through `hf_names`.
+// Sources: FlashNorm design notes sections 1-3; llama: HF LlamaForCausalLM
+// (modeling_llama.py); llama.cpp convert_hf_to_gguf.py for the GGUF naming and q/k permutation.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashnorm {
+
+// How a stored RMSNorm gain is applied: Plain: y = x * rstd * w (identity w = 1);
+// OnePlus: y = x * rstd * (1 + w) (identity w = 0; Gemma 1-3 in HF files).
+enum class GainConvention { Plain, OnePlus };
+
+// RoPE pairing of q/k rows: Adjacent pairs (2i, 2i+1) (llama.cpp "normal", what the GGUF
+// converter produces for llama by permuting q/k rows) or Neox half-split pairs (i, i + d/2)
+// (HF rotate_half; Gemma GGUF).
+enum class RopeLayout { Adjacent, Neox };
+
+// One normalization and every tensor that reads its output. Names may contain "{L}" for the
+// layer index. `consumers` are linear layers [N, K] whose input columns the gain folds into.
+// `foldable` is false for norms whose output enters the residual stream (Gemma's
+// post_attention_norm / post_ffw_norm); their gain stays.
+struct NormSite {
+  std::string norm;                    // e.g. "blk.{L}.attn_norm.weight"
+  std::vector<std::string> consumers;  // e.g. {"blk.{L}.attn_q.weight", ...}
+  bool foldable = true;
+  std::string why_not;                 // reason when !foldable (printed by `inspect`)
+};
+
+struct ArchDescription {
+  std::string name;  // GGUF general.architecture, e.g. "llama"
+  std::vector<NormSite> layer_norms;  // per layer ("{L}" in names)
+  std::vector<NormSite> final_norms;  // once (output_norm -> LM head)
+  // LM head: `head` when present; else tied to `tied_source` (the embedding).
+  std::string head = "output.weight";
+  std::string tied_source = "token_embd.weight";
+  GainConvention gguf_gains = GainConvention::Plain;
+  GainConvention hf_gains = GainConvention::Plain;
+  RopeLayout gguf_rope = RopeLayout::Adjacent;
+  RopeLayout hf_rope = RopeLayout::Neox;
+  // canonical pattern -> HF pattern, "{L}" for the layer index.
+  std::vector<std::pair<std::string, std::string>> hf_names;
+};
+
+// Known descriptions: "llama". Throws flashnorm::Error for an unknown architecture name.
+const ArchDescription& arch_by_name(std::string_view name);
+// HF "architectures"[0] (e.g. "LlamaForCausalLM") -> description; nullptr if unknown.
+const ArchDescription* arch_by_hf_class(std::string_view hf_class);
+
+// "blk.{L}.attn_q.weight", 3 -> "blk.3.attn_q.weight".
+std::string expand_layer(std::string_view pattern, int layer);
+// Canonical name -> HF name (and back); std::nullopt if no pattern matches.
+std::optional<std::string> to_hf_name(const ArchDescription& a, std::string_view canonical);
+std::optional<std::string> from_hf_name(const ArchDescription& a, std::string_view hf);
+
+// Metadata key marking a folded file (GGUF bool KV; safetensors __metadata__ "true").
+inline constexpr std::string_view kFoldedKey = "flashnorm.folded";
+
+}  // namespace flashnorm

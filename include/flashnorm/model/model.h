@@ -1,0 +1,66 @@
+// A model's weights in fp32, held in memory under canonical (GGUF) tensor names, with the
+// hyperparameters the engine needs. Loaded from a GGUF file (every supported type dequantized)
+// or a Hugging Face safetensors directory (names mapped through the ArchDescription).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "flashnorm/model/arch.h"
+
+namespace flashnorm {
+
+// Row-major fp32 tensor. Matrices are [N, K] = [out, in] (a GGUF tensor with dims {K, N}).
+struct Tensor {
+  std::vector<uint64_t> shape;
+  std::vector<float> data;
+  uint64_t rows() const { return shape.size() == 2 ? shape[0] : 1; }
+  uint64_t cols() const { return shape.empty() ? 0 : shape.back(); }
+};
+
+// Hyperparameters (GGUF "<arch>.*" keys; HF config.json fields in comments).
+struct ModelConfig {
+  std::string arch;          // general.architecture / "architectures"[0] mapped
+  int n_layer = 0;           // block_count / num_hidden_layers
+  int hidden = 0;            // embedding_length / hidden_size
+  int ffn = 0;               // feed_forward_length / intermediate_size
+  int n_head = 0;            // attention.head_count / num_attention_heads
+  int n_head_kv = 0;         // attention.head_count_kv / num_key_value_heads
+  int head_dim = 0;          // rope.dimension_count or key_length / head_dim or hidden/n_head
+  int vocab = 0;             // rows of token_embd / vocab_size
+  int context = 0;           // context_length / max_position_embeddings
+  float rope_base = 10000;   // rope.freq_base / rope_theta
+  float eps = 1e-5f;         // attention.layer_norm_rms_epsilon / rms_norm_eps
+  RopeLayout rope = RopeLayout::Adjacent;
+  GainConvention gains = GainConvention::Plain;
+  bool tied_head = false;    // no separate LM head tensor: the embedding is reused
+  bool folded = false;       // flashnorm.folded metadata present
+};
+
+struct Model {
+  ModelConfig cfg;
+  const ArchDescription* arch = nullptr;
+  std::map<std::string, Tensor, std::less<>> tensors;
+  std::filesystem::path source;
+
+  // Errors: throws Error naming the tensor when it is absent.
+  const Tensor& get(std::string_view name) const;
+  Tensor& get(std::string_view name);
+  bool has(std::string_view name) const { return tensors.find(name) != tensors.end(); }
+  // The LM head [vocab, hidden]: `output.weight`, or the embedding when tied.
+  const Tensor& head() const;
+};
+
+// Loads a GGUF file or a HF directory (chosen by whether `path` is a directory).
+// Validates hyperparameters against the tensors: every tensor the architecture needs exists
+// with the expected shape; head counts divide; block_count within the tensors present.
+// Errors: flashnorm::Error / FormatError with the tensor or key name.
+Model load_model(const std::filesystem::path& path);
+
+// The gain values of a norm tensor as a multiplier (1 + w for OnePlus files).
+std::vector<double> effective_gain(const Tensor& norm, GainConvention c);
+
+}  // namespace flashnorm

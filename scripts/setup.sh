@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what flashnorm needs to build and test on Debian 12 (run as root, or with sudo).
+# Debian packages: toolchain, JSON, CLI parsing, BLAS, PCRE2, fmt, GoogleTest, clang for fuzzing.
+# PyPI packages: the reference implementations the tests compare against (gguf, safetensors).
+set -euo pipefail
+pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config nlohmann-json3-dev libcli11-dev
+      libopenblas-dev libpcre2-dev libfmt-dev libgtest-dev googletest python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/requirements-test.txt"

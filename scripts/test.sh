@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: the release build's tests (on the real SmolLM2 checkpoint), then the
+# parsers' hostile-input tests again under AddressSanitizer + UndefinedBehaviorSanitizer, then a
+# build of the libFuzzer targets. GPU tests (label gpu) run on the H200 only: scripts/gpu_kernels.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+eval "$(scripts/fetch_models.sh smollm2)"
+export FLASHNORM_SMOLLM2_GGUF
+scripts/build.sh release
+ctest --preset release -j 2 -LE gpu
+scripts/build.sh asan
+ctest --preset asan -j 2 -L hostile
+cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$(nproc)"

@@ -1,0 +1,124 @@
+// `flashnorm inspect MODEL`: architecture, every normalization and the projections it feeds,
+// the gain convention, whether the model is folded.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "flashnorm/io/error.h"
+#include "flashnorm/io/gguf.h"
+#include "flashnorm/io/safetensors.h"
+#include "flashnorm/model/arch.h"
+
+namespace flashnorm::cli {
+namespace {
+
+struct View {
+  std::string arch;
+  int n_layer = 0;
+  GainConvention gains = GainConvention::Plain;
+  bool folded = false;
+  // name -> "type [dims]" for tensors present (canonical names)
+  std::map<std::string, std::string> tensors;
+  std::vector<std::pair<std::string, std::string>> facts;
+};
+
+View from_gguf(const std::string& path) {
+  io::GgufFile f = io::GgufFile::open(path);
+  View v;
+  v.arch = f.get_string("general.architecture");
+  const ArchDescription& a = arch_by_name(v.arch);
+  v.n_layer = static_cast<int>(f.get_uint(v.arch + ".block_count"));
+  v.gains = a.gguf_gains;
+  v.folded = f.get_bool_or(std::string(kFoldedKey), false);
+  for (const auto& t : f.tensors()) {
+    std::vector<uint64_t> shape(t.dims.rbegin(), t.dims.rend());
+    v.tensors[t.name] =
+        fmt::format("{} [{}]", io::ggml_type_name(uint32_t(t.type)), fmt::join(shape, ", "));
+  }
+  v.facts.push_back({"format", fmt::format("GGUF v{}", f.version())});
+  if (auto n = f.get_string_opt("general.name")) v.facts.push_back({"name", *n});
+  for (const char* k : {"embedding_length", "feed_forward_length", "attention.head_count",
+                        "attention.head_count_kv", "context_length"}) {
+    if (auto x = f.get_uint_opt(v.arch + "." + k)) v.facts.push_back({k, std::to_string(*x)});
+  }
+  if (auto e = f.get_float_opt(v.arch + ".attention.layer_norm_rms_epsilon")) {
+    v.facts.push_back({"rms_norm_eps", fmt::format("{:g}", *e)});
+  }
+  return v;
+}
+
+View from_hf(const std::string& dir) {
+  io::HfModelDir d = io::HfModelDir::open(dir);
+  View v;
+  auto cls = d.config().value("architectures", nlohmann::json::array());
+  std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";
+  const ArchDescription* a = arch_by_hf_class(hf_class);
+  if (!a) throw Error(fmt::format("{}: architectures '{}' is not supported", dir, hf_class));
+  v.arch = a->name;
+  v.n_layer = d.config().value("num_hidden_layers", 0);
+  v.gains = a->hf_gains;
+  auto it = d.metadata().find(std::string(kFoldedKey));
+  v.folded = it != d.metadata().end() && it->second == "true";
+  for (const auto& n : d.tensor_names()) {
+    auto canon = from_hf_name(*a, n);
+    const io::StTensorInfo* t = d.find(n);
+    v.tensors[canon ? *canon : n] =
+        fmt::format("{} [{}] ({})", io::st_dtype_name(t->dtype), fmt::join(t->shape, ", "), n);
+  }
+  v.facts.push_back({"format", fmt::format("Hugging Face safetensors, {} shard(s)",
+                                           d.shards().size())});
+  v.facts.push_back({"tie_word_embeddings",
+                     d.config().value("tie_word_embeddings", false) ? "true" : "false"});
+  return v;
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "inspect", "Print the architecture, every normalization and what it feeds, folded or not");
+  auto path = std::make_shared<std::string>();
+  cmd->add_option("model", *path, "GGUF file or Hugging Face directory")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmd->callback([path] {
+    View v = std::filesystem::is_directory(*path) ? from_hf(*path) : from_gguf(*path);
+    const ArchDescription& a = arch_by_name(v.arch);
+    fmt::print("model:        {}\narchitecture: {} ({} layers)\n", *path, v.arch, v.n_layer);
+    for (const auto& [k, val] : v.facts) fmt::print("  {:<24} {}\n", k, val);
+    fmt::print("gain convention: {}\n", v.gains == GainConvention::Plain
+                                            ? "plain: y = x * rstd * w (identity w = 1)"
+                                            : "one-plus: y = x * rstd * (1 + w) (identity w = 0)");
+    fmt::print("folded:       {}\n", v.folded ? "yes (flashnorm.folded)" : "no");
+    const bool tied = !v.tensors.count(a.head);
+    fmt::print("LM head:      {}\n",
+               tied ? fmt::format("tied to {}", a.tied_source) : std::string("separate (") +
+                                                                       a.head + ")");
+    auto show = [&](const NormSite& s, int layer) {
+      const std::string norm = expand_layer(s.norm, layer);
+      auto it = v.tensors.find(norm);
+      fmt::print("{} {}\n", norm, it == v.tensors.end() ? "MISSING" : it->second);
+      if (!s.foldable) {
+        fmt::print("    not foldable: {}\n", s.why_not);
+        return;
+      }
+      for (const auto& c : s.consumers) {
+        std::string name = expand_layer(c, layer);
+        auto ct = v.tensors.find(name);
+        std::string desc = ct != v.tensors.end() ? ct->second
+                           : name == a.head      ? "tied: " + a.tied_source
+                                                 : "MISSING";
+        fmt::print("    -> {} {}\n", name, desc);
+      }
+    };
+    fmt::print("normalizations (RMSNorm) and the projections each one feeds:\n");
+    for (int l = 0; l < v.n_layer; ++l) {
+      for (const auto& s : a.layer_norms) show(s, l);
+    }
+    for (const auto& s : a.final_norms) show(s, 0);
+  });
+}
+
+}  // namespace flashnorm::cli

@@ -1,0 +1,147 @@
+// `flashnorm verify ORIGINAL FOLDED...`: does the folded, deferred-normalization model compute the
+// same function as the original? Original runs with --norm standard, each folded model with
+// --norm flashnorm; reports perplexity of each on a text, greedy agreement over N generated tokens
+// on several prompts, and the largest relative logit difference (teacher-forced).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "flashnorm/engine/evaluate.h"
+#include "flashnorm/io/atomic_file.h"
+#include "flashnorm/io/error.h"
+#include "flashnorm/model/model.h"
+#include "model_args.h"
+#include "progress.h"
+
+namespace flashnorm::cli {
+namespace {
+
+const char* const kDefaultPrompts[] = {
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(fmt::format("cannot read text file {}", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+void register_verify(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "verify", "Compare a folded model (flashnorm mode) against its original (standard mode)");
+  struct Args {
+    std::string original, text = "/usr/share/common-licenses/GPL-3", json, tokenizer;
+    std::vector<std::string> folded, prompts;
+    int tokens = 256, ctx = 512, max_text_tokens = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("original", a->original, "original model (GGUF or HF directory)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmd->add_option("folded", a->folded, "one or more folded models")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--text", a->text, "text for perplexity and logit comparison")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokens", a->tokens, "greedy tokens generated per prompt")
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--prompt", a->prompts, "prompt for the greedy comparison (repeatable)");
+  cmd->add_option("--ctx", a->ctx, "chunk length for perplexity")->check(CLI::Range(2, 8192));
+  cmd->add_option("--max-text-tokens", a->max_text_tokens, "use only the first N tokens of text");
+  cmd->add_option("--json", a->json, "also write the results as JSON to this file");
+  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
+  cmd->callback([a] {
+    io::GgufFile vocab = open_vocab(a->original, a->tokenizer);
+    Tokenizer tok = Tokenizer::from_gguf(vocab);
+    std::vector<int32_t> text = tok.encode(read_text(a->text), /*parse_special=*/false);
+    if (a->max_text_tokens > 0 && text.size() > size_t(a->max_text_tokens)) {
+      text.resize(a->max_text_tokens);
+    }
+    std::vector<std::string> prompts = a->prompts;
+    if (prompts.empty()) prompts.assign(std::begin(kDefaultPrompts), std::end(kDefaultPrompts));
+    const int ctx_needed = std::max<int>(a->ctx, 0);
+    int max_ctx = ctx_needed;
+    std::vector<std::vector<int32_t>> prompt_ids;
+    for (const auto& p : prompts) {
+      prompt_ids.push_back(tok.encode(p, false));
+      if (prompt_ids.back().empty()) throw Error("a prompt encodes to no tokens");
+      max_ctx = std::max<int>(max_ctx, prompt_ids.back().size() + a->tokens);
+    }
+    CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
+    std::vector<std::vector<int32_t>> ref;
+    {
+      Progress pr("greedy (original)");
+      for (size_t i = 0; i < prompt_ids.size(); ++i) {
+        ref.push_back(greedy_tokens(orig, prompt_ids[i], a->tokens));
+        pr(i + 1, prompt_ids.size());
+      }
+    }
+    nlohmann::json out = {{"original", a->original},
+                          {"text", a->text},
+                          {"text_tokens", text.size()},
+                          {"greedy_tokens", a->tokens},
+                          {"ctx", a->ctx},
+                          {"results", nlohmann::json::array()}};
+    fmt::print("text: {} ({} tokens, chunks of {}), greedy: {} tokens x {} prompts\n", a->text,
+               text.size(), a->ctx, a->tokens, prompts.size());
+    for (const auto& folded : a->folded) {
+      CpuEngine fe(load_model(folded), NormMode::FlashNorm, max_ctx);
+      ComparisonStats st;
+      {
+        Progress pr("perplexity");
+        st = compare_teacher_forced(orig, &fe, text, a->ctx, std::ref(pr));
+      }
+      nlohmann::json greedy = nlohmann::json::array();
+      int identical_prompts = 0;
+      for (size_t i = 0; i < prompt_ids.size(); ++i) {
+        std::vector<int32_t> g = greedy_tokens(fe, prompt_ids[i], a->tokens);
+        size_t same = 0;
+        while (same < g.size() && g[same] == ref[i][same]) ++same;
+        identical_prompts += same == g.size();
+        greedy.push_back({{"prompt", prompts[i]},
+                          {"agree_prefix", same},
+                          {"identical", same == g.size()},
+                          {"original_text", tok.decode(ref[i])},
+                          {"folded_text", tok.decode(g)}});
+      }
+      const double rel_ppl = std::fabs(st.ppl_b() - st.ppl_a()) / st.ppl_a();
+      fmt::print("\n{} (flashnorm mode) vs {} (standard mode)\n", folded, a->original);
+      fmt::print("  perplexity: original {:.6f}  folded {:.6f}  relative difference {:.3e}\n",
+                 st.ppl_a(), st.ppl_b(), rel_ppl);
+      fmt::print("  top-1 agreement (teacher-forced): {}/{} = {:.4f}\n", st.top1_agree,
+                 st.positions, double(st.top1_agree) / st.positions);
+      fmt::print("  largest relative logit difference: {:.3e}\n", st.max_rel_logit_diff);
+      for (const auto& g : greedy) {
+        fmt::print("  greedy: {}/{} tokens identical before the first difference{}\n",
+                   g["agree_prefix"].get<size_t>(), a->tokens,
+                   g["identical"].get<bool>() ? " (identical)" : "");
+      }
+      out["results"].push_back({{"folded", folded},
+                                {"positions", st.positions},
+                                {"ppl_original", st.ppl_a()},
+                                {"ppl_folded", st.ppl_b()},
+                                {"ppl_rel_diff", rel_ppl},
+                                {"top1_agreement", double(st.top1_agree) / st.positions},
+                                {"max_rel_logit_diff", st.max_rel_logit_diff},
+                                {"greedy_identical_prompts", identical_prompts},
+                                {"greedy", greedy}});
+    }
+    if (!a->json.empty()) {
+      std::string s = out.dump(2) + "\n";
+      io::AtomicFile f(a->json);
+      f.write(s.data(), s.size());
+      f.commit();
+    }
+  });
+}
+
+}  // namespace flashnorm::cli

@@ -1,0 +1,171 @@
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "flashnorm/fold/fold.h"
+#include "flashnorm/io/atomic_file.h"
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/io/error.h"
+#include "flashnorm/io/gguf.h"
+#include "plan.h"
+
+namespace flashnorm {
+namespace {
+using io::GgmlType;
+
+std::vector<float> dequant(const io::GgufFile& f, const io::GgufTensorInfo& t) {
+  if (!io::dequant_supported(t.type)) {
+    throw Error(fmt::format("{}: tensor '{}' has type {}, which flashnorm cannot dequantize",
+                            f.name(), t.name, io::ggml_type_name(uint32_t(t.type))));
+  }
+  std::vector<float> v(t.n_elements);
+  io::dequantize(t.type, f.tensor_data(t), v);
+  return v;
+}
+
+// Encodes folded fp64 values as `type`, rounding once. For block types, the fp64 values are
+// first rounded to fp32 (the quantizer's input) and the added error is recorded in `rec`.
+std::vector<uint8_t> encode(const std::vector<double>& v, GgmlType type, FoldedTensor& rec) {
+  std::vector<uint8_t> out;
+  switch (type) {
+    case GgmlType::F32: {
+      out.resize(v.size() * 4);
+      for (size_t i = 0; i < v.size(); ++i) {
+        float f = round_to_f32(v[i]);
+        std::memcpy(&out[i * 4], &f, 4);
+      }
+      return out;
+    }
+    case GgmlType::F16:
+    case GgmlType::BF16: {
+      out.resize(v.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) {
+        uint16_t h = type == GgmlType::F16 ? round_to_f16(v[i]) : round_to_bf16(v[i]);
+        std::memcpy(&out[i * 2], &h, 2);
+      }
+      return out;
+    }
+    default: {
+      std::vector<float> f(v.size());
+      for (size_t i = 0; i < v.size(); ++i) f[i] = round_to_f32(v[i]);
+      out = io::quantize(type, f);
+      std::vector<float> back(v.size());
+      io::dequantize(type, out, back);
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double e = double(back[i]) - v[i];
+        rec.sum_sq_err += e * e;
+        rec.sum_sq_ref += v[i] * v[i];
+      }
+      rec.requant_rel_rms = rec.sum_sq_ref > 0 ? std::sqrt(rec.sum_sq_err / rec.sum_sq_ref) : 0;
+      return out;
+    }
+  }
+}
+
+}  // namespace
+
+FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
+                     const FoldOptions& opt) {
+  const std::filesystem::path inputs[] = {in};
+  io::refuse_overwrite(out, inputs);
+  io::GgufFile f = io::GgufFile::open(in);
+  if (f.get_bool_or(std::string(kFoldedKey), false)) {
+    throw Error(fmt::format("{}: already folded ({} = true); refusing to fold twice",
+                            in.string(), kFoldedKey));
+  }
+  if (!opt.requantize && opt.dtype != GgmlType::F32 && opt.dtype != GgmlType::F16 &&
+      opt.dtype != GgmlType::BF16) {
+    throw Error("fold: --dtype must be f32, f16 or bf16");
+  }
+  FoldReport rep;
+  rep.arch = f.get_string("general.architecture");
+  const ArchDescription& arch = arch_by_name(rep.arch);
+  const uint64_t n_layer = f.get_uint(rep.arch + ".block_count");
+  if (n_layer == 0 || n_layer > 4096) {
+    throw Error(fmt::format("{}: {}.block_count = {} is out of range", in.string(), rep.arch,
+                            n_layer));
+  }
+  detail::FoldPlan plan = detail::make_fold_plan(arch, static_cast<int>(n_layer));
+
+  // Gains of every foldable norm, as multipliers, checked to be vectors.
+  std::map<std::string, std::vector<double>> gains;
+  for (const auto& norm : plan.norms) {
+    const io::GgufTensorInfo* t = f.find_tensor(norm);
+    if (!t) throw Error(fmt::format("{}: missing norm tensor '{}'", in.string(), norm));
+    if (t->dims.size() != 1) {
+      throw Error(fmt::format("{}: norm tensor '{}' is not a vector", in.string(), norm));
+    }
+    std::vector<float> w = dequant(f, *t);
+    std::vector<double> g(w.begin(), w.end());
+    if (arch.gguf_gains == GainConvention::OnePlus) {
+      for (auto& v : g) v += 1.0;
+    }
+    gains.emplace(norm, std::move(g));
+  }
+  // Every consumer must exist (the LM head may be tied), with rows as long as its norm.
+  const io::GgufTensorInfo* tied = nullptr;
+  for (const auto& [consumer, norm] : plan.consumer_to_norm) {
+    const io::GgufTensorInfo* t = f.find_tensor(consumer);
+    if (!t && consumer == arch.head) {
+      tied = f.find_tensor(arch.tied_source);
+      t = tied;
+      if (!t) throw Error(fmt::format("{}: missing '{}'", in.string(), arch.tied_source));
+      rep.untied_head = true;
+    }
+    if (!t) throw Error(fmt::format("{}: missing tensor '{}'", in.string(), consumer));
+    if (t->dims.size() != 2 || t->dims[0] != gains.at(norm).size()) {
+      throw Error(fmt::format("{}: tensor '{}' has rows of {} elements but its norm '{}' has {}",
+                              in.string(), t->name, t->dims[0], norm, gains.at(norm).size()));
+    }
+  }
+
+  const size_t total = plan.consumer_to_norm.size();
+  size_t done = 0;
+  auto fold_one = [&](const io::GgufTensorInfo& t, const std::string& out_name,
+                      const std::string& norm) {
+    GgmlType type = opt.requantize ? t.type : opt.dtype;
+    if (opt.requantize && !io::quant_supported(type)) {
+      throw Error(fmt::format("{}: cannot requantize '{}' to {}: not supported (use --dtype)",
+                              in.string(), t.name, io::ggml_type_name(uint32_t(type))));
+    }
+    std::vector<float> w = dequant(f, t);
+    std::vector<double> folded = fold_matrix(w, t.dims[1], t.dims[0], gains.at(norm));
+    FoldedTensor rec{out_name, detail::tensor_kind(out_name),
+                     io::ggml_type_name(uint32_t(type))};
+    io::GgufTensorOut o{out_name, t.dims, type, encode(folded, type, rec), {}};
+    rep.tensors.push_back(rec);
+    if (opt.progress) opt.progress(++done, total);
+    return o;
+  };
+
+  std::vector<io::GgufTensorOut> outs;
+  for (const auto& t : f.tensors()) {
+    if (auto it = plan.consumer_to_norm.find(t.name); it != plan.consumer_to_norm.end()) {
+      outs.push_back(fold_one(t, t.name, it->second));
+    } else if (gains.count(t.name)) {
+      const float id = arch.gguf_gains == GainConvention::OnePlus ? 0.0f : 1.0f;
+      std::vector<float> v(t.n_elements, id);
+      io::GgufTensorOut o{t.name, t.dims, GgmlType::F32, {}, {}};
+      o.bytes.resize(v.size() * 4);
+      std::memcpy(o.bytes.data(), v.data(), o.bytes.size());
+      outs.push_back(std::move(o));
+      rep.folded_norms.push_back(t.name);
+    } else {
+      outs.push_back({t.name, t.dims, t.type, {}, f.tensor_data(t)});
+    }
+  }
+  if (tied) outs.push_back(fold_one(*tied, arch.head, plan.consumer_to_norm.at(arch.head)));
+
+  std::vector<io::GgufKv> kvs = f.kvs();
+  kvs.push_back({std::string(kFoldedKey), io::GgufValue::make_bool(true), 0});
+  kvs.push_back({"flashnorm.fold_type",
+                 io::GgufValue::make_string(opt.requantize ? "requantized"
+                                                           : io::ggml_type_name(
+                                                                 uint32_t(opt.dtype))),
+                 0});
+  io::write_gguf(out, kvs, outs, inputs);
+  return rep;
+}
+
+}  // namespace flashnorm

@@ -1,0 +1,101 @@
+#include "flashnorm/model/arch.h"
+
+#include <fmt/format.h>
+
+
+#include "flashnorm/io/error.h"
+
+namespace flashnorm {
+namespace {
+
+ArchDescription make_llama() {
+  ArchDescription a;
+  a.name = "llama";
+  a.layer_norms = {
+      {"blk.{L}.attn_norm.weight",
+       {"blk.{L}.attn_q.weight", "blk.{L}.attn_k.weight", "blk.{L}.attn_v.weight"}},
+      {"blk.{L}.ffn_norm.weight", {"blk.{L}.ffn_gate.weight", "blk.{L}.ffn_up.weight"}},
+  };
+  a.final_norms = {{"output_norm.weight", {"output.weight"}}};
+  a.hf_names = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+      {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+      {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+      {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+      {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+      {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+      {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+      {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight"},
+      {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight"},
+      {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight"},
+  };
+  return a;
+}
+
+const std::vector<ArchDescription>& registry() {
+  static const std::vector<ArchDescription> r = {make_llama()};
+  return r;
+}
+
+// Matches `name` against `pattern` with "{L}" as a decimal layer index; returns the index
+// (or -1 for patterns without "{L}") or std::nullopt.
+std::optional<int> match_pattern(std::string_view pattern, std::string_view name) {
+  auto p = pattern.find("{L}");
+  if (p == std::string_view::npos) {
+    return pattern == name ? std::optional<int>(-1) : std::nullopt;
+  }
+  std::string_view pre = pattern.substr(0, p), post = pattern.substr(p + 3);
+  if (name.size() <= pre.size() + post.size() || !name.starts_with(pre) || !name.ends_with(post)) {
+    return std::nullopt;
+  }
+  std::string_view digits = name.substr(pre.size(), name.size() - pre.size() - post.size());
+  if (digits.size() > 6) return std::nullopt;
+  int v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+std::optional<std::string> map_name(const ArchDescription& a, std::string_view name, bool to_hf) {
+  for (const auto& [canon, hf] : a.hf_names) {
+    const std::string& from = to_hf ? canon : hf;
+    const std::string& to = to_hf ? hf : canon;
+    if (auto l = match_pattern(from, name)) return *l < 0 ? to : expand_layer(to, *l);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const ArchDescription& arch_by_name(std::string_view name) {
+  for (const auto& a : registry()) {
+    if (a.name == name) return a;
+  }
+  throw Error(fmt::format("unsupported architecture '{}' (supported: llama)", name));
+}
+
+const ArchDescription* arch_by_hf_class(std::string_view hf_class) {
+  if (hf_class == "LlamaForCausalLM") return &arch_by_name("llama");
+  return nullptr;
+}
+
+std::string expand_layer(std::string_view pattern, int layer) {
+  std::string s(pattern);
+  auto p = s.find("{L}");
+  if (p != std::string::npos) s.replace(p, 3, std::to_string(layer));
+  return s;
+}
+
+std::optional<std::string> to_hf_name(const ArchDescription& a, std::string_view canonical) {
+  return map_name(a, canonical, true);
+}
+
+std::optional<std::string> from_hf_name(const ArchDescription& a, std::string_view hf) {
+  return map_name(a, hf, false);
+}
+
+}  // namespace flashnorm
