@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -93,13 +94,22 @@ void register_verify(CLI::App& app) {
                           {"results", nlohmann::json::array()}};
     fmt::print("text: {} ({} tokens, chunks of {}), greedy: {} tokens x {} prompts\n", a->text,
                text.size(), a->ctx, a->tokens, prompts.size());
+    std::vector<std::unique_ptr<CpuEngine>> engines;
+    std::vector<CpuEngine*> ptrs;
     for (const auto& folded : a->folded) {
-      CpuEngine fe(load_model(folded), NormMode::FlashNorm, max_ctx);
-      ComparisonStats st;
-      {
-        Progress pr("perplexity");
-        st = compare_teacher_forced(orig, &fe, text, a->ctx, std::ref(pr));
-      }
+      engines.push_back(
+          std::make_unique<CpuEngine>(load_model(folded), NormMode::FlashNorm, max_ctx));
+      ptrs.push_back(engines.back().get());
+    }
+    std::vector<ComparisonStats> stats;
+    {
+      Progress pr("perplexity (chunks)");
+      stats = compare_teacher_forced(orig, ptrs, text, a->ctx, std::ref(pr));
+    }
+    for (size_t k = 0; k < a->folded.size(); ++k) {
+      const std::string& folded = a->folded[k];
+      CpuEngine& fe = *engines[k];
+      const ComparisonStats& st = stats[k];
       nlohmann::json greedy = nlohmann::json::array();
       int identical_prompts = 0;
       for (size_t i = 0; i < prompt_ids.size(); ++i) {

@@ -19,11 +19,11 @@ double log_prob(std::span<const float> logits, int32_t target) {
   return double(logits[target]) - mx - std::log(sum);
 }
 
-ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
-                                       std::span<const int32_t> tokens, int ctx,
-                                       const std::function<void(size_t, size_t)>& progress) {
+std::vector<ComparisonStats> compare_teacher_forced(
+    CpuEngine& a, std::span<CpuEngine* const> bs, std::span<const int32_t> tokens, int ctx,
+    const std::function<void(size_t, size_t)>& progress) {
   if (ctx < 2 || tokens.size() < 2) throw Error("compare: need ctx >= 2 and at least 2 tokens");
-  ComparisonStats st;
+  std::vector<ComparisonStats> st(std::max<size_t>(bs.size(), 1));
   const size_t V = a.config().vocab;
   const size_t n_chunks = (tokens.size() - 1 + ctx - 1) / ctx;
   size_t chunk = 0;
@@ -32,31 +32,40 @@ ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
     if (len < 2) break;
     auto span = tokens.subspan(start, len);
     a.reset();
-    std::vector<float> la = a.forward(span, true), lb;
-    if (b) {
-      b->reset();
-      lb = b->forward(span, true);
+    const std::vector<float> la = a.forward(span, true);
+    double nll_a = 0;
+    for (size_t t = 0; t + 1 < len; ++t) nll_a -= log_prob({&la[t * V], V}, span[t + 1]);
+    for (auto& s : st) {
+      s.nll_a += nll_a;
+      s.positions += len - 1;
     }
-    for (size_t t = 0; t + 1 < len; ++t) {
-      std::span<const float> ra(&la[t * V], V);
-      const int32_t next = span[t + 1];
-      st.nll_a -= log_prob(ra, next);
-      if (b) {
-        std::span<const float> rb(&lb[t * V], V);
-        st.nll_b -= log_prob(rb, next);
+    for (size_t k = 0; k < bs.size(); ++k) {
+      bs[k]->reset();
+      const std::vector<float> lb = bs[k]->forward(span, true);
+      ComparisonStats& s = st[k];
+      for (size_t t = 0; t + 1 < len; ++t) {
+        std::span<const float> ra(&la[t * V], V), rb(&lb[t * V], V);
+        s.nll_b -= log_prob(rb, span[t + 1]);
         double scale = 0, diff = 0;
         for (size_t j = 0; j < V; ++j) {
           scale = std::max(scale, std::fabs(double(ra[j])));
           diff = std::max(diff, std::fabs(double(ra[j]) - rb[j]));
         }
-        st.max_rel_logit_diff = std::max(st.max_rel_logit_diff, diff / std::max(scale, 1e-30));
-        st.top1_agree += argmax(ra) == argmax(rb);
+        s.max_rel_logit_diff = std::max(s.max_rel_logit_diff, diff / std::max(scale, 1e-30));
+        s.top1_agree += argmax(ra) == argmax(rb);
       }
-      ++st.positions;
     }
     if (progress) progress(++chunk, n_chunks);
   }
   return st;
+}
+
+ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
+                                       std::span<const int32_t> tokens, int ctx,
+                                       const std::function<void(size_t, size_t)>& progress) {
+  std::vector<CpuEngine*> bs;
+  if (b) bs.push_back(b);
+  return compare_teacher_forced(a, bs, tokens, ctx, progress)[0];
 }
 
 std::vector<int32_t> greedy_tokens(CpuEngine& e, std::span<const int32_t> prompt, int n) {

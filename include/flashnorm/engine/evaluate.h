@@ -11,8 +11,9 @@
 
 namespace flashnorm {
 
-// Teacher-forced pass of `tokens` through both engines in chunks of `ctx` tokens (each chunk
-// from an empty KV cache, all positions scored except each chunk's first).
+// Teacher-forced pass of `tokens` through engines in chunks of `ctx` tokens (each chunk from an
+// empty KV cache, all positions scored except each chunk's first). `a` is the reference, `b` the
+// engine compared with it.
 struct ComparisonStats {
   size_t positions = 0;       // scored positions
   double nll_a = 0, nll_b = 0;  // summed negative log-likelihood (nats) of the next token
@@ -28,6 +29,12 @@ struct ComparisonStats {
 ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
                                        std::span<const int32_t> tokens, int ctx,
                                        const std::function<void(size_t, size_t)>& progress = {});
+
+// The same against several engines at once (the reference runs once); one result per engine in
+// `bs`, each with the reference's figures in its `a` fields.
+std::vector<ComparisonStats> compare_teacher_forced(
+    CpuEngine& a, std::span<CpuEngine* const> bs, std::span<const int32_t> tokens, int ctx,
+    const std::function<void(size_t, size_t)>& progress = {});
 
 // Greedy decoding of exactly n tokens after `prompt` (stop tokens are not honoured, so two
 // models are compared over the full length). Resets the engine first.

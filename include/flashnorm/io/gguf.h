@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,6 +85,7 @@ class GgufFile {
  public:
   static GgufFile open(const std::filesystem::path& path);
   // Parses an in-memory image (used by the fuzz target and tests). `name` appears in messages.
+  // The bytes are copied, so `bytes` need not outlive the result.
   static GgufFile parse(std::span<const uint8_t> bytes, std::string name);
 
   GgufFile(GgufFile&&) noexcept;

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# FlashNorm kernels, GPU side, end to end (issue 3): build for sm_90a with nvcc, GPU tests, the race
+# test (with the join, and once without it: that run must fail), compute-sanitizer memcheck /
+# racecheck / synccheck on the kernel tests, resource usage + SASS checks, the benchmark
+# (`flashnorm bench`), ncu on the decode kernel, and the PyTorch peers in the same call.
+#
+# Usage (repository root, on the GPU machine):
+#   FN_COMMIT=$(git rev-parse HEAD) FN_DIRTY=1 STAGES="build tests sanitize bench ncu peers" \
+#     bash scripts/gpu_kernels.sh
+# Everything goes under $OUT (default /tmp/fn_out): gpu_kernels.log, kernels.json, torch_peers.json,
+# sanitize.log, nojoin.log, ncu.txt, res_usage.txt.
+#
+# Build: with CMake when the project's dependencies are installed (FN_BUILD=cmake), else (default on
+# the device machine, whose image lacks fmt/CLI11/gtest/BLAS/PCRE2) a direct nvcc/g++ build of the
+# kernel sources, with header-only fmt/nlohmann/CLI11 and a static gtest taken from an ignored folder
+# .cache/gpudeps (copied from this repo's CI image: /usr/include/{fmt,nlohmann,CLI,gtest},
+# libgtest.a, and shared/tools/torch_peers.py) that the device call carries.
+set -uo pipefail
+OUT=${OUT:-/tmp/fn_out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/gpu_kernels.log") 2>&1
+STAGES=${STAGES:-"build tests sanitize bench ncu peers"}
+DEPS=${DEPS:-.cache/gpudeps}
+B=${B:-build/gpu}
+COMMIT=${FN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+DIRTY=${FN_DIRTY:-1}
+BENCH_ARGS=${BENCH_ARGS:-}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+t0=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
+
+stamp "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+nvcc --version | tail -1
+CUDA_HOME=$(dirname "$(dirname "$(which nvcc)")")
+mkdir -p "$B"
+
+if has build; then
+  stamp "build ($B)"
+  NV="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Iinclude -I$DEPS/include"
+  CX="g++ -std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -DFLASHNORM_HAVE_CUDA=1 -Iinclude -I$DEPS/include -I$CUDA_HOME/include"
+  pids=()
+  $NV -Xptxas -v -c src/kernels/cuda/kernels.cu -o "$B/kernels.o" > "$B/ptxas.txt" 2>&1 & pids+=($!)
+  $CX -c src/kernels/cuda/context.cpp -o "$B/context.o" & pids+=($!)
+  $CX -c src/kernels/cuda/bench.cpp -o "$B/bench.o" & pids+=($!)
+  $CX -c src/kernels/cpu/reference.cpp -o "$B/reference.o" & pids+=($!)
+  $CX -c src/cli/cmd_bench.cpp -o "$B/cmd_bench.o" & pids+=($!)
+  $CX -c src/kernels/cuda/kbench_main.cpp -o "$B/kbench_main.o" & pids+=($!)
+  for t in kernels_gpu_test kernels_race_test gpu_main; do
+    $CX -Itests/kernels -c tests/kernels/$t.cpp -o "$B/$t.o" & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { echo "BUILD FAILED (compile)"; cat "$B/ptxas.txt" | grep -i error; exit 1; }; done
+  LIBS="-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib -lcudart -lcublasLt -lpthread -ldl -lrt"
+  OBJS="$B/kernels.o $B/context.o $B/bench.o $B/reference.o"
+  g++ -o "$B/flashnorm_kbench" "$B/kbench_main.o" "$B/cmd_bench.o" $OBJS $LIBS &&
+  g++ -o "$B/kernels_gpu_test" "$B/kernels_gpu_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
+  g++ -o "$B/kernels_race_test" "$B/kernels_race_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS ||
+    { echo "BUILD FAILED"; exit 1; }
+  grep -E "Compiling entry|registers|spill" "$B/ptxas.txt" | sed 's/_ZN9flashnorm7kernels4cuda6detail[0-9A-Za-z_]*N__[0-9a-f_]*kernels_cu_[0-9a-f]*//' > "$OUT/res_usage.txt"
+  if command -v cuobjdump > /dev/null; then
+    cuobjdump -res-usage "$B/kernels.o" >> "$OUT/res_usage.txt" 2>&1
+    cuobjdump -sass "$B/kernels.o" > "$B/sass.txt" 2>&1
+    echo "SASS of decode_kernel<BF16,8>: HMMA=$(awk '/Function.*decode_kernel.*BF16ELi8/{f=1} /Function/ && !/BF16ELi8/{f=0} f' "$B/sass.txt" | grep -c HMMA)" \
+      "LDG.128=$(awk '/Function.*decode_kernel.*BF16ELi8/{f=1} /Function/ && !/BF16ELi8/{f=0} f' "$B/sass.txt" | grep -c 'LDG.*128')" \
+      "LDL/STL=$(awk '/Function.*decode_kernel/{f=1} /Function/ && !/decode_kernel/{f=0} f' "$B/sass.txt" | grep -cE 'LDL|STL')" | tee -a "$OUT/res_usage.txt"
+  fi
+fi
+
+if has tests; then
+  stamp "GPU tests"
+  "$B/kernels_gpu_test" --gtest_brief=1 2>&1 | tail -40
+  echo "kernels_gpu_test rc=${PIPESTATUS[0]}"
+  stamp "race test (with the join)"
+  "$B/kernels_race_test" 2>&1 | tail -30
+  echo "kernels_race_test rc=${PIPESTATUS[0]}"
+  stamp "race test --no-join (must FAIL)"
+  "$B/kernels_race_test" --no-join --gtest_filter='RaceTwoStream.*' > "$OUT/nojoin.log" 2>&1
+  echo "kernels_race_test --no-join rc=$? (nonzero expected)"
+  grep -E "steps wrong|FAILED|PASSED" "$OUT/nojoin.log"
+fi
+
+if has bench; then
+  stamp "bench"
+  D=""; [[ "$DIRTY" == "1" ]] && D="--dirty"
+  "$B/flashnorm_kbench" bench --shapes bench/shapes.json --out "$OUT/kernels.json" --commit "$COMMIT" \
+    --driver "$DRIVER" $D $BENCH_ARGS
+  echo "bench rc=$?"
+fi
+
+if has ncu && command -v ncu > /dev/null; then
+  stamp "ncu (decode kernel)"
+  for M in 1 64; do
+    timeout 120 ncu --clock-control none -k regex:decode_kernel -c 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+      "$B/flashnorm_kbench" bench --only llama3_8b_qkv --M $M --graph-reps 1 --eager-reps 1 --no-check \
+      --out /tmp/ncu_bench.json >> "$OUT/ncu.txt" 2>&1
+  done
+  grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit" "$OUT/ncu.txt"
+fi
+
+if has sanitize; then
+  stamp "compute-sanitizer"
+  for tool in memcheck racecheck synccheck; do
+    for t in "kernels_gpu_test --gtest_filter=*Small*" "kernels_race_test --gtest_filter=RaceDecode.*:RaceTwoStream.DelayRstd"; do
+      echo "--- $tool: $t" >> "$OUT/sanitize.log"
+      timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool $tool --error-exitcode 9 $B/$t >> "$OUT/sanitize.log" 2>&1
+      echo "sanitizer $tool $t rc=$?" | tee -a "$OUT/sanitize.log"
+    done
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize.log"
+fi
+
+if has peers; then
+  stamp "PyTorch peers"
+  PYTHONUNBUFFERED=1 OUT="$OUT" timeout ${PEERS_TIMEOUT:-420} python3 "$DEPS/torch_peers.py" bench/shapes.json > "$OUT/peers.log" 2>&1
+  echo "peers rc=$?"
+  tail -35 "$OUT/peers.log"
+fi
+stamp "done"

@@ -1,0 +1,60 @@
+// Bad input to the CLI: one line on stderr, a non-zero exit code, never a crash, and no output
+// file left behind.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "cli_run.h"
+#include "support/random_llama.h"
+
+namespace flashnorm {
+namespace {
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+void expect_one_line_error(const testing::CliResult& r, const std::string& needle) {
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, -1) << "killed by a signal";
+  EXPECT_LT(r.code, 128) << "crashed";
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(CliErrors, GarbageModelFile) {
+  const fs::path d = testing::fresh_dir("cli_err");
+  std::ofstream(d / "junk.gguf") << "this is not a model file at all";
+  expect_one_line_error(run_cli("inspect " + (d / "junk.gguf").string()), "magic");
+  expect_one_line_error(run_cli("fold " + (d / "junk.gguf").string() + " -o " +
+                                (d / "out.gguf").string()),
+                        "magic");
+  EXPECT_FALSE(fs::exists(d / "out.gguf"));
+  expect_one_line_error(run_cli("generate -m " + (d / "junk.gguf").string() + " -p hi"),
+                        "magic");
+}
+
+TEST(CliErrors, MissingFileAndBadFlags) {
+  auto r = run_cli("inspect /nonexistent/model.gguf");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+  r = run_cli("fold");
+  EXPECT_NE(r.code, 0);
+  r = run_cli("frobnicate");
+  EXPECT_NE(r.code, 0);
+  r = run_cli("generate --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--temperature"), std::string::npos);
+}
+
+TEST(CliErrors, FoldOntoItsInputIsRefused) {
+  const fs::path d = testing::fresh_dir("cli_self");
+  testing::write_random_llama(d / "m");
+  const uint64_t before = testing::fingerprint(d / "m");
+  expect_one_line_error(run_cli("fold " + (d / "m").string() + " -o " + (d / "m").string()),
+                        "refusing");
+  EXPECT_EQ(testing::fingerprint(d / "m"), before);
+}
+
+}  // namespace
+}  // namespace flashnorm
