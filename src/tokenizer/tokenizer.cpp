@@ -1,0 +1,478 @@
+// Byte-level BPE tokenizer built from a GGUF vocabulary; see
+// include/flashnorm/tokenizer/tokenizer.h. Sources: GGUF spec "tokenizer.ggml.*" keys; GPT-2
+// encoder.py bytes_to_unicode(); HF tokenizers BPE model (merge order: lowest rank first, ties to
+// the leftmost pair) and added-token splitting (leftmost-longest); llama.cpp llama-vocab.cpp token
+// types and end-of-generation set (behaviour references only, no code taken).
+#include "flashnorm/tokenizer/tokenizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+#include <utility>
+
+#include "flashnorm/io/error.h"
+#include "flashnorm/io/gguf.h"
+#include "pretokenizer.h"
+
+namespace flashnorm {
+namespace {
+
+constexpr int64_t kTypeMin = 0;  // llama.cpp LLAMA_TOKEN_TYPE_UNDEFINED
+constexpr int64_t kTypeControl = 3;
+constexpr int64_t kTypeUserDefined = 4;
+constexpr int64_t kTypeMax = 6;  // LLAMA_TOKEN_TYPE_BYTE
+
+constexpr const char* kKeyTokens = "tokenizer.ggml.tokens";
+constexpr const char* kKeyTypes = "tokenizer.ggml.token_type";
+constexpr const char* kKeyMerges = "tokenizer.ggml.merges";
+constexpr const char* kKeyModel = "tokenizer.ggml.model";
+constexpr const char* kKeyPre = "tokenizer.ggml.pre";
+
+// GPT-2 bytes_to_unicode(): printable bytes (0x21..0x7e, 0xa1..0xac, 0xae..0xff) stand for
+// themselves; the other 68 bytes map, in increasing order, to U+0100, U+0101, ...
+struct ByteAlphabet {
+  std::array<char32_t, 256> to_cp{};
+  std::array<int16_t, 256 + 68> from_cp{};  // code point -> byte, -1 if not in the alphabet
+  ByteAlphabet() {
+    from_cp.fill(-1);
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      to_cp[b] = printable ? static_cast<char32_t>(b) : next++;
+      from_cp[to_cp[b]] = static_cast<int16_t>(b);
+    }
+  }
+};
+const ByteAlphabet& alphabet() {
+  static const ByteAlphabet a;
+  return a;
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// Decodes one UTF-8 sequence at s[i]; returns its length (1..4) and sets cp, or returns 0 when the
+// bytes there are not a valid, shortest-form sequence of a scalar value.
+size_t decode_utf8(std::string_view s, size_t i, char32_t& cp) {
+  auto b0 = static_cast<unsigned char>(s[i]);
+  size_t len;
+  char32_t v, min;
+  if (b0 < 0x80) {
+    cp = b0;
+    return 1;
+  } else if ((b0 & 0xE0) == 0xC0) {
+    len = 2, v = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3, v = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4, v = b0 & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (b & 0x3F);
+  }
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  cp = v;
+  return len;
+}
+
+// Token text (byte alphabet) -> bytes. Code points outside the alphabet, and invalid UTF-8, are
+// kept as they are (as HF's ByteLevel decoder does).
+std::string alphabet_to_bytes(std::string_view text) {
+  const auto& a = alphabet();
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    char32_t cp = 0;
+    size_t len = decode_utf8(text, i, cp);
+    if (len == 0) {
+      out.push_back(text[i]);
+      ++i;
+      continue;
+    }
+    if (cp < a.from_cp.size() && a.from_cp[cp] >= 0) {
+      out.push_back(static_cast<char>(a.from_cp[cp]));
+    } else {
+      out.append(text.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 40)) {
+    if (c < 0x20 || c == 0x7F || c == '\'') {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (s.size() > 40) out += "...";
+  return out;
+}
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+struct Merge {
+  int32_t rank;
+  int32_t result;
+};
+
+// One BPE symbol in a word being merged (a doubly linked list over a vector).
+struct Symbol {
+  int32_t id;
+  int32_t prev;
+  int32_t next;
+};
+
+// A candidate merge of symbols `left` and its current right neighbour `right`.
+struct Candidate {
+  int32_t rank;
+  int32_t left;
+  int32_t right;
+  int32_t left_id;
+  int32_t right_id;
+  int32_t result;
+};
+struct CandidateAfter {  // max-heap comparator giving the lowest rank, then the leftmost pair
+  bool operator()(const Candidate& a, const Candidate& b) const {
+    return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
+  }
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::string source;
+  std::vector<std::string> tokens;  // as stored (byte alphabet)
+  std::vector<int8_t> types;
+  std::vector<std::string> pieces;                        // bytes each token decodes to
+  std::unordered_map<std::string_view, int32_t> by_text;  // views into `tokens`
+  std::array<int32_t, 256> byte_token{};
+  std::unordered_map<uint64_t, Merge> merges;
+  // Tokens matched verbatim in the text (control and user-defined), by first byte, longest first.
+  std::array<std::vector<int32_t>, 256> specials;
+  std::optional<int32_t> bos, eos;
+  bool add_bos = false;
+  std::vector<bool> eog;
+  std::optional<tokenizer_detail::PreTokenizer> pre;
+
+  // Validates `v` and fills this object. offset_of(key) gives the byte offset that errors name for
+  // a key (0 when unknown).
+  void build(TokenizerVocab& v, const std::function<uint64_t(std::string_view)>& offset_of);
+  void bpe(std::string_view word, std::vector<int32_t>& out, std::vector<Symbol>& syms,
+           std::vector<Candidate>& heap) const;
+  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out,
+                          std::vector<Symbol>& syms, std::vector<Candidate>& heap) const {
+  // Initial symbols: one per byte that has a token (bytes without one are skipped, so their
+  // neighbours become adjacent, as in HF's BPE word construction).
+  syms.clear();
+  for (char ch : word) {
+    int32_t id = byte_token[static_cast<unsigned char>(ch)];
+    if (id >= 0) syms.push_back({id, static_cast<int32_t>(syms.size()) - 1, -1});
+  }
+  const auto n = static_cast<int32_t>(syms.size());
+  if (n == 0) return;
+  for (int32_t i = 0; i + 1 < n; ++i) syms[i].next = i + 1;
+  heap.clear();
+  auto push = [&](int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return;
+    auto it = merges.find(pair_key(syms[l].id, syms[r].id));
+    if (it == merges.end()) return;
+    heap.push_back({it->second.rank, l, r, syms[l].id, syms[r].id, it->second.result});
+    std::push_heap(heap.begin(), heap.end(), CandidateAfter{});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i, i + 1);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), CandidateAfter{});
+    Candidate c = heap.back();
+    heap.pop_back();
+    Symbol& l = syms[c.left];
+    // Stale if either side was merged since: a merged symbol changes id (ids of merge results are
+    // longer than their parts), and a consumed right symbol is no longer l's neighbour.
+    if (l.id != c.left_id || l.next != c.right || syms[c.right].id != c.right_id) continue;
+    const Symbol& r = syms[c.right];
+    l.id = c.result;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = c.left;
+    syms[c.right].id = -1;
+    push(l.prev, c.left);
+    push(c.left, l.next);
+  }
+  for (int32_t i = 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
+}
+
+void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  std::vector<std::string_view> words;
+  pre->split(text, words);
+  std::vector<Symbol> syms;
+  std::vector<Candidate> heap;
+  for (std::string_view w : words) bpe(w, out, syms, heap);
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_vocab(TokenizerVocab vocab) {
+  auto impl = std::make_unique<Impl>();
+  impl->build(vocab, [](std::string_view) -> uint64_t { return 0; });
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_gguf(const io::GgufFile& f) {
+  auto offset_of = [&f](std::string_view key) -> uint64_t {
+    const io::GgufKv* kv = f.find(key);
+    return kv != nullptr ? kv->offset : 0;
+  };
+  TokenizerVocab v;
+  v.source = f.name();
+  v.model = f.get_string(kKeyModel);
+  v.pre = f.get_string_opt(kKeyPre).value_or("default");
+  v.tokens = f.string_array(kKeyTokens);
+  if (f.find(kKeyTypes) != nullptr) {
+    v.types = f.int_array(kKeyTypes);
+  } else {
+    v.types.assign(v.tokens.size(), 1);  // absent: every token is normal (as llama.cpp)
+  }
+  if (v.model == "gpt2") v.merges = f.string_array(kKeyMerges);
+  v.bos = f.get_uint_opt("tokenizer.ggml.bos_token_id");
+  v.eos = f.get_uint_opt("tokenizer.ggml.eos_token_id");
+  v.unk = f.get_uint_opt("tokenizer.ggml.unknown_token_id");
+  v.pad = f.get_uint_opt("tokenizer.ggml.padding_token_id");
+  v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  auto impl = std::make_unique<Impl>();
+  impl->build(v, offset_of);
+  return Tokenizer(std::move(impl));
+}
+
+void Tokenizer::Impl::build(TokenizerVocab& v,
+                            const std::function<uint64_t(std::string_view)>& offset_of) {
+  Impl& t = *this;
+  const std::string& src = v.source;
+  auto fail = [&](std::string_view key, std::string_view field, const std::string& what) {
+    throw FormatError(src, field, offset_of(key), what);
+  };
+
+  if (v.model != "gpt2") {
+    fail(kKeyModel, kKeyModel,
+         fmt::format("unsupported tokenizer model '{}' (supported: gpt2)", printable(v.model)));
+  }
+  bool split_digits = false;
+  if (v.pre == "smollm") {
+    split_digits = true;
+  } else if (v.pre == "gpt-2" || v.pre == "gpt2") {
+    split_digits = false;
+  } else {
+    fail(
+        kKeyPre, kKeyPre,
+        fmt::format("unsupported pre-tokenizer '{}' (supported: smollm, gpt-2)", printable(v.pre)));
+  }
+
+  const size_t n = v.tokens.size();
+  if (n == 0) fail(kKeyTokens, kKeyTokens, "empty vocabulary");
+  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    fail(kKeyTokens, kKeyTokens, fmt::format("{} tokens exceed the int32 id range", n));
+  }
+  if (v.types.size() != n) {
+    fail(kKeyTypes, kKeyTypes,
+         fmt::format("{} entries but tokenizer.ggml.tokens has {}", v.types.size(), n));
+  }
+
+  t.source = src;
+  t.tokens = std::move(v.tokens);
+  t.types.resize(n);
+  t.pieces.resize(n);
+  t.by_text.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t ty = v.types[i];
+    if (ty < kTypeMin || ty > kTypeMax) {
+      fail(kKeyTypes, fmt::format("{}[{}]", kKeyTypes, i),
+           fmt::format("token type {} is not one of 0..6", ty));
+    }
+    t.types[i] = static_cast<int8_t>(ty);
+    const std::string& text = t.tokens[i];
+    bool verbatim = ty == kTypeControl || ty == kTypeUserDefined;
+    t.pieces[i] = verbatim ? text : alphabet_to_bytes(text);
+    if (text.empty()) continue;  // cannot be looked up or matched
+    auto [it, fresh] = t.by_text.emplace(std::string_view(text), static_cast<int32_t>(i));
+    if (!fresh) {
+      fail(kKeyTokens, fmt::format("{}[{}]", kKeyTokens, i),
+           fmt::format("token '{}' duplicates token {}", printable(text), it->second));
+    }
+  }
+
+  const auto& a = alphabet();
+  for (int b = 0; b < 256; ++b) {
+    std::string ch;
+    append_utf8(ch, a.to_cp[b]);
+    auto it = t.by_text.find(ch);
+    // Vocabularies may lack some bytes (SmolLM2 has no token for 0x04, 0x06, ..., 0xf1..0xff);
+    // such bytes are dropped, as HF tokenizers' BPE without unk_token and llama.cpp do.
+    t.byte_token[b] = it == t.by_text.end() ? -1 : it->second;
+  }
+
+  t.merges.reserve(v.merges.size() * 2);
+  for (size_t r = 0; r < v.merges.size(); ++r) {
+    const std::string& m = v.merges[r];
+    auto field = [&] { return fmt::format("{}[{}]", kKeyMerges, r); };
+    size_t sp = m.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() ||
+        m.find(' ', sp + 1) != std::string::npos) {
+      fail(kKeyMerges, field(),
+           fmt::format("merge '{}' is not two tokens separated by one space", printable(m)));
+    }
+    std::string_view left(m.data(), sp), right(m.data() + sp + 1, m.size() - sp - 1);
+    auto li = t.by_text.find(left);
+    auto ri = t.by_text.find(right);
+    if (li == t.by_text.end() || ri == t.by_text.end()) {
+      fail(kKeyMerges, field(),
+           fmt::format("merge '{}': '{}' is not a token", printable(m),
+                       printable(li == t.by_text.end() ? left : right)));
+    }
+    std::string joined = std::string(left) + std::string(right);
+    auto ji = t.by_text.find(joined);
+    if (ji == t.by_text.end()) {
+      fail(kKeyMerges, field(),
+           fmt::format("merge '{}': result '{}' is not a token", printable(m), printable(joined)));
+    }
+    if (r > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      fail(kKeyMerges, kKeyMerges, "too many merges");
+    }
+    // A repeated pair keeps its first (best) rank.
+    t.merges.try_emplace(pair_key(li->second, ri->second),
+                         Merge{static_cast<int32_t>(r), ji->second});
+  }
+
+  auto special_id = [&](const std::optional<uint64_t>& id,
+                        const char* key) -> std::optional<int32_t> {
+    if (!id) return std::nullopt;
+    if (*id >= n) {
+      fail(key, key, fmt::format("token id {} is not below the vocabulary size {}", *id, n));
+    }
+    return static_cast<int32_t>(*id);
+  };
+  t.bos = special_id(v.bos, "tokenizer.ggml.bos_token_id");
+  t.eos = special_id(v.eos, "tokenizer.ggml.eos_token_id");
+  (void)special_id(v.unk, "tokenizer.ggml.unknown_token_id");
+  (void)special_id(v.pad, "tokenizer.ggml.padding_token_id");
+  t.add_bos = v.add_bos;
+
+  t.eog.assign(n, false);
+  if (t.eos) t.eog[*t.eos] = true;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& text = t.tokens[i];
+    if (text.empty() || (t.types[i] != kTypeControl && t.types[i] != kTypeUserDefined)) continue;
+    t.specials[static_cast<unsigned char>(text[0])].push_back(static_cast<int32_t>(i));
+    if (t.types[i] == kTypeControl && (text == "<|im_end|>" || text == "<end_of_turn>" ||
+                                       text == "<|eot_id|>" || text == "<|endoftext|>")) {
+      t.eog[i] = true;
+    }
+  }
+  for (auto& list : t.specials) {
+    std::stable_sort(list.begin(), list.end(),
+                     [&](int32_t x, int32_t y) { return t.tokens[x].size() > t.tokens[y].size(); });
+  }
+  t.pre.emplace(split_digits);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+  const Impl& t = *impl_;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  size_t plain_begin = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto& cands = t.specials[static_cast<unsigned char>(text[i])];
+    int32_t hit = -1;
+    for (int32_t id : cands) {  // longest first
+      if (!parse_special && t.types[id] != kTypeUserDefined) continue;
+      const std::string& s = t.tokens[id];
+      if (text.compare(i, s.size(), s) == 0) {
+        hit = id;
+        break;
+      }
+    }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    t.encode_plain(text.substr(plain_begin, i - plain_begin), out);
+    out.push_back(hit);
+    i += t.tokens[hit].size();
+    plain_begin = i;
+  }
+  t.encode_plain(text.substr(plain_begin), out);
+  return out;
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->pieces.size()) {
+    throw Error(fmt::format("{}: token id {} is outside the vocabulary of {} tokens", impl_->source,
+                            id, impl_->pieces.size()));
+  }
+  return impl_->pieces[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->pieces.size()) {
+      throw Error(fmt::format("{}: token id {} is outside the vocabulary of {} tokens",
+                              impl_->source, id, impl_->pieces.size()));
+    }
+    out += impl_->pieces[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->tokens.size(); }
+std::optional<int32_t> Tokenizer::bos() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::eos() const { return impl_->eos; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+
+bool Tokenizer::is_eog(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->eog.size() &&
+         impl_->eog[static_cast<size_t>(id)];
+}
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
+  auto it = impl_->by_text.find(text);
+  if (it == impl_->by_text.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace flashnorm
