@@ -10,6 +10,7 @@
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/arch.h"
+#include "flashnorm/model/audit.h"
 
 namespace flashnorm::cli {
 namespace {
@@ -96,28 +97,31 @@ void register_inspect(CLI::App& app) {
     fmt::print("LM head:      {}\n",
                tied ? fmt::format("tied to {}", a.tied_source) : std::string("separate (") +
                                                                        a.head + ")");
-    auto show = [&](const NormSite& s, int layer) {
-      const std::string norm = expand_layer(s.norm, layer);
-      auto it = v.tensors.find(norm);
-      fmt::print("{} {}\n", norm, it == v.tensors.end() ? "MISSING" : it->second);
-      if (!s.foldable) {
-        fmt::print("    not foldable: {}\n", s.why_not);
-        return;
-      }
-      for (const auto& c : s.consumers) {
-        std::string name = expand_layer(c, layer);
-        auto ct = v.tensors.find(name);
-        std::string desc = ct != v.tensors.end() ? ct->second
-                           : name == a.head      ? "tied: " + a.tied_source
-                                                 : "MISSING";
-        fmt::print("    -> {} {}\n", name, desc);
+    auto has = [&](const std::string& t) { return v.tensors.count(t) > 0; };
+    auto show = [&](int layer) {
+      for (const NormAudit& na : audit_layer(a, layer, has)) {
+        fmt::print("{} {}\n", na.norm, v.tensors.at(na.norm));
+        if (!na.foldable) {
+          fmt::print("    not foldable: {}\n", na.fold_reason);
+          continue;
+        }
+        for (const ConsumerAudit& c : na.consumers) {
+          auto ct = v.tensors.find(c.tensor);
+          std::string desc = ct != v.tensors.end() ? ct->second
+                             : c.tensor == a.head  ? "tied: " + a.tied_source
+                                                   : "MISSING";
+          fmt::print("    -> {} {}\n       rstd {}: {}\n", c.tensor, desc,
+                     c.cancellable ? "cancels" : "needed", c.reason);
+        }
+        if (na.skip_reduction) {
+          fmt::print("    every consumer renormalizes: the whole rstd reduction can be dropped\n");
+        }
       }
     };
-    fmt::print("normalizations (RMSNorm) and the projections each one feeds:\n");
-    for (int l = 0; l < v.n_layer; ++l) {
-      for (const auto& s : a.layer_norms) show(s, l);
-    }
-    for (const auto& s : a.final_norms) show(s, 0);
+    fmt::print("normalizations (RMSNorm), the projections each one feeds, and the cancellation "
+               "audit:\n");
+    for (int l = 0; l < v.n_layer; ++l) show(l);
+    show(-1);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "flashnorm/io/error.h"
+#include "flashnorm/model/audit.h"
 
 namespace flashnorm {
 namespace {
@@ -20,11 +21,22 @@ void matmul(const float* x, int T, const float* w, int n, int k, float* y) {
   }
 }
 
-// rstd = 1 / sqrt(mean(x^2) + eps), sum of squares accumulated in fp64.
-float rstd(const float* x, int k, float eps) {
+// mean(x^2) accumulated in fp64.
+double mean_sq(const float* x, int k) {
   double ss = 0;
   for (int i = 0; i < k; ++i) ss += double(x[i]) * x[i];
-  return static_cast<float>(1.0 / std::sqrt(ss / k + eps));
+  return ss / k;
+}
+
+// rstd = 1 / sqrt(mean(x^2) + eps), eps inside the square root.
+float rstd(const float* x, int k, float eps) {
+  return static_cast<float>(1.0 / std::sqrt(mean_sq(x, k) + eps));
+}
+
+// In-place RMSNorm of a row with an optional gain.
+void rms_norm_row(float* x, int k, const float* gain, float eps) {
+  const float r = rstd(x, k, eps);
+  for (int i = 0; i < k; ++i) x[i] = x[i] * r * (gain ? gain[i] : 1.0f);
 }
 
 // Returns W diag(g) rounded once to fp32 (product formed in fp64), or a copy of W.
@@ -39,26 +51,39 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
   return out;
 }
 
-// Gains as fp32 multipliers (1 + w for OnePlus files).
-std::vector<float> gain_values(const Tensor& t, GainConvention c) {
-  std::vector<float> g;
-  for (double v : effective_gain(t, c)) g.push_back(static_cast<float>(v));
-  return g;
+float gelu_tanh(float x) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+
+void rope_tables(int n_pos, int D, float base, std::vector<float>& cs, std::vector<float>& sn) {
+  const int half = D / 2;
+  cs.resize(size_t(n_pos) * half);
+  sn.resize(cs.size());
+  for (int p = 0; p < n_pos; ++p) {
+    for (int i = 0; i < half; ++i) {
+      double theta = p * std::pow(double(base), -2.0 * i / D);
+      cs[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
+      sn[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
+    }
+  }
 }
 
 }  // namespace
 
-CpuEngine::CpuEngine(Model model, NormMode mode, int max_context) : m_(std::move(model)), mode_(mode) {
+CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
+                     bool track_cancellation)
+    : m_(std::move(model)), mode_(mode), cancel_(cancel && mode == NormMode::FlashNorm),
+      track_(track_cancellation) {
   const ModelConfig& c = m_.cfg;
-  if (c.arch != "llama") {
-    throw Error(fmt::format("the CPU engine runs llama models; '{}' is not supported yet", c.arch));
-  }
+  const ArchDescription& a = *m_.arch;
   max_ctx_ = max_context > 0 ? max_context : std::min(c.context, 8192);
   const bool fold = mode == NormMode::FlashNorm;
-  // Gains stay owned by the model (replaced by their multiplier form for OnePlus files).
+  // Gains stay owned by the model, replaced by their multiplier form (1 + w for OnePlus files).
   auto gains = [&](const std::string& name) {
     Tensor& t = m_.get(name);
-    t.data = gain_values(t, c.gains);
+    std::vector<double> g = effective_gain(t, c.gains);
+    t.data.assign(g.begin(), g.end());
     return t.data.data();
   };
   auto fuse = [&](std::initializer_list<std::string> names, const float* gain) {
@@ -70,36 +95,50 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context) : m_(std::move
     }
     return out;
   };
+  // The attention norm's consumers and what renormalizes their outputs.
+  const NormSite* attn_site = nullptr;
+  for (const auto& s : a.layer_norms) {
+    if (s.norm == "blk.{L}.attn_norm.weight") attn_site = &s;
+  }
+  if (!attn_site || attn_site->consumers.size() != 3) {
+    throw Error(fmt::format("architecture {}: attn_norm must feed q, k and v", a.name));
+  }
   for (int l = 0; l < c.n_layer; ++l) {
-    auto n = [&](const char* p) { return expand_layer(p, l); };
+    auto n = [&](std::string_view p) { return expand_layer(p, l); };
     Layer L;
     L.attn_gain = gains(n("blk.{L}.attn_norm.weight"));
     L.ffn_gain = gains(n("blk.{L}.ffn_norm.weight"));
-    L.wqkv = fuse({n("blk.{L}.attn_q.weight"), n("blk.{L}.attn_k.weight"),
-                   n("blk.{L}.attn_v.weight")},
-                  L.attn_gain);
+    const auto& cons = attn_site->consumers;
+    if (cons[0].renorm && !cons[0].renorm->empty()) L.q_norm = gains(n(*cons[0].renorm));
+    if (cons[1].renorm && !cons[1].renorm->empty()) L.k_norm = gains(n(*cons[1].renorm));
+    L.v_renorm = cons[2].renorm.has_value();
+    if (cons[2].renorm && !cons[2].renorm->empty()) {
+      throw Error("a v renorm with a gain is not supported by the CPU engine");
+    }
+    L.wqkv = fuse({n(cons[0].tensor), n(cons[1].tensor), n(cons[2].tensor)}, L.attn_gain);
     L.wgu = fuse({n("blk.{L}.ffn_gate.weight"), n("blk.{L}.ffn_up.weight")}, L.ffn_gain);
     L.wo = m_.get(n("blk.{L}.attn_output.weight")).data.data();
     L.wdown = m_.get(n("blk.{L}.ffn_down.weight")).data.data();
+    if (!a.hooks.post_attn_norm.empty()) L.post_attn = gains(n(a.hooks.post_attn_norm));
+    if (!a.hooks.post_ffn_norm.empty()) L.post_ffn = gains(n(a.hooks.post_ffn_norm));
+    const int pat = a.hooks.sliding_window_pattern;
+    L.local = pat > 0 && c.sliding_window > 0 && (l + 1) % pat != 0;
     layers_.push_back(std::move(L));
   }
+  // Dropped normalization: the whole reduction goes when q, k and v are all renormalized.
+  skip_attn_rstd_ = cancel_ && !layers_.empty() && layers_[0].q_norm && layers_[0].k_norm &&
+                    layers_[0].v_renorm;
   out_gain_ = gains("output_norm.weight");
   // The LM head: in FlashNorm mode a folded copy, so the (tied) embedding lookup stays unfolded.
   head_ = fold_columns(m_.head(), fold ? out_gain_ : nullptr);
-  if (m_.has(m_.arch->head)) m_.tensors.erase(m_.arch->head);
+  if (m_.has(a.head)) m_.tensors.erase(a.head);
 
   const size_t kv = size_t(c.n_head_kv) * c.head_dim;
   k_cache_.assign(size_t(c.n_layer) * max_ctx_ * kv, 0.0f);
   v_cache_.assign(k_cache_.size(), 0.0f);
-  const int half = c.head_dim / 2;
-  rope_cos_.resize(size_t(max_ctx_) * half);
-  rope_sin_.resize(rope_cos_.size());
-  for (int p = 0; p < max_ctx_; ++p) {
-    for (int i = 0; i < half; ++i) {
-      double theta = p * std::pow(double(c.rope_base), -2.0 * i / c.head_dim);
-      rope_cos_[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
-      rope_sin_[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
-    }
+  rope_tables(max_ctx_, c.head_dim, c.rope_base, rope_cos_, rope_sin_);
+  if (a.hooks.sliding_window_pattern > 0) {
+    rope_tables(max_ctx_, c.head_dim, c.rope_local_base, rope_cos_local_, rope_sin_local_);
   }
 }
 
@@ -107,8 +146,9 @@ void CpuEngine::reset() { pos_ = 0; }
 
 // Standard: y = (x * rstd * g) W^T. FlashNorm: y = rstd * (x W*^T) with W* folded at load;
 // the GEMM reads raw x and the row scale is applied after both it and rstd are complete.
+// Columns in `unscaled` keep the raw-x result (their rstd cancels downstream).
 void CpuEngine::normed_projection(const float* x, int T, const float* gain, const float* w, int n,
-                                  float* y) {
+                                  float* y, std::span<const std::pair<int, int>> unscaled) {
   const int k = m_.cfg.hidden;
   const float eps = m_.cfg.eps;
   if (mode_ == NormMode::Standard) {
@@ -118,26 +158,37 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
       for (int i = 0; i < k; ++i) xn[size_t(t) * k + i] = x[size_t(t) * k + i] * r * gain[i];
     }
     matmul(xn.data(), T, w, n, k, y);
-  } else {
-    matmul(x, T, w, n, k, y);
-    for (int t = 0; t < T; ++t) {
-      const float r = rstd(x + size_t(t) * k, k, eps);
-      float* row = y + size_t(t) * n;
-      for (int j = 0; j < n; ++j) row[j] *= r;
+    return;
+  }
+  matmul(x, T, w, n, k, y);
+  int scaled_cols = n;
+  for (const auto& [b, e] : unscaled) scaled_cols -= e - b;
+  if (scaled_cols == 0) return;  // every consumer renormalizes: no reduction at all
+  for (int t = 0; t < T; ++t) {
+    const float r = rstd(x + size_t(t) * k, k, eps);
+    float* row = y + size_t(t) * n;
+    int j = 0;
+    for (const auto& [b, e] : unscaled) {
+      for (; j < b; ++j) row[j] *= r;
+      j = e;
     }
+    for (; j < n; ++j) row[j] *= r;
   }
 }
 
-void CpuEngine::attention(int layer, const float* qkv, int T, float* out) {
+void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, float* out) {
   const ModelConfig& c = m_.cfg;
+  const Layer& L = layers_[layer];
   const int D = c.head_dim, half = D / 2, nq = c.n_head * D, nkv = c.n_head_kv * D;
   const int row = nq + 2 * nkv, group = c.n_head / c.n_head_kv;
   float* kc = k_cache_.data() + size_t(layer) * max_ctx_ * nkv;
   float* vc = v_cache_.data() + size_t(layer) * max_ctx_ * nkv;
+  const std::vector<float>& cos_t = L.local ? rope_cos_local_ : rope_cos_;
+  const std::vector<float>& sin_t = L.local ? rope_sin_local_ : rope_sin_;
   std::vector<float> q(size_t(T) * nq);
   auto rope = [&](float* v, int p) {
-    const float* cs = &rope_cos_[size_t(p) * half];
-    const float* sn = &rope_sin_[size_t(p) * half];
+    const float* cs = &cos_t[size_t(p) * half];
+    const float* sn = &sin_t[size_t(p) * half];
     for (int i = 0; i < half; ++i) {
       // Adjacent: pairs (2i, 2i+1). Neox: pairs (i, i + D/2).
       float* a = c.rope == RopeLayout::Adjacent ? v + 2 * i : v + i;
@@ -147,9 +198,24 @@ void CpuEngine::attention(int layer, const float* qkv, int T, float* out) {
       *b = x0 * sn[i] + x1 * cs[i];
     }
   };
+  // Per-head renormalization (QK-norm); with tracking, the eps bound of the cancelled scale.
+  auto renorm = [&](float* head, const float* gain, int t) {
+    if (rstd_x) {
+      const double err = std::fabs(cancellation_rel_error(mean_sq(head, D), rstd_x[t], c.eps));
+      max_cancel_err_ = std::max(max_cancel_err_, err);
+    }
+    rms_norm_row(head, D, gain, c.eps);
+  };
   for (int t = 0; t < T; ++t) {
-    const float* r = qkv + size_t(t) * row;
+    float* r = qkv + size_t(t) * row;
     const int p = pos_ + t;
+    for (int h = 0; h < c.n_head; ++h) {
+      if (L.q_norm) renorm(r + h * D, L.q_norm, t);
+    }
+    for (int h = 0; h < c.n_head_kv; ++h) {
+      if (L.k_norm) renorm(r + nq + h * D, L.k_norm, t);
+      if (L.v_renorm) renorm(r + nq + nkv + h * D, nullptr, t);
+    }
     std::copy(r, r + nq, &q[size_t(t) * nq]);
     std::copy(r + nq, r + nq + nkv, kc + size_t(p) * nkv);
     std::copy(r + nq + nkv, r + row, vc + size_t(p) * nkv);
@@ -157,21 +223,23 @@ void CpuEngine::attention(int layer, const float* qkv, int T, float* out) {
     for (int h = 0; h < c.n_head_kv; ++h) rope(kc + size_t(p) * nkv + h * D, p);
   }
   const int P = pos_ + T;  // keys visible to the last query
-  const float scale = 1.0f / std::sqrt(float(D));
   std::vector<float> s(size_t(T) * P);
   for (int h = 0; h < c.n_head; ++h) {
     const int kh = h / group;
-    // S[T, P] = Q_h K_h^T * scale; causal: query t sees keys 0..pos_+t.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, P, D, scale, &q[h * D], nq,
+    // S[T, P] = Q_h K_h^T * scale; causal (query t sees keys 0..pos_+t), and on sliding-window
+    // layers only the last `sliding_window` of them.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, P, D, c.attn_scale, &q[h * D], nq,
                 kc + kh * D, nkv, 0.0f, s.data(), P);
     for (int t = 0; t < T; ++t) {
       float* sr = &s[size_t(t) * P];
       const int visible = pos_ + t + 1;
-      float mx = *std::max_element(sr, sr + visible);
+      const int first = L.local ? std::max(0, visible - c.sliding_window) : 0;
+      float mx = *std::max_element(sr + first, sr + visible);
       double sum = 0;
-      for (int j = 0; j < visible; ++j) sum += (sr[j] = std::exp(sr[j] - mx));
+      for (int j = first; j < visible; ++j) sum += (sr[j] = std::exp(sr[j] - mx));
       const float inv = static_cast<float>(1.0 / sum);
-      for (int j = 0; j < visible; ++j) sr[j] *= inv;
+      for (int j = first; j < visible; ++j) sr[j] *= inv;
+      std::fill(sr, sr + first, 0.0f);
       std::fill(sr + visible, sr + P, 0.0f);
     }
     // O_h[T, D] = S V_h.
@@ -182,6 +250,7 @@ void CpuEngine::attention(int layer, const float* qkv, int T, float* out) {
 
 std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_logits) {
   const ModelConfig& c = m_.cfg;
+  const ArchHooks& hk = m_.arch->hooks;
   const int T = static_cast<int>(tokens.size());
   if (T == 0) throw Error("forward: no tokens");
   if (pos_ + T > max_ctx_) {
@@ -191,29 +260,53 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
   const int H = c.hidden, F = c.ffn, nq = c.n_head * c.head_dim;
   const int nkv = c.n_head_kv * c.head_dim, nqkv = nq + 2 * nkv;
   const Tensor& emb = m_.get(m_.arch->tied_source);
+  const float emb_scale = hk.embed_scale_sqrt_hidden ? std::sqrt(float(H)) : 1.0f;
   std::vector<float> x(size_t(T) * H);
   for (int t = 0; t < T; ++t) {
     if (tokens[t] < 0 || tokens[t] >= c.vocab) {
       throw Error(fmt::format("token id {} is outside the vocabulary of {}", tokens[t], c.vocab));
     }
-    std::copy_n(&emb.data[size_t(tokens[t]) * H], H, &x[size_t(t) * H]);
+    for (int i = 0; i < H; ++i) x[size_t(t) * H + i] = emb.data[size_t(tokens[t]) * H + i] * emb_scale;
   }
   std::vector<float> qkv(size_t(T) * nqkv), att(size_t(T) * nq), proj(size_t(T) * H);
-  std::vector<float> gu(size_t(T) * 2 * F), act(size_t(T) * F);
+  std::vector<float> gu(size_t(T) * 2 * F), act(size_t(T) * F), rstd_x;
   for (int l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[l];
-    normed_projection(x.data(), T, L.attn_gain, L.wqkv.data(), nqkv, qkv.data());
-    attention(l, qkv.data(), T, att.data());
+    // Column ranges of q|k|v whose rstd cancels (renormalized right after the projection).
+    std::vector<std::pair<int, int>> unscaled;
+    if (cancel_) {
+      if (L.q_norm) unscaled.push_back({0, nq});
+      if (L.k_norm) unscaled.push_back({nq, nq + nkv});
+      if (L.v_renorm) unscaled.push_back({nq + nkv, nqkv});
+    }
+    const float* track = nullptr;
+    if (cancel_ && track_ && !unscaled.empty()) {
+      rstd_x.resize(T);
+      for (int t = 0; t < T; ++t) rstd_x[t] = rstd(&x[size_t(t) * H], H, c.eps);
+      track = rstd_x.data();
+    }
+    normed_projection(x.data(), T, L.attn_gain, L.wqkv.data(), nqkv, qkv.data(), unscaled);
+    attention(l, qkv.data(), track, T, att.data());
     matmul(att.data(), T, L.wo, H, nq, proj.data());
+    if (L.post_attn) {
+      for (int t = 0; t < T; ++t) rms_norm_row(&proj[size_t(t) * H], H, L.post_attn, c.eps);
+    }
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     normed_projection(x.data(), T, L.ffn_gain, L.wgu.data(), 2 * F, gu.data());
     for (int t = 0; t < T; ++t) {
       const float* g = &gu[size_t(t) * 2 * F];
       const float* u = g + F;
       float* a = &act[size_t(t) * F];
-      for (int i = 0; i < F; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SiLU(g) * u
+      if (hk.act == Activation::GeluTanh) {
+        for (int i = 0; i < F; ++i) a[i] = gelu_tanh(g[i]) * u[i];
+      } else {
+        for (int i = 0; i < F; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SiLU
+      }
     }
     matmul(act.data(), T, L.wdown, H, F, proj.data());
+    if (L.post_ffn) {
+      for (int t = 0; t < T; ++t) rms_norm_row(&proj[size_t(t) * H], H, L.post_ffn, c.eps);
+    }
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
   pos_ += T;

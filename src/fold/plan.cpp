@@ -5,10 +5,10 @@ namespace flashnorm::detail {
 FoldPlan make_fold_plan(const ArchDescription& a, int n_layer) {
   FoldPlan p;
   auto add = [&](const NormSite& s, int layer) {
-    if (!s.foldable) return;
+    if (!s.foldable()) return;
     const std::string norm = expand_layer(s.norm, layer);
     p.norms.push_back(norm);
-    for (const auto& c : s.consumers) p.consumer_to_norm[expand_layer(c, layer)] = norm;
+    for (const auto& c : s.consumers) p.consumer_to_norm[expand_layer(c.tensor, layer)] = norm;
   };
   for (int l = 0; l < n_layer; ++l) {
     for (const auto& s : a.layer_norms) add(s, l);

@@ -13,10 +13,10 @@ ArchDescription make_llama() {
   a.name = "llama";
   a.layer_norms = {
       {"blk.{L}.attn_norm.weight",
-       {"blk.{L}.attn_q.weight", "blk.{L}.attn_k.weight", "blk.{L}.attn_v.weight"}},
-      {"blk.{L}.ffn_norm.weight", {"blk.{L}.ffn_gate.weight", "blk.{L}.ffn_up.weight"}},
+       {{"blk.{L}.attn_q.weight"}, {"blk.{L}.attn_k.weight"}, {"blk.{L}.attn_v.weight"}}},
+      {"blk.{L}.ffn_norm.weight", {{"blk.{L}.ffn_gate.weight"}, {"blk.{L}.ffn_up.weight"}}},
   };
-  a.final_norms = {{"output_norm.weight", {"output.weight"}}};
+  a.final_norms = {{"output_norm.weight", {{"output.weight"}}}};
   a.hf_names = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -34,8 +34,56 @@ ArchDescription make_llama() {
   return a;
 }
 
+// Gemma 3 (HF Gemma3ForCausalLM / modeling_gemma3.py; GGUF names from llama.cpp's converter,
+// which adds the 1 of `1 + w` into every norm gain and keeps NEOX q/k rows).
+ArchDescription make_gemma3() {
+  ArchDescription a;
+  a.name = "gemma3";
+  a.layer_norms = {
+      {"blk.{L}.attn_norm.weight",
+       {{"blk.{L}.attn_q.weight", "blk.{L}.attn_q_norm.weight"},
+        {"blk.{L}.attn_k.weight", "blk.{L}.attn_k_norm.weight"},
+        {"blk.{L}.attn_v.weight"}}},
+      {"blk.{L}.post_attention_norm.weight", {}, {}, "its output enters the residual stream"},
+      {"blk.{L}.ffn_norm.weight", {{"blk.{L}.ffn_gate.weight"}, {"blk.{L}.ffn_up.weight"}}},
+      {"blk.{L}.post_ffw_norm.weight", {}, {}, "its output enters the residual stream"},
+      {"blk.{L}.attn_q_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
+      {"blk.{L}.attn_k_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
+  };
+  a.final_norms = {{"output_norm.weight", {{"output.weight"}}}};
+  a.gguf_gains = GainConvention::Plain;
+  a.hf_gains = GainConvention::OnePlus;
+  a.gguf_rope = RopeLayout::Neox;
+  a.hf_rope = RopeLayout::Neox;
+  a.hooks.embed_scale_sqrt_hidden = true;
+  a.hooks.act = Activation::GeluTanh;
+  a.hooks.post_attn_norm = "blk.{L}.post_attention_norm.weight";
+  a.hooks.post_ffn_norm = "blk.{L}.post_ffw_norm.weight";
+  a.hooks.sliding_window_pattern = 6;
+  a.hooks.uses_query_pre_attn_scalar = true;
+  a.hf_names = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+      {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+      {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+      {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+      {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+      {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
+      {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
+      {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+      {"blk.{L}.post_attention_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+      {"blk.{L}.ffn_norm.weight", "model.layers.{L}.pre_feedforward_layernorm.weight"},
+      {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight"},
+      {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight"},
+      {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight"},
+      {"blk.{L}.post_ffw_norm.weight", "model.layers.{L}.post_feedforward_layernorm.weight"},
+  };
+  return a;
+}
+
 const std::vector<ArchDescription>& registry() {
-  static const std::vector<ArchDescription> r = {make_llama()};
+  static const std::vector<ArchDescription> r = {make_llama(), make_gemma3()};
   return r;
 }
 
@@ -75,11 +123,12 @@ const ArchDescription& arch_by_name(std::string_view name) {
   for (const auto& a : registry()) {
     if (a.name == name) return a;
   }
-  throw Error(fmt::format("unsupported architecture '{}' (supported: llama)", name));
+  throw Error(fmt::format("unsupported architecture '{}' (supported: llama, gemma3)", name));
 }
 
 const ArchDescription* arch_by_hf_class(std::string_view hf_class) {
   if (hf_class == "LlamaForCausalLM") return &arch_by_name("llama");
+  if (hf_class == "Gemma3ForCausalLM") return &arch_by_name("gemma3");
   return nullptr;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "flashnorm/io/dequant.h"
@@ -70,6 +71,11 @@ Model load_gguf(const fs::path& path) {
   m.cfg.eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
   m.cfg.rope = m.arch->gguf_rope;
   m.cfg.gains = m.arch->gguf_gains;
+  if (m.arch->hooks.sliding_window_pattern > 0) {
+    m.cfg.sliding_window = req("attention.sliding_window");
+    m.cfg.rope_local_base = static_cast<float>(
+        f.get_float_opt(p + "rope.local_freq_base").value_or(10000.0));
+  }
   m.cfg.folded = f.get_bool_or(std::string(kFoldedKey), false);
   for (const auto& t : f.tensors()) {
     if (!io::dequant_supported(t.type)) {
@@ -120,6 +126,13 @@ Model load_hf(const fs::path& dir) {
   m.cfg.eps = c.value("rms_norm_eps", 1e-6f);
   m.cfg.rope = m.arch->hf_rope;
   m.cfg.gains = m.arch->hf_gains;
+  if (m.arch->hooks.sliding_window_pattern > 0) {
+    m.cfg.sliding_window = get_int("sliding_window");
+    m.cfg.rope_local_base = c.value("rope_local_base_freq", 10000.0f);
+  }
+  if (m.arch->hooks.uses_query_pre_attn_scalar) {
+    m.cfg.attn_scale = 1.0f / std::sqrt(float(get_int("query_pre_attn_scalar", m.cfg.head_dim)));
+  }
   auto md = d.metadata();
   auto it = md.find(std::string(kFoldedKey));
   m.cfg.folded = it != md.end() && it->second == "true";
@@ -154,6 +167,7 @@ void validate(Model& m) {
     throw Error(fmt::format("{}: head_dim {} is odd; RoPE needs pairs", m.source.string(),
                             c.head_dim));
   }
+  if (c.attn_scale == 0) c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
   const Tensor& emb = m.get(m.arch->tied_source);
   if (emb.shape.size() != 2 || emb.shape[1] != uint64_t(c.hidden)) {
     throw Error(fmt::format("{}: '{}' is not [vocab, {}]", m.source.string(), m.arch->tied_source,
@@ -163,8 +177,9 @@ void validate(Model& m) {
   c.tied_head = !m.has(m.arch->head);
   const uint64_t H = c.hidden, F = c.ffn, D = c.head_dim;
   const uint64_t q = uint64_t(c.n_head) * D, kv = uint64_t(c.n_head_kv) * D;
+  const ArchHooks& hk = m.arch->hooks;
   for (int l = 0; l < c.n_layer; ++l) {
-    auto n = [&](const char* pat) { return expand_layer(pat, l); };
+    auto n = [&](std::string_view pat) { return expand_layer(pat, l); };
     expect_shape(m, n("blk.{L}.attn_norm.weight"), {H});
     expect_shape(m, n("blk.{L}.attn_q.weight"), {q, H});
     expect_shape(m, n("blk.{L}.attn_k.weight"), {kv, H});
@@ -174,6 +189,13 @@ void validate(Model& m) {
     expect_shape(m, n("blk.{L}.ffn_gate.weight"), {F, H});
     expect_shape(m, n("blk.{L}.ffn_up.weight"), {F, H});
     expect_shape(m, n("blk.{L}.ffn_down.weight"), {H, F});
+    for (const auto& site : m.arch->layer_norms) {
+      for (const auto& cons : site.consumers) {
+        if (cons.renorm && !cons.renorm->empty()) expect_shape(m, n(*cons.renorm), {D});
+      }
+    }
+    if (!hk.post_attn_norm.empty()) expect_shape(m, n(hk.post_attn_norm), {H});
+    if (!hk.post_ffn_norm.empty()) expect_shape(m, n(hk.post_ffn_norm), {H});
   }
   expect_shape(m, "output_norm.weight", {H});
   if (!c.tied_head) expect_shape(m, m.arch->head, {uint64_t(c.vocab), H});

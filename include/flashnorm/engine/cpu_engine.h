@@ -1,11 +1,16 @@
-// CPU inference engine for the llama architecture in fp32: embedding, RMSNorm, fused q|k|v and
-// gate|up projections (BLAS sgemm/sgemv), RoPE (adjacent or NEOX pairs), GQA attention over a
-// KV cache, SwiGLU, residual adds, final norm and LM head.
+// CPU inference engine in fp32 for the llama and gemma3 architectures: embedding (scaled by
+// sqrt(hidden) for Gemma), RMSNorm, fused q|k|v and gate|up projections (BLAS sgemm/sgemv),
+// per-head q/k norms (QK-norm), RoPE (adjacent or NEOX pairs; local/global bases), GQA attention
+// over a KV cache (sliding window on local layers), SwiGLU or GeGLU, post-attention/post-FFN
+// norms, residual adds, final norm and LM head. What differs between architectures comes from
+// the ArchDescription (consumers, renorms, hooks), not from per-architecture code paths.
 // Two normalization modes over one code path (FlashNorm design notes sections 1-2):
 //   Standard:  z = (x * rstd(x) * g) W^T         — RMSNorm with gain, then the projection.
 //   FlashNorm: z = rstd(x) * (x W*^T), W* = W diag(g) — folded weights (folded at load when the
 //              file is not folded already), the projection on raw x, rstd computed beside it
-//              and applied to the output rows.
+//              and applied to the output rows. Columns whose output is renormalized
+//              (QK-norm; audit in model/audit.h) get no scale when `cancel` is set, and the
+//              reduction is skipped when no column needs it (dropped redundant normalization).
 // Source: HF LlamaForCausalLM (modeling_llama.py) for the forward pass.
 #pragma once
 
@@ -22,8 +27,12 @@ enum class NormMode { Standard, FlashNorm };
 class CpuEngine {
  public:
   // Takes the model's weights. `max_context` caps the KV cache (0: the model's context length,
-  // at most 8192). Errors: throws Error if the model's architecture is not llama.
-  CpuEngine(Model model, NormMode mode, int max_context = 0);
+  // at most 8192). `cancel` (FlashNorm mode only): drop the rstd that renormalization cancels.
+  // `track_cancellation`: also compute, for every cancelled row, the eps bound of
+  // model/audit.h (costs the reduction the cancellation saves; for measurements only).
+  // Errors: throws Error if the model lacks a tensor its architecture needs.
+  CpuEngine(Model model, NormMode mode, int max_context = 0, bool cancel = true,
+            bool track_cancellation = false);
 
   // Clears the KV cache (position back to 0).
   void reset();
@@ -31,6 +40,11 @@ class CpuEngine {
   int max_context() const { return max_ctx_; }
   const ModelConfig& config() const { return m_.cfg; }
   NormMode mode() const { return mode_; }
+  // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
+  // factor of model/audit.h's bound); 0 unless track_cancellation.
+  double max_cancellation_error() const { return max_cancel_err_; }
+  // True when the attention norm's whole rstd reduction is skipped (every consumer cancels).
+  bool skips_attn_reduction() const { return skip_attn_rstd_; }
 
   // Appends `tokens` at positions position()..position()+n-1 and returns fp32 logits, row-major
   // [n, vocab] when all_logits, else [1, vocab] for the last token.
@@ -39,25 +53,36 @@ class CpuEngine {
 
  private:
   struct Layer {
-    const float* attn_gain;  // [H] (Standard mode)
+    const float* attn_gain;   // [H] (Standard mode)
     std::vector<float> wqkv;  // [q + 2 kv, H], rows of q, then k, then v
-    const float* wo;          // [H, q]
-    const float* ffn_gain;    // [H]
-    std::vector<float> wgu;   // [2F, H], gate rows then up rows
-    const float* wdown;       // [H, F]
+    const float* q_norm = nullptr;  // [D] per-head renorm gains (QK-norm), or null
+    const float* k_norm = nullptr;
+    bool v_renorm = false;          // v renormalized without a gain (Gemma-4 style)
+    const float* wo;                // [H, q]
+    const float* post_attn = nullptr;  // [H] Gemma post-attention norm, or null
+    const float* ffn_gain;          // [H]
+    std::vector<float> wgu;         // [2F, H], gate rows then up rows
+    const float* wdown;             // [H, F]
+    const float* post_ffn = nullptr;   // [H]
+    bool local = false;             // sliding-window layer
   };
+  // y[T, n] = normed(x) W^T. `scaled` marks column ranges [begin, end) that get rstd in
+  // FlashNorm mode (all columns when empty).
   void normed_projection(const float* x, int T, const float* gain, const float* w, int n,
-                         float* y);
-  void attention(int layer, const float* qkv, int T, float* out);
+                         float* y, std::span<const std::pair<int, int>> unscaled = {});
+  void attention(int layer, float* qkv, const float* rstd_x, int T, float* out);
 
   Model m_;
   NormMode mode_;
+  bool cancel_ = true, track_ = false, skip_attn_rstd_ = false;
+  double max_cancel_err_ = 0;
   int max_ctx_ = 0, pos_ = 0;
   std::vector<Layer> layers_;
   std::vector<float> head_;  // [vocab, H]: the LM head (folded in FlashNorm mode)
   const float* out_gain_ = nullptr;
   std::vector<float> k_cache_, v_cache_;  // [layer][pos][n_kv * D]
-  std::vector<float> rope_cos_, rope_sin_;  // [pos][D/2]
+  std::vector<float> rope_cos_, rope_sin_;  // [pos][D/2], global base
+  std::vector<float> rope_cos_local_, rope_sin_local_;  // local base (sliding-window layers)
 };
 
 }  // namespace flashnorm

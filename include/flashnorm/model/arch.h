@@ -23,15 +23,44 @@ enum class GainConvention { Plain, OnePlus };
 // (HF rotate_half; Gemma GGUF).
 enum class RopeLayout { Adjacent, Neox };
 
-// One normalization and every tensor that reads its output. Names may contain "{L}" for the
-// layer index. `consumers` are linear layers [N, K] whose input columns the gain folds into.
-// `foldable` is false for norms whose output enters the residual stream (Gemma's
-// post_attention_norm / post_ffw_norm); their gain stays.
+// A linear layer [N, K] that reads a normalization's output. `renorm` describes what happens to
+// the layer's output: std::nullopt = used as is; a tensor name = RMS-normalized again with that
+// gain (per head, e.g. QK-norm); "" = RMS-normalized again without a gain (Gemma 4's v norm).
+// A consumer whose output is renormalized (and that has no bias) makes the input norm's rstd
+// cancel for it: RMSNorm((s x) W^T) = RMSNorm(x W^T) for s > 0 (design notes section 3).
+struct Consumer {
+  std::string tensor;                 // e.g. "blk.{L}.attn_q.weight"
+  std::optional<std::string> renorm;  // e.g. "blk.{L}.attn_q_norm.weight"
+  bool has_bias = false;
+};
+
+// One normalization and every use of its output: the linear `consumers` (which the gain folds
+// into) and `direct_uses`, uses of the normed value that are not a linear layer (a residual or
+// skip branch, e.g. Gemma 3n's LAuReL) — any direct use makes folding and cancellation
+// ineligible. Names may contain "{L}" for the layer index. A norm with no consumers (Gemma's
+// post_attention_norm / post_ffw_norm, whose output enters the residual stream) is not foldable;
+// `why_not` says why (printed by `inspect`).
 struct NormSite {
-  std::string norm;                    // e.g. "blk.{L}.attn_norm.weight"
-  std::vector<std::string> consumers;  // e.g. {"blk.{L}.attn_q.weight", ...}
-  bool foldable = true;
-  std::string why_not;                 // reason when !foldable (printed by `inspect`)
+  std::string norm;  // e.g. "blk.{L}.attn_norm.weight"
+  std::vector<Consumer> consumers;
+  std::vector<std::string> direct_uses;
+  std::string why_not;
+  bool foldable() const { return !consumers.empty() && direct_uses.empty(); }
+};
+
+// Activation of the gated FFN: down(act(gate) * up).
+enum class Activation { SiLU, GeluTanh };
+
+// Forward-pass hooks that differ between the architectures the engine runs (data, not code
+// paths). Sources: HF modeling_llama.py, modeling_gemma3.py.
+struct ArchHooks {
+  bool embed_scale_sqrt_hidden = false;  // Gemma: embeddings * sqrt(hidden)
+  Activation act = Activation::SiLU;
+  std::string post_attn_norm;  // Gemma: RMSNorm of the attention output before the residual add
+  std::string post_ffn_norm;   // Gemma: RMSNorm of the FFN output before the residual add
+  // Sliding-window attention: layer i is local when (i + 1) % pattern != 0 (Gemma 3: 6).
+  int sliding_window_pattern = 0;
+  bool uses_query_pre_attn_scalar = false;  // attention scale 1/sqrt(query_pre_attn_scalar)
 };
 
 struct ArchDescription {
@@ -45,11 +74,12 @@ struct ArchDescription {
   GainConvention hf_gains = GainConvention::Plain;
   RopeLayout gguf_rope = RopeLayout::Adjacent;
   RopeLayout hf_rope = RopeLayout::Neox;
+  ArchHooks hooks;
   // canonical pattern -> HF pattern, "{L}" for the layer index.
   std::vector<std::pair<std::string, std::string>> hf_names;
 };
 
-// Known descriptions: "llama". Throws flashnorm::Error for an unknown architecture name.
+// Known descriptions: "llama", "gemma3". Throws flashnorm::Error for an unknown architecture name.
 const ArchDescription& arch_by_name(std::string_view name);
 // HF "architectures"[0] (e.g. "LlamaForCausalLM") -> description; nullptr if unknown.
 const ArchDescription* arch_by_hf_class(std::string_view hf_class);

@@ -34,6 +34,9 @@ struct ModelConfig {
   int context = 0;           // context_length / max_position_embeddings
   float rope_base = 10000;   // rope.freq_base / rope_theta
   float eps = 1e-5f;         // attention.layer_norm_rms_epsilon / rms_norm_eps
+  int sliding_window = 0;    // attention.sliding_window / sliding_window (0: none)
+  float rope_local_base = 10000;  // rope.local_freq_base / rope_local_base_freq (local layers)
+  float attn_scale = 0;      // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
   RopeLayout rope = RopeLayout::Adjacent;
   GainConvention gains = GainConvention::Plain;
   bool tied_head = false;    // no separate LM head tensor: the embedding is reused
