@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-eval "$(scripts/fetch_models.sh smollm2)"
-export FLASHNORM_SMOLLM2_GGUF
+eval "$(scripts/fetch_models.sh smollm2 gemma3)"
+export FLASHNORM_SMOLLM2_GGUF FLASHNORM_GEMMA3_GGUF
 scripts/build.sh release
 ctest --preset release -j 2 -LE gpu
 scripts/build.sh asan

@@ -98,7 +98,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     }
     std::vector<float> w = dequant(f, *t);
     std::vector<double> g(w.begin(), w.end());
-    if (arch.gguf_gains == GainConvention::OnePlus) {
+    const GainConvention conv = opt.assume_gains.value_or(arch.gguf_gains);
+    if (conv == GainConvention::OnePlus) {
       for (auto& v : g) v += 1.0;
     }
     gains.emplace(norm, std::move(g));
@@ -144,7 +145,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     if (auto it = plan.consumer_to_norm.find(t.name); it != plan.consumer_to_norm.end()) {
       outs.push_back(fold_one(t, t.name, it->second));
     } else if (gains.count(t.name)) {
-      const float id = arch.gguf_gains == GainConvention::OnePlus ? 0.0f : 1.0f;
+      const float id =
+          opt.assume_gains.value_or(arch.gguf_gains) == GainConvention::OnePlus ? 0.0f : 1.0f;
       std::vector<float> v(t.n_elements, id);
       io::GgufTensorOut o{t.name, t.dims, GgmlType::F32, {}, {}};
       o.bytes.resize(v.size() * 4);

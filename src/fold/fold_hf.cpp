@@ -51,7 +51,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   for (const auto& norm : plan.norms) {
     std::vector<float> w = d.load_fp32(hf(norm));
     std::vector<double> g(w.begin(), w.end());
-    if (arch->hf_gains == GainConvention::OnePlus) {
+    if (opt.assume_gains.value_or(arch->hf_gains) == GainConvention::OnePlus) {
       for (auto& v : g) v += 1.0;
     }
     gains.emplace(norm, std::move(g));
@@ -94,7 +94,8 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
       rep.tensors.push_back({name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype))});
       if (opt.progress) opt.progress(++done, total);
     } else if (canon && gains.count(*canon)) {
-      const float id = arch->hf_gains == GainConvention::OnePlus ? 0.0f : 1.0f;
+      const float id =
+          opt.assume_gains.value_or(arch->hf_gains) == GainConvention::OnePlus ? 0.0f : 1.0f;
       std::fill(o.values.begin(), o.values.end(), id);
       rep.folded_norms.push_back(name);
     }

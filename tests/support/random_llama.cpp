@@ -5,51 +5,87 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
+#include "flashnorm/model/arch.h"
 
 namespace flashnorm::testing {
 namespace fs = std::filesystem;
+namespace {
 
-void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
+struct RandomTensors {
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> order;  // canonical name, shape
+  std::map<std::string, std::vector<float>> values;
+};
+
+// Canonical-name tensors of a random model. `one_plus`: norm gains are stored as w for 1 + w.
+RandomTensors make_tensors(const RandomLlamaOptions& o, bool hf_gains) {
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_real_distribution<float> ud(0.5f, 1.5f);
-  const int D = o.hidden / o.n_head;
-  std::vector<io::StTensorOut> ts;
+  const bool gemma = o.arch == "gemma3";
+  const int D = o.head_dim ? o.head_dim : o.hidden / o.n_head;
+  RandomTensors r;
   auto mat = [&](const std::string& name, int n, int k) {
-    io::StTensorOut t{name, io::StDtype::F32, {uint64_t(n), uint64_t(k)}, {}};
-    t.values.resize(size_t(n) * k);
+    std::vector<float> v(size_t(n) * k);
     const float s = 1.0f / std::sqrt(float(k));
-    for (auto& v : t.values) v = nd(rng) * s;
-    ts.push_back(std::move(t));
+    for (auto& x : v) x = nd(rng) * s;
+    r.order.push_back({name, {uint64_t(n), uint64_t(k)}});
+    r.values[name] = std::move(v);
   };
-  auto gain = [&](const std::string& name) {
-    io::StTensorOut t{name, io::StDtype::F32, {uint64_t(o.hidden)}, {}};
-    for (int i = 0; i < o.hidden; ++i) t.values.push_back(ud(rng) * (i % 7 == 3 ? -1.0f : 1.0f));
-    ts.push_back(std::move(t));
+  auto gain = [&](const std::string& name, int n) {
+    std::vector<float> v;
+    for (int i = 0; i < n; ++i) {
+      float g = ud(rng) * (!gemma && i % 7 == 3 ? -1.0f : 1.0f);  // the multiplier
+      v.push_back(gemma && hf_gains ? g - 1.0f : g);                // HF Gemma stores w = g - 1
+    }
+    r.order.push_back({name, {uint64_t(n)}});
+    r.values[name] = std::move(v);
   };
-  mat("model.embed_tokens.weight", o.vocab, o.hidden);
+  mat("token_embd.weight", o.vocab, o.hidden);
   for (int l = 0; l < o.n_layer; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    gain(p + "input_layernorm.weight");
-    mat(p + "self_attn.q_proj.weight", o.n_head * D, o.hidden);
-    mat(p + "self_attn.k_proj.weight", o.n_head_kv * D, o.hidden);
-    mat(p + "self_attn.v_proj.weight", o.n_head_kv * D, o.hidden);
-    mat(p + "self_attn.o_proj.weight", o.hidden, o.n_head * D);
-    gain(p + "post_attention_layernorm.weight");
-    mat(p + "mlp.gate_proj.weight", o.ffn, o.hidden);
-    mat(p + "mlp.up_proj.weight", o.ffn, o.hidden);
-    mat(p + "mlp.down_proj.weight", o.hidden, o.ffn);
+    const std::string p = "blk." + std::to_string(l) + ".";
+    gain(p + "attn_norm.weight", o.hidden);
+    mat(p + "attn_q.weight", o.n_head * D, o.hidden);
+    mat(p + "attn_k.weight", o.n_head_kv * D, o.hidden);
+    mat(p + "attn_v.weight", o.n_head_kv * D, o.hidden);
+    if (gemma) {
+      gain(p + "attn_q_norm.weight", D);
+      gain(p + "attn_k_norm.weight", D);
+    }
+    mat(p + "attn_output.weight", o.hidden, o.n_head * D);
+    if (gemma) gain(p + "post_attention_norm.weight", o.hidden);
+    gain(p + "ffn_norm.weight", o.hidden);
+    mat(p + "ffn_gate.weight", o.ffn, o.hidden);
+    mat(p + "ffn_up.weight", o.ffn, o.hidden);
+    mat(p + "ffn_down.weight", o.hidden, o.ffn);
+    if (gemma) gain(p + "post_ffw_norm.weight", o.hidden);
   }
-  gain("model.norm.weight");
-  if (!o.tied) mat("lm_head.weight", o.vocab, o.hidden);
+  gain("output_norm.weight", o.hidden);
+  if (!o.tied) mat("output.weight", o.vocab, o.hidden);
+  return r;
+}
+
+}  // namespace
+
+void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
+  const ArchDescription& a = arch_by_name(o.arch);
+  const bool gemma = o.arch == "gemma3";
+  const int D = o.head_dim ? o.head_dim : o.hidden / o.n_head;
+  RandomTensors r = make_tensors(o, true);
+  std::vector<io::StTensorOut> ts;
+  for (const auto& [name, shape] : r.order) {
+    ts.push_back({*to_hf_name(a, name), io::StDtype::F32, shape, r.values[name]});
+  }
   nlohmann::json config = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {gemma ? "Gemma3ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", gemma ? "gemma3_text" : "llama"},
       {"hidden_size", o.hidden},
       {"intermediate_size", o.ffn},
       {"num_hidden_layers", o.n_layer},
@@ -58,15 +94,51 @@ void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
       {"head_dim", D},
       {"vocab_size", o.vocab},
       {"max_position_embeddings", 512},
-      {"rms_norm_eps", 1e-5},
-      {"rope_theta", 10000.0},
-      {"hidden_act", "silu"},
+      {"rms_norm_eps", gemma ? 1e-6 : 1e-5},
+      {"rope_theta", gemma ? 1000000.0 : 10000.0},
+      {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
       {"tie_word_embeddings", o.tied},
       {"torch_dtype", "float32"},
       {"attention_bias", false},
-      {"mlp_bias", false},
   };
+  if (gemma) {
+    config["sliding_window"] = o.sliding_window;
+    config["rope_local_base_freq"] = 10000.0;
+    config["query_pre_attn_scalar"] = D;
+    config["sliding_window_pattern"] = 6;
+  }
   io::write_hf_dir(dir, config, ts, {{"format", "pt"}}, o.n_shards);
+}
+
+void write_random_gguf(const fs::path& path, const RandomLlamaOptions& o) {
+  using io::GgufValue;
+  const bool gemma = o.arch == "gemma3";
+  const int D = o.head_dim ? o.head_dim : o.hidden / o.n_head;
+  RandomTensors r = make_tensors(o, false);
+  const std::string p = o.arch + ".";
+  std::vector<io::GgufKv> kvs = {
+      {"general.architecture", GgufValue::make_string(o.arch), 0},
+      {p + "block_count", GgufValue::make_u32(o.n_layer), 0},
+      {p + "context_length", GgufValue::make_u32(512), 0},
+      {p + "embedding_length", GgufValue::make_u32(o.hidden), 0},
+      {p + "feed_forward_length", GgufValue::make_u32(o.ffn), 0},
+      {p + "attention.head_count", GgufValue::make_u32(o.n_head), 0},
+      {p + "attention.head_count_kv", GgufValue::make_u32(o.n_head_kv), 0},
+      {p + "attention.key_length", GgufValue::make_u32(D), 0},
+      {p + "rope.freq_base", GgufValue::make_f32(gemma ? 1e6f : 1e4f), 0},
+      {p + "attention.layer_norm_rms_epsilon", GgufValue::make_f32(gemma ? 1e-6f : 1e-5f), 0},
+  };
+  if (gemma) kvs.push_back({p + "attention.sliding_window", GgufValue::make_u32(o.sliding_window), 0});
+  std::vector<io::GgufTensorOut> ts;
+  for (const auto& [name, shape] : r.order) {
+    const auto& v = r.values[name];
+    io::GgufTensorOut t{name, std::vector<uint64_t>(shape.rbegin(), shape.rend()),
+                        io::GgmlType::F32, {}, {}};
+    t.bytes.resize(v.size() * 4);
+    std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+    ts.push_back(std::move(t));
+  }
+  io::write_gguf(path, kvs, ts);
 }
 
 std::string smollm2_path() {

@@ -13,11 +13,19 @@ struct RandomLlamaOptions {
   bool tied = true;
   int n_shards = 2;
   uint64_t seed = 1;
+  std::string arch = "llama";  // or "gemma3" (QK-norm, post norms, `1 + w` gains in HF files)
+  int head_dim = 0;            // 0: hidden / n_head
+  int sliding_window = 8;      // gemma3: local layers attend to the last 8 positions
 };
 
-// Writes config.json + shards of a LlamaForCausalLM with random weights (std normal scaled by
-// 1/sqrt(fan_in)) and random gains in [0.5, 1.5] with random signs on a few entries, in F32.
+// Writes config.json + shards of a LlamaForCausalLM (or Gemma3ForCausalLM) with random weights
+// (std normal scaled by 1/sqrt(fan_in)) and random gains in F32: llama gains in [0.5, 1.5] with
+// a few negative; gemma3 stores w in [-0.5, 0.5] (applied as 1 + w, as HF Gemma does).
 void write_random_llama(const std::filesystem::path& dir, const RandomLlamaOptions& opt = {});
+
+// The same model as a GGUF file with canonical names and plain gains (gemma3: 1 + w stored, as
+// llama.cpp's converter does); q/k rows in the layout the architecture's GGUF files use.
+void write_random_gguf(const std::filesystem::path& path, const RandomLlamaOptions& opt = {});
 
 // Real model paths from the environment (FLASHNORM_SMOLLM2_GGUF), with the fetch script's
 // default location as fallback.

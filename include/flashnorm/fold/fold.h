@@ -26,6 +26,9 @@ struct FoldOptions {
   // GGUF only: requantize each folded tensor to its original type (Q8_0, Q4_0, Q4_1, Q5_0, and
   // the float types); any other type is refused with an error naming the tensor and type.
   bool requantize = false;
+  // Overrides the gain convention the file format implies (GGUF: plain; HF Gemma: 1 + w).
+  // Only for experiments and for tests that prove a wrong convention is caught; never guessed.
+  std::optional<GainConvention> assume_gains;
   // Called with (done, total) as tensors are folded (for a progress line); may be empty.
   std::function<void(size_t, size_t)> progress;
 };
