@@ -12,9 +12,10 @@
 namespace flashnorm::io {
 
 // Dequantizes `n` elements (a multiple of the type's block size) from `src` to `dst`.
-// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K (and Q5_1, Q5_K, Q8_0 where
-// implemented; see dequant_supported). Errors: throws Error if the type is unsupported, n is
-// not a multiple of the block size, or src.size() is not exactly the bytes n elements occupy.
+// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K (see
+// dequant_supported); results are bit-identical to gguf.quants.dequantize (tested except Q8_K,
+// which gguf.quants cannot dequantize). Errors: throws Error if the type is unsupported, n is not
+// a multiple of the block size, or src.size() is not exactly the bytes n elements occupy.
 void dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> dst);
 
 bool dequant_supported(GgmlType type);

