@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Render the FlashNorm kernel benchmark (bench/results/*.json) to docs/kernels.md and docs/kernels.png.
+
+Usage:
+  python3 bench/render.py --merge KERNELS.json TORCH_PEERS.json OUT.json   # one results file
+  python3 bench/render.py bench/results/OUT.json [--md docs/kernels.md] [--png docs/kernels.png]
+
+KERNELS.json is what `flashnorm bench` writes, TORCH_PEERS.json what torch_peers.py writes in the same
+device call (scripts/gpu_kernels.sh). The table replaces the text between the markers
+<!-- table:begin --> and <!-- table:end --> in docs/kernels.md. All figures are CUDA-graph medians
+in microseconds; targets (issue 3, "Done when") are checked per row and misses say by how much.
+Needs matplotlib for the PNG (pip install matplotlib).
+"""
+import argparse
+import json
+import re
+import sys
+
+MB = 1 << 20
+
+
+def merge(kpath, ppath, out):
+    k = json.load(open(kpath))
+    p = json.load(open(ppath)) if ppath else []
+    json.dump({"kernels": k, "torch_peers": p}, open(out, "w"), indent=1)
+    print("wrote", out)
+
+
+def peer(peers, name, M):
+    for r in peers:
+        if r["name"] == name and r["M"] == M:
+            return r
+    return None
+
+
+def rows_with_targets(doc):
+    k = doc["kernels"]
+    peers = doc.get("torch_peers", [])
+    out = []
+    for r in k["rows"]:
+        v = r["variants"]
+        fn_impl = r["auto_impl"]
+        fn = v[fn_impl]["graph_us"]
+        unf = v["unfused"]["graph_us"]
+        bare = v["bare"]["graph_us"]
+        hbm = r["hbm_floor_us"]
+        floor = r["floor_us"]
+        p = peer(peers, r["name"], r["M"])
+        t_eager = p.get("unfused_graph_us") if p else None
+        t_comp = p.get("compile_unfused_graph_us") if p else None
+        misses = []
+        M, wb = r["M"], r["w_bytes"]
+        if M <= 64:
+            if fn > bare:
+                misses.append(f"{fn / bare:.2f}x bare (target <= 1.00x)")
+            if wb <= 16 * MB and unf / fn < 1.6:
+                misses.append(f"unfused/fn {unf / fn:.2f}x (target >= 1.6x)")
+            if wb >= 32 * MB and fn / hbm > 1.25:
+                misses.append(f"{fn / hbm:.2f}x HBM floor (target <= 1.25x)")
+        else:
+            if fn > unf:
+                misses.append(f"{fn / unf:.2f}x unfused (target <= 1.00x)")
+            if fn > 1.03 * bare:
+                misses.append(f"{(fn / bare - 1) * 100:+.1f}% vs bare (target <= +3%)")
+        for lab, t in (("torch eager", t_eager), ("torch.compile", t_comp)):
+            if t is not None and fn >= t:
+                misses.append(f"{fn / t:.2f}x {lab} (target < 1x)")
+            if t is None:
+                misses.append(f"no {lab} figure")
+        out.append(dict(r=r, fn=fn, fn_impl=fn_impl, unf=unf, bare=bare, hbm=hbm, floor=floor,
+                        t_eager=t_eager, t_comp=t_comp, misses=misses))
+    return out
+
+
+def fmt(x, d=2):
+    return "-" if x is None else f"{x:.{d}f}"
+
+
+def table(doc):
+    k = doc["kernels"]
+    rows = rows_with_targets(doc)
+    lines = [
+        f"Run: {k['gpu']}, driver {k['driver']}, CUDA runtime {k['cuda_runtime']}, commit "
+        f"`{k['commit'][:12]}`{' (dirty)' if k['dirty'] else ''}, {k['date']}. Measured in the same run: "
+        f"copy bandwidth {k['copy_bw_GBs']:.0f} GB/s (read + write), bf16 GEMM {k['gemm_tflops']:.0f} TFLOP/s. "
+        f"bf16, CUDA-graph medians of {k['graph_reps']} replays, microseconds per call; W rotated past the L2.",
+        "",
+        "| shape | M | W MB | unfused | bare cuBLAS | flashnorm | impl | decode | prefill | 2-stream "
+        "| torch eager | torch.compile | floor | unfused/fn | bare/fn | fn/floor | max rel err | targets |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    met = total = 0
+    for x in rows:
+        r, v = x["r"], x["r"]["variants"]
+        errs = [v[n].get("rel_err") for n in v if n.startswith("fn_") and v[n].get("rel_err") is not None]
+        total += 1
+        met += not x["misses"]
+        lines.append(
+            f"| {r['name']} | {r['M']} | {r['w_bytes'] / MB:.1f} | {fmt(x['unf'])} | {fmt(x['bare'])} | "
+            f"**{fmt(x['fn'])}** | {x['fn_impl'][3:]} | {fmt(v.get('fn_decode', {}).get('graph_us'))} | "
+            f"{fmt(v['fn_prefill']['graph_us'])} | {fmt(v['fn_two_stream']['graph_us'])} | "
+            f"{fmt(x['t_eager'])} | {fmt(x['t_comp'])} | {fmt(x['floor'])} | {x['unf'] / x['fn']:.2f}x | "
+            f"{x['bare'] / x['fn']:.2f}x | {x['fn'] / x['floor']:.2f}x | {max(errs) if errs else 0:.1e} | "
+            f"{'ok' if not x['misses'] else 'MISS: ' + '; '.join(x['misses'])} |")
+    lines += ["", f"Rows meeting every target: {met} of {total}.", "",
+              "Eager (no graph) medians, same run:", "",
+              "| shape | M | unfused | bare | flashnorm | 2-stream | torch eager | rms_norm alone (graph) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for x in rows:
+        r, v = x["r"], x["r"]["variants"]
+        p = peer(doc.get("torch_peers", []), r["name"], r["M"])
+        lines.append(f"| {r['name']} | {r['M']} | {fmt(v['unfused']['eager_us'])} | {fmt(v['bare']['eager_us'])} | "
+                     f"{fmt(v[x['fn_impl']]['eager_us'])} | {fmt(v['fn_two_stream']['eager_us'])} | "
+                     f"{fmt(p.get('unfused_eager_us') if p else None)} | {fmt(v['rms_norm']['graph_us'])} |")
+    sweep = [x for x in rows if any(n.startswith("decode_ks") for n in x["r"]["variants"])]
+    if sweep:
+        lines += ["", "Decode split-K sweep (graph us):", "", "| shape | M | chosen ks | ks=1 | 2 | 4 | 8 | 16 | 32 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for x in sweep:
+            v = x["r"]["variants"]
+            lines.append(f"| {x['r']['name']} | {x['r']['M']} | {x['r']['decode_ksplit']} | " +
+                         " | ".join(fmt(v.get(f'decode_ks{k}', {}).get('graph_us')) for k in (1, 2, 4, 8, 16, 32)) + " |")
+    return "\n".join(lines), rows
+
+
+def plot(rows, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [f"{x['r']['name']}\nM={x['r']['M']}" for x in rows]
+    series = [("unfused", [x["unf"] / x["fn"] for x in rows]), ("bare cuBLAS", [x["bare"] / x["fn"] for x in rows]),
+              ("torch eager", [(x["t_eager"] or float("nan")) / x["fn"] for x in rows]),
+              ("torch.compile", [(x["t_comp"] or float("nan")) / x["fn"] for x in rows])]
+    fig, ax = plt.subplots(figsize=(max(10, len(rows) * 0.45), 5))
+    w = 0.2
+    for i, (name, ys) in enumerate(series):
+        ax.bar([j + (i - 1.5) * w for j in range(len(rows))], ys, w, label=name)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_ylabel("time of peer / time of flashnorm (higher = flashnorm faster)")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    ax.legend()
+    ax.set_title("FlashNorm linear (rstd(x) * x W*^T) vs peers, H200, bf16, CUDA graphs")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print("wrote", png)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results", nargs="?")
+    ap.add_argument("--merge", nargs=3, metavar=("KERNELS", "PEERS", "OUT"))
+    ap.add_argument("--md", default="docs/kernels.md")
+    ap.add_argument("--png", default="docs/kernels.png")
+    a = ap.parse_args()
+    if a.merge:
+        merge(*a.merge)
+        if not a.results:
+            a.results = a.merge[2]
+    if not a.results:
+        ap.error("results file required")
+    doc = json.load(open(a.results))
+    md, rows = table(doc)
+    text = open(a.md).read()
+    new, n = re.subn(r"(<!-- table:begin -->\n).*?(\n<!-- table:end -->)", lambda m: m.group(1) + md + m.group(2),
+                     text, flags=re.S)
+    if n != 1:
+        sys.exit(f"{a.md}: markers <!-- table:begin --> / <!-- table:end --> not found")
+    open(a.md, "w").write(new)
+    print("wrote", a.md)
+    plot(rows, a.png)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+// FlashNorm CUDA kernels for Hopper (sm_90a): RMSNorm, and the deferred-normalization linear layer
+//   y[M, N] = rstd(x) * (x[M, K] W*[N, K]^T)  (+ bias),   rstd(x_m) = 1 / sqrt(mean_k(x_mk^2) +
+//   eps)
+// Source: shared/design/flashnorm.md section 2 (deferred normalization, the join) and issue 3.
+//
+// Every entry point takes raw device pointers and a stream, validates shapes, strides, alignment
+// and dtypes first, and returns a Status (never throws, never aborts); throw_if_error() turns a
+// failed Status into flashnorm::Error for callers that prefer exceptions. Every CUDA/cuBLAS call
+// and every launch inside is checked and reported in the Status message.
+//
+// Layouts: row-major; x row m starts at x + m * ldx (elements), W row n (output feature n) at
+// w + n * ldw, y row m at y + m * ldy. Requirements (vectorized 16-byte paths): K % 8 == 0,
+// ldx, ldw, ldy multiples of 8 elements, all pointers 16-byte aligned; M, N, K >= 1.
+// All arithmetic accumulates in fp32; inputs and outputs are bf16 or fp16 (same dtype for all).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+namespace flashnorm::kernels::cuda {
+
+// Element type of x, W, y, gain, residual and bias.
+enum class DType { kBF16, kFP16 };
+
+// Outcome of a kernel call. code == kOk means every launch was issued without error.
+enum class Code { kOk, kInvalidArgument, kUnsupported, kCudaError, kCublasError };
+struct Status {
+  Code code = Code::kOk;
+  std::string message;  // one line naming the argument or the failing call
+  bool ok() const { return code == Code::kOk; }
+};
+
+// Throws flashnorm::Error(status.message) when !status.ok().
+void throw_if_error(const Status& status);
+
+// RMSNorm, the baseline the unfused path uses (FlashInfer/vLLM-style: one CTA per row, 16-byte
+// loads, fp32 sum of squares).
+//   h = residual ? round(x + residual) : x          (h written to residual_out when residual !=
+//   null) y = round(h * rstd(h) * G),  G = gain ? (gain_one_plus ? 1 + gain : gain) : 1
+// Shapes: x, residual, residual_out, y: [M, K] with row strides ldx, ld_res, ld_res_out, ldy;
+// gain: [K]. K <= 32768 and K % 8 == 0. eps is added inside the square root (HF Llama/Gemma/Qwen).
+struct RmsNormArgs {
+  DType dtype = DType::kBF16;
+  int64_t M = 0, K = 0;
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  const void* gain = nullptr;      // nullable: no gain
+  bool gain_one_plus = false;      // Gemma's (1 + w) convention
+  const void* residual = nullptr;  // nullable: no fused residual add
+  int64_t ld_res = 0;
+  void* residual_out = nullptr;  // required when residual != null (may equal residual)
+  int64_t ld_res_out = 0;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  float eps = 1e-6f;
+};
+Status rms_norm(const RmsNormArgs& a, cudaStream_t stream);
+
+// rstd[m] = 1 / sqrt(mean_k x[m, k]^2 + eps) in fp32, one warp per row. rstd: [M] fp32 device.
+Status row_rstd(DType dtype, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
+                float* rstd, cudaStream_t stream);
+
+// Arguments of flashnorm_linear: y[M, N] = rstd(x) * (x W^T) (+ bias). W is the folded weight
+// (gain already multiplied into its columns). scale_mask (nullable, N bytes on the device): output
+// column n gets the rstd scale only where scale_mask[n] != 0 (QK-norm models); bias (nullable, [N],
+// dtype) is added after the scale.
+struct LinearArgs {
+  DType dtype = DType::kBF16;
+  int64_t M = 0, N = 0, K = 0;
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  const void* w = nullptr;
+  int64_t ldw = 0;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  float eps = 1e-6f;
+  const void* bias = nullptr;
+  const uint8_t* scale_mask = nullptr;
+};
+
+// The three implementations, plus the shape-based dispatcher.
+//  kDecode:    one fused kernel (M <= 64): streams W once with 16-byte loads, tensor-core mma.sync
+//  with
+//              W as the streamed operand, sum of squares of x taken from the same fragments;
+//              split-K CTAs joined by a release/acquire counter; rstd applied in registers. One
+//              launch.
+//  kPrefill:   rstd kernel, then a cuBLASLt GEMM whose epilogue multiplies each output row by rstd
+//              (row-order output + per-row alpha vector); stream order is the join. Falls back to
+//              kTwoStream when cuBLASLt offers no such algorithm, or with bias/mask.
+//  kTwoStream: the seed's scheme: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
+//              events recorded on both, the post-scale kernel waits on both events.
+//  kAuto:      see LinearContext::choose.
+enum class LinearImpl { kAuto, kDecode, kPrefill, kTwoStream };
+const char* impl_name(LinearImpl impl);
+
+// Test hooks for the race tests; never set in production.
+struct DebugHooks {
+  bool no_join = false;             // kTwoStream: skip the event wait on the rstd stream (the bug)
+  long long delay_gemm_cycles = 0;  // spin kernel before the GEMM (caller's stream)
+  long long delay_rstd_cycles = 0;  // spin kernel before the rstd kernel (side stream)
+  int decode_ksplit = 0;            // >0: force the decode kernel's split-K factor
+};
+
+// Owns what the implementations need: the cuBLASLt handle and workspace, cached GEMM plans, the
+// side stream and its events, the rstd buffer and the decode kernel's split-K workspace. Buffers
+// grow on demand; growing is refused while a stream is being captured (warm up eagerly first).
+// One context per device and host thread; not thread-safe.
+class LinearContext {
+ public:
+  LinearContext();  // on the current device; throws flashnorm::Error if CUDA/cuBLASLt init fails
+  ~LinearContext();
+  LinearContext(const LinearContext&) = delete;
+  LinearContext& operator=(const LinearContext&) = delete;
+
+  Status run(const LinearArgs& a, LinearImpl impl, cudaStream_t stream);
+  // kAuto's choice: kDecode for M <= kAutoDecodeMaxM; else kPrefill where cuBLASLt has a
+  // per-row-alpha GEMM for the shape (and no bias/mask), else kTwoStream (measured faster than a
+  // serial rstd + GEMM + post-scale on the H200).
+  LinearImpl choose(const LinearArgs& a);
+  static constexpr int64_t kAutoDecodeMaxM = 16;
+
+  // Plain cuBLASLt GEMM y = x W^T (bf16/fp16 in/out, fp32 accumulation): the "bare" baseline and
+  // the GEMM of the unfused and two-stream paths. alpha_rows (nullable, fp32 [M] on the device):
+  // per-row scale in the epilogue (row-order plan); returns kUnsupported when cuBLASLt has none.
+  Status gemm(DType dtype, int64_t M, int64_t N, int64_t K, const void* x, int64_t ldx,
+              const void* w, int64_t ldw, void* y, int64_t ldy, const float* alpha_rows,
+              cudaStream_t stream);
+
+  // Which path the last kPrefill call took: "lt_row_alpha_<layout kind>" or "two_stream_fallback".
+  const std::string& last_prefill_path() const { return last_prefill_path_; }
+  // Split-K factor the decode kernel uses for this shape: debug override, else the tuned value
+  // (tune_decode), else a heuristic (about 4 CTAs per SM, >= 32 k per warp).
+  int decode_ksplit(int64_t M, int64_t N, int64_t K) const;
+  // Autotune the decode kernel's split-K factor for one shape: times split-K 1..32 eagerly on
+  // `stream`, cycling over the n argument sets (same shape, different buffers, so that W can be
+  // rotated past the L2; their y are overwritten; synchronizes the stream), and caches the fastest
+  // for (padded M, N, K). Must not be called during stream capture. Returns the choice (0 on
+  // error).
+  int tune_decode(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr);
+
+  DebugHooks debug;
+
+ private:
+  struct Plan;
+  Status run_decode(const LinearArgs& a, cudaStream_t s);
+  Status run_prefill(const LinearArgs& a, cudaStream_t s);
+  Status run_two_stream(const LinearArgs& a, cudaStream_t s);
+  Status ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s, const char* what);
+  Status get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy,
+                  bool row_alpha, Plan** out);
+
+  void* lt_ = nullptr;  // cublasLtHandle_t
+  void* ws_ = nullptr;  // cuBLASLt workspace
+  size_t ws_bytes_ = 0;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t ev_fork_ = nullptr, ev_gemm_ = nullptr, ev_rstd_ = nullptr;
+  void* rstd_ = nullptr;
+  size_t rstd_cap_ = 0;
+  void* part_ = nullptr;  // decode split-K partials
+  size_t part_cap_ = 0;
+  unsigned* counters_ = nullptr;  // decode split-K arrival counters (self-resetting)
+  int num_sms_ = 132;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
+           std::unique_ptr<Plan>>
+      plans_;
+  std::string last_prefill_path_;
+  std::map<std::tuple<int, int64_t, int64_t>, int> tuned_ks_;
+};
+
+// Validation shared by all entry points (exposed for tests): empty Status when the arguments are
+// acceptable for `impl`, else kInvalidArgument/kUnsupported naming the field.
+Status validate_linear(const LinearArgs& a, LinearImpl impl);
+
+}  // namespace flashnorm::kernels::cuda

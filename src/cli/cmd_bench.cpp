@@ -1,0 +1,88 @@
+// `flashnorm bench`: the FlashNorm kernel benchmark (issue 3) over bench/shapes.json. Runs only in
+// a build with CUDA; otherwise it fails with the one-line error "flashnorm was built without CUDA".
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "flashnorm/io/error.h"
+#if defined(FLASHNORM_HAVE_CUDA)
+#include "flashnorm/kernels/cuda/bench.h"
+#endif
+
+namespace flashnorm::cli {
+
+namespace {
+struct BenchCli {
+  std::string shapes = "bench/shapes.json";
+  std::string out;  // JSON path; default bench/results/kernels_<UTC date>.json
+  std::vector<int> Ms;
+  std::vector<std::string> only;
+  int graph_reps = 30, eager_reps = 10;
+  bool no_check = false, decode_sweep = false, dirty = false;
+  std::string commit, driver;
+};
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchCli>();
+  CLI::App* sub =
+      app.add_subcommand("bench",
+                         "Kernel benchmark on the GPU: rms_norm, unfused (rms_norm + cuBLAS GEMM), "
+                         "bare cuBLAS GEMM and "
+                         "every flashnorm_linear implementation over each shape and M of a shapes "
+                         "file; CUDA-graph and "
+                         "eager medians, W rotated past the L2; prints a table and writes JSON.");
+  sub->add_option("--shapes", o->shapes, "shapes file (shared/bench/shapes.json format)")
+      ->capture_default_str();
+  sub->add_option("--out", o->out, "JSON output path (default bench/results/kernels_<date>.json)");
+  sub->add_option("--M", o->Ms, "override the M list");
+  sub->add_option("--only", o->only, "only these shape names");
+  sub->add_option("--graph-reps", o->graph_reps, "graph replays per variant")
+      ->capture_default_str();
+  sub->add_option("--eager-reps", o->eager_reps, "eager passes per variant")->capture_default_str();
+  sub->add_flag("--no-check", o->no_check, "skip the comparison with the fp64 CPU reference");
+  sub->add_flag("--decode-sweep", o->decode_sweep, "also time the decode kernel at split-K 1..32");
+  sub->add_option("--commit", o->commit, "commit id to record");
+  sub->add_flag("--dirty", o->dirty, "record that the working tree had uncommitted changes");
+  sub->add_option("--driver", o->driver, "driver version to record (nvidia-smi)");
+  sub->callback([o]() {
+#if !defined(FLASHNORM_HAVE_CUDA)
+    (void)o;
+    throw Error("flashnorm was built without CUDA");
+#else
+    kernels::cuda::BenchOptions opt;
+    opt.shapes_path = o->shapes;
+    opt.Ms = o->Ms;
+    opt.only = o->only;
+    opt.graph_reps = o->graph_reps;
+    opt.eager_reps = o->eager_reps;
+    opt.check = !o->no_check;
+    opt.decode_sweep = o->decode_sweep;
+    opt.commit = o->commit;
+    opt.dirty = o->dirty;
+    opt.driver = o->driver;
+    nlohmann::json j = kernels::cuda::run_kernel_bench(opt);
+    std::string out = o->out;
+    if (out.empty()) {
+      char d[32];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(d, sizeof d, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+      out = fmt::format("bench/results/kernels_{}.json", d);
+    }
+    const std::filesystem::path p(out);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+    std::ofstream f(out);
+    f << j.dump(1) << "\n";
+    if (!f) throw Error(fmt::format("bench: cannot write {}", out));
+    std::printf("wrote %s\n", out.c_str());
+#endif
+  });
+}
+
+}  // namespace flashnorm::cli

@@ -1,0 +1,330 @@
+// `flashnorm bench`: kernel benchmark (issue 3). See include/flashnorm/kernels/cuda/bench.h.
+#include "flashnorm/kernels/cuda/bench.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+
+#include "flashnorm/io/error.h"
+#include "flashnorm/kernels/cpu/reference.h"
+#include "flashnorm/kernels/cuda/kernels.h"
+#include "launch.h"
+
+namespace flashnorm::kernels::cuda {
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(fmt::format("bench: {}: {}", what, cudaGetErrorString(e)));
+}
+#define CK(call) ck((call), #call)
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { CK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? NAN : v[v.size() / 2];
+}
+
+using Step = std::function<void(int, cudaStream_t)>;
+
+// Median microseconds per step over graph replays of one graph running every rotating item once.
+double time_graph(const Step& step, int n, int reps, cudaStream_t s) {
+  for (int i = 0; i < n; ++i) step(i, s);  // warm-up: plans, buffers
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) step(i, s);
+  CK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> ts;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms * 1e3 / n);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return median(ts);
+}
+
+double time_eager(const Step& step, int n, int reps, cudaStream_t s) {
+  for (int i = 0; i < n; ++i) step(i, s);
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> ts;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < n; ++i) step(i, s);
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms * 1e3 / n);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(ts);
+}
+
+std::vector<float> to_host_float(const void* d, size_t n) {
+  std::vector<uint16_t> h(n);
+  CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = cpu::bf16_to_float(h[i]);
+  return f;
+}
+
+}  // namespace
+
+nlohmann::json run_kernel_bench(const BenchOptions& opt) {
+  std::ifstream in(opt.shapes_path);
+  if (!in) throw Error(fmt::format("bench: cannot open shapes file {}", opt.shapes_path));
+  nlohmann::json spec;
+  try {
+    spec = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("bench: {}: {}", opt.shapes_path, e.what()));
+  }
+  std::vector<int> Ms = opt.Ms;
+  if (Ms.empty())
+    for (auto& m : spec.at("M")) Ms.push_back(m.get<int>());
+
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, dev));
+  int drv = 0, rt = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  LinearContext ctx;
+  const DType dt = DType::kBF16;
+  const float eps = 1e-6f;
+
+  // ---- ceilings measured in this run ----
+  double copy_bw = 0, gemm_rate = 0;
+  {
+    const size_t bytes = 1ull << 30;
+    DevBuf a(bytes), b(bytes);
+    CK(cudaMemset(a.p, 1, bytes));
+    std::vector<double> ts;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int r = 0; r < 12; ++r) {
+      CK(cudaEventRecord(e0, s));
+      CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s));
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= 2) ts.push_back(ms);
+    }
+    copy_bw = 2.0 * bytes / (median(ts) * 1e-3);  // bytes read + written per second
+    const int64_t G = 8192;
+    DevBuf x(G * G * 2), w(G * G * 2), y(G * G * 2);
+    CK(detail::launch_fill_random(dt, x.p, G * G, 11, 1.f, 0, 0, s));
+    CK(detail::launch_fill_random(dt, w.p, G * G, 12, 1.f, 0, 0, s));
+    ts.clear();
+    for (int r = 0; r < 12; ++r) {
+      CK(cudaEventRecord(e0, s));
+      throw_if_error(ctx.gemm(dt, G, G, G, x.p, G, w.p, G, y.p, G, nullptr, s));
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= 2) ts.push_back(ms);
+    }
+    gemm_rate = 2.0 * G * G * G / (median(ts) * 1e-3);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  std::printf("device %s, %d SMs, L2 %d MB; copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_bw / 1e9, gemm_rate / 1e12);
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto& sh : spec.at("shapes")) {
+    const std::string name = sh.at("name");
+    if (!opt.only.empty() && std::find(opt.only.begin(), opt.only.end(), name) == opt.only.end())
+      continue;
+    const int64_t K = sh.at("K"), N = sh.at("N");
+    const size_t wbytes = static_cast<size_t>(N) * K * 2;
+    const int nrot =
+        static_cast<int>(std::clamp<size_t>((opt.rotate_bytes + wbytes - 1) / wbytes, 2, 64));
+    std::vector<std::unique_ptr<DevBuf>> W;
+    for (int i = 0; i < nrot; ++i) {
+      W.push_back(std::make_unique<DevBuf>(wbytes));
+      CK(detail::launch_fill_random(dt, W.back()->p, N * K, 1000 + i, 0.05f, 0, 0, s));
+    }
+    DevBuf gain(K * 2);
+    CK(detail::launch_fill_random(dt, gain.p, K, 7, 0.1f, 0, 0, s));
+    {  // gain = 1 + 0.1 u : use the (1 + w) form of rms_norm instead of rewriting the buffer
+    }
+    std::vector<float> w0;
+    if (opt.check) w0 = to_host_float(W[0]->p, static_cast<size_t>(N) * K);
+
+    for (int M : Ms) {
+      const size_t xb = static_cast<size_t>(M) * K * 2, yb = static_cast<size_t>(M) * N * 2;
+      std::vector<std::unique_ptr<DevBuf>> X, Y, XN;
+      for (int i = 0; i < nrot; ++i) {
+        X.push_back(std::make_unique<DevBuf>(xb));
+        Y.push_back(std::make_unique<DevBuf>(yb));
+        XN.push_back(std::make_unique<DevBuf>(xb));
+        CK(detail::launch_fill_random(dt, X.back()->p, static_cast<size_t>(M) * K,
+                                      5000 + i * 131 + M, 3.f, K, 2.f, s));
+      }
+      CK(cudaStreamSynchronize(s));
+      auto largs = [&](int i) {
+        LinearArgs a;
+        a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = X[i]->p, a.ldx = K, a.w = W[i]->p, a.ldw = K;
+        a.y = Y[i]->p, a.ldy = N, a.eps = eps;
+        return a;
+      };
+      auto rms_args = [&](int i) {
+        RmsNormArgs r;
+        r.dtype = dt, r.M = M, r.K = K, r.x = X[i]->p, r.ldx = K, r.gain = gain.p,
+        r.gain_one_plus = true;
+        r.y = XN[i]->p, r.ldy = K, r.eps = eps;
+        return r;
+      };
+      std::vector<std::pair<std::string, Step>> variants;
+      variants.push_back(
+          {"rms_norm", [&](int i, cudaStream_t st) { throw_if_error(rms_norm(rms_args(i), st)); }});
+      variants.push_back({"unfused", [&](int i, cudaStream_t st) {
+                            throw_if_error(rms_norm(rms_args(i), st));
+                            throw_if_error(ctx.gemm(dt, M, N, K, XN[i]->p, K, W[i]->p, K, Y[i]->p,
+                                                    N, nullptr, st));
+                          }});
+      variants.push_back(
+          {"bare", [&](int i, cudaStream_t st) {
+             throw_if_error(ctx.gemm(dt, M, N, K, X[i]->p, K, W[i]->p, K, Y[i]->p, N, nullptr, st));
+           }});
+      std::vector<LinearImpl> impls = {LinearImpl::kPrefill, LinearImpl::kTwoStream};
+      if (M <= 64) impls.insert(impls.begin(), LinearImpl::kDecode);
+      for (LinearImpl im : impls)
+        variants.push_back({std::string("fn_") + impl_name(im), [&, im](int i, cudaStream_t st) {
+                              throw_if_error(ctx.run(largs(i), im, st));
+                            }});
+      if (opt.decode_sweep && M <= 64)
+        for (int ks : {1, 2, 4, 8, 16, 32})
+          if (ks == 1 || K / ks >= 64)
+            variants.push_back({fmt::format("decode_ks{}", ks), [&, ks](int i, cudaStream_t st) {
+                                  ctx.debug.decode_ksplit = ks;
+                                  Status r = ctx.run(largs(i), LinearImpl::kDecode, st);
+                                  ctx.debug.decode_ksplit = 0;
+                                  throw_if_error(r);
+                                }});
+
+      nlohmann::json row = {{"name", name}, {"M", M},           {"K", K},
+                            {"N", N},       {"rotating", nrot}, {"w_bytes", wbytes}};
+      const double bytes = static_cast<double>(wbytes + xb + yb);
+      row["hbm_floor_us"] = bytes / copy_bw * 1e6;
+      row["tc_floor_us"] = 2.0 * M * N * K / gemm_rate * 1e6;
+      row["floor_us"] =
+          std::max(row["hbm_floor_us"].get<double>(), row["tc_floor_us"].get<double>());
+      if (M <= 64) {  // autotune the decode split-K on a rotating copy (W cold enough: 20 reps)
+        Status ts;
+        std::vector<LinearArgs> sets;
+        for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
+        ctx.tune_decode(sets.data(), nrot, s, &ts);
+        throw_if_error(ts);
+      }
+      row["decode_ksplit"] = ctx.decode_ksplit(M, N, K);
+      row["auto_impl"] = std::string("fn_") + impl_name(ctx.choose(largs(0)));
+      nlohmann::json vj;
+      for (auto& [vname, step] : variants) {
+        nlohmann::json v;
+        v["graph_us"] = time_graph(step, nrot, opt.graph_reps, s);
+        v["eager_us"] = time_eager(step, nrot, opt.eager_reps, s);
+        if (vname == "fn_prefill") v["path"] = ctx.last_prefill_path();
+        if (opt.check && vname.rfind("fn_", 0) == 0) {
+          CK(cudaMemsetAsync(Y[0]->p, 0xff, yb, s));  // poison (NaN in bf16)
+          step(0, s);
+          CK(cudaStreamSynchronize(s));
+          const int rows_to_check = std::min(M, 8);
+          std::vector<float> x0 = to_host_float(X[0]->p, static_cast<size_t>(M) * K);
+          std::vector<float> y0 = to_host_float(Y[0]->p, static_cast<size_t>(M) * N);
+          double worst = 0;
+          for (int c = 0; c < rows_to_check; ++c) {
+            const int64_t m =
+                rows_to_check == 1 ? 0 : static_cast<int64_t>(c) * (M - 1) / (rows_to_check - 1);
+            std::vector<double> ref(N);
+            cpu::flashnorm_linear(x0.data() + m * K, w0.data(), nullptr, nullptr, 1, N, K, eps,
+                                  ref.data());
+            worst = std::max(worst, cpu::rel_error(y0.data() + m * N, ref.data(), N));
+          }
+          size_t unwritten = 0;
+          for (float f : y0) unwritten += !std::isfinite(f);
+          v["rel_err"] = worst;
+          v["nonfinite"] = unwritten;
+        }
+        vj[vname] = v;
+      }
+      row["variants"] = vj;
+      const std::string best = row["auto_impl"];
+      row["flashnorm_graph_us"] = vj[best]["graph_us"];
+      row["flashnorm_eager_us"] = vj[best]["eager_us"];
+      std::printf(
+          "%-20s M=%-5d unfused %8.2f bare %8.2f fn %8.2f (%s) 2stream %8.2f floor %7.2f | unf/fn "
+          "%.2fx bare/fn %.2fx fn/floor %.2fx\n",
+          name.c_str(), M, vj["unfused"]["graph_us"].get<double>(),
+          vj["bare"]["graph_us"].get<double>(), row["flashnorm_graph_us"].get<double>(),
+          best.c_str(), vj["fn_two_stream"]["graph_us"].get<double>(),
+          row["floor_us"].get<double>(),
+          vj["unfused"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
+          vj["bare"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
+          row["flashnorm_graph_us"].get<double>() / row["floor_us"].get<double>());
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+  }
+  cudaStreamDestroy(s);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return {{"gpu", prop.name},
+          {"sms", prop.multiProcessorCount},
+          {"l2_bytes", prop.l2CacheSize},
+          {"driver", opt.driver},
+          {"cuda_driver_api", drv},
+          {"cuda_runtime", rt},
+          {"commit", opt.commit},
+          {"dirty", opt.dirty},
+          {"date", date},
+          {"dtype", "bf16"},
+          {"eps", eps},
+          {"copy_bw_GBs", copy_bw / 1e9},
+          {"gemm_tflops", gemm_rate / 1e12},
+          {"graph_reps", opt.graph_reps},
+          {"eager_reps", opt.eager_reps},
+          {"rows", rows}};
+}
+
+}  // namespace flashnorm::kernels::cuda

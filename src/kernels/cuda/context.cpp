@@ -1,0 +1,461 @@
+// LinearContext: validation, dispatch and the three flashnorm_linear implementations; cuBLASLt
+// plans. Source: shared/design/flashnorm.md section 2; issue 3.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "flashnorm/io/error.h"
+#include "flashnorm/kernels/cuda/kernels.h"
+#include "launch.h"
+
+namespace flashnorm::kernels::cuda {
+
+namespace {
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return {};
+  return {Code::kCudaError,
+          fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e))};
+}
+Status lt_status(cublasStatus_t e, const char* what) {
+  if (e == CUBLAS_STATUS_SUCCESS) return {};
+  return {Code::kCublasError, fmt::format("{}: cuBLASLt status {}", what, static_cast<int>(e))};
+}
+#define FN_CUDA(call)                        \
+  do {                                       \
+    Status st_ = cuda_status((call), #call); \
+    if (!st_.ok()) return st_;               \
+  } while (0)
+#define FN_LT(call)                        \
+  do {                                     \
+    Status st_ = lt_status((call), #call); \
+    if (!st_.ok()) return st_;             \
+  } while (0)
+
+Status invalid(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+cudaDataType_t cuda_type(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F; }
+}  // namespace
+
+void throw_if_error(const Status& s) {
+  if (!s.ok()) throw flashnorm::Error(s.message);
+}
+
+const char* impl_name(LinearImpl impl) {
+  switch (impl) {
+    case LinearImpl::kAuto:
+      return "auto";
+    case LinearImpl::kDecode:
+      return "decode";
+    case LinearImpl::kPrefill:
+      return "prefill";
+    case LinearImpl::kTwoStream:
+      return "two_stream";
+  }
+  return "?";
+}
+
+Status validate_linear(const LinearArgs& a, LinearImpl impl) {
+  if (a.dtype != DType::kBF16 && a.dtype != DType::kFP16)
+    return invalid("flashnorm_linear: dtype must be bf16 or fp16");
+  if (a.M < 1 || a.N < 1 || a.K < 1)
+    return invalid(
+        fmt::format("flashnorm_linear: M={}, N={}, K={} must all be >= 1", a.M, a.N, a.K));
+  if (a.M > INT32_MAX || a.N > INT32_MAX || a.K > INT32_MAX)
+    return invalid("flashnorm_linear: M, N, K must fit in int32");
+  if (a.K % 8 != 0)
+    return invalid(fmt::format("flashnorm_linear: K={} must be a multiple of 8", a.K));
+  if (!a.x || !a.w || !a.y) return invalid("flashnorm_linear: x, w and y must be non-null");
+  if (a.ldx < a.K || a.ldx % 8)
+    return invalid(
+        fmt::format("flashnorm_linear: ldx={} must be >= K={} and a multiple of 8", a.ldx, a.K));
+  if (a.ldw < a.K || a.ldw % 8)
+    return invalid(
+        fmt::format("flashnorm_linear: ldw={} must be >= K={} and a multiple of 8", a.ldw, a.K));
+  if (a.ldy < a.N || a.ldy % 8)
+    return invalid(
+        fmt::format("flashnorm_linear: ldy={} must be >= N={} and a multiple of 8", a.ldy, a.N));
+  if (!aligned16(a.x) || !aligned16(a.w) || !aligned16(a.y) || !aligned16(a.bias))
+    return invalid("flashnorm_linear: x, w, y and bias must be 16-byte aligned");
+  if (!(a.eps >= 0.f)) return invalid("flashnorm_linear: eps must be >= 0");
+  if (impl == LinearImpl::kDecode && a.M > detail::kMaxDecodeM)
+    return {Code::kUnsupported,
+            fmt::format("flashnorm_linear: decode implementation needs M <= {}, got M={}",
+                        detail::kMaxDecodeM, a.M)};
+  for (auto [p, name] : {std::pair{(const void*)a.x, "x"}, {a.w, "w"}, {(const void*)a.y, "y"}}) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess ||
+        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+      cudaGetLastError();
+      return invalid(fmt::format("flashnorm_linear: {} is not a device pointer", name));
+    }
+  }
+  return {};
+}
+
+struct LinearContext::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+  int kind = -1;  // row-alpha layout combination (get_plan)
+  ~Plan() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+LinearContext::LinearContext() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) throw flashnorm::Error("LinearContext: no CUDA device");
+  cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev);
+  cublasLtHandle_t h;
+  if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS)
+    throw flashnorm::Error("LinearContext: cublasLtCreate failed");
+  lt_ = h;
+  ws_bytes_ = 32u << 20;
+  auto chk = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+      throw flashnorm::Error(fmt::format("LinearContext: {}: {}", what, cudaGetErrorString(e)));
+  };
+  chk(cudaMalloc(&ws_, ws_bytes_), "cudaMalloc(workspace)");
+  chk(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate");
+  chk(cudaEventCreateWithFlags(&ev_fork_, cudaEventDisableTiming), "cudaEventCreate");
+  chk(cudaEventCreateWithFlags(&ev_gemm_, cudaEventDisableTiming), "cudaEventCreate");
+  chk(cudaEventCreateWithFlags(&ev_rstd_, cudaEventDisableTiming), "cudaEventCreate");
+  constexpr size_t kCounters = 1 << 16;
+  chk(cudaMalloc(&counters_, kCounters * sizeof(unsigned)), "cudaMalloc(counters)");
+  chk(cudaMemset(counters_, 0, kCounters * sizeof(unsigned)), "cudaMemset(counters)");
+}
+
+LinearContext::~LinearContext() {
+  plans_.clear();
+  if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
+  cudaFree(ws_);
+  cudaFree(rstd_);
+  cudaFree(part_);
+  cudaFree(counters_);
+  if (side_) cudaStreamDestroy(side_);
+  for (auto e : {ev_fork_, ev_gemm_, ev_rstd_})
+    if (e) cudaEventDestroy(e);
+}
+
+Status LinearContext::ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s,
+                             const char* what) {
+  if (bytes <= *cap) return {};
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  FN_CUDA(cudaStreamIsCapturing(s, &cs));
+  if (cs != cudaStreamCaptureStatusNone)
+    return {Code::kUnsupported,
+            fmt::format(
+                "{} must grow to {} bytes during stream capture: run the shape once eagerly first",
+                what, bytes)};
+  FN_CUDA(cudaStreamSynchronize(s));
+  FN_CUDA(cudaStreamSynchronize(side_));
+  cudaFree(*buf);
+  *buf = nullptr;
+  *cap = 0;
+  FN_CUDA(cudaMalloc(buf, bytes));
+  *cap = bytes;
+  return {};
+}
+
+Status LinearContext::get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw,
+                               int64_t ldy, bool row_alpha, Plan** out) {
+  auto key = std::make_tuple(static_cast<int>(dt), M, N, K, ldx, ldw, ldy, row_alpha);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) {
+    *out = it->second.get();
+    return it->second->ok ? Status{}
+                          : Status{Code::kUnsupported, "cuBLASLt has no algorithm for this GEMM"};
+  }
+  auto plan = std::make_unique<Plan>();
+  Plan* p = plan.get();
+  plans_[key] = std::move(plan);
+  *out = p;
+  const cudaDataType_t t = cuda_type(dt);
+  FN_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (!row_alpha) {
+    // column-major view: D(N x M, ld ldy) = W^T(op T of K x N, ld ldw) * x(K x M, ld ldx)
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    FN_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    FN_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    FN_LT(cublasLtMatrixLayoutCreate(&p->a, t, K, N, ldw));
+    FN_LT(cublasLtMatrixLayoutCreate(&p->b, t, K, M, ldx));
+    FN_LT(cublasLtMatrixLayoutCreate(&p->c, t, N, M, ldy));
+  } else {
+    // per-token alpha needs D with rows = tokens: D(M x N) in row order. Layout combinations tried
+    // in turn (the first for which cuBLASLt's heuristic returns an algorithm is kept, see
+    // plan_kind):
+    //  0: A = x (M x K, row order), B = W (N x K, row order, op T), D row order
+    //  1: A = x as column-major K x M (op T), B = W as column-major K x N (op N), D row order
+    int32_t pm = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
+    cublasLtOrder_t row = CUBLASLT_ORDER_ROW;
+    for (int kind = 0; kind < 2; ++kind) {
+      if (p->op) cublasLtMatmulDescDestroy(p->op), p->op = nullptr;
+      for (auto* l : {&p->a, &p->b, &p->c})
+        if (*l) cublasLtMatrixLayoutDestroy(*l), *l = nullptr;
+      FN_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      FN_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm,
+                                           sizeof(pm)));
+      cublasOperation_t ta = kind == 0 ? CUBLAS_OP_N : CUBLAS_OP_T;
+      cublasOperation_t tb = kind == 0 ? CUBLAS_OP_T : CUBLAS_OP_N;
+      FN_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      FN_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      if (kind == 0) {
+        FN_LT(cublasLtMatrixLayoutCreate(&p->a, t, M, K, ldx));
+        FN_LT(cublasLtMatrixLayoutCreate(&p->b, t, N, K, ldw));
+        FN_LT(cublasLtMatrixLayoutSetAttribute(p->a, CUBLASLT_MATRIX_LAYOUT_ORDER, &row,
+                                               sizeof(row)));
+        FN_LT(cublasLtMatrixLayoutSetAttribute(p->b, CUBLASLT_MATRIX_LAYOUT_ORDER, &row,
+                                               sizeof(row)));
+      } else {
+        FN_LT(cublasLtMatrixLayoutCreate(&p->a, t, K, M, ldx));
+        FN_LT(cublasLtMatrixLayoutCreate(&p->b, t, K, N, ldw));
+      }
+      FN_LT(cublasLtMatrixLayoutCreate(&p->c, t, M, N, ldy));
+      FN_LT(
+          cublasLtMatrixLayoutSetAttribute(p->c, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof(row)));
+      cublasLtMatmulPreference_t pref;
+      FN_LT(cublasLtMatmulPreferenceCreate(&pref));
+      uint64_t wsb = ws_bytes_;
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                           sizeof(wsb));
+      cublasLtMatmulHeuristicResult_t res{};
+      int n = 0;
+      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op,
+                                                         p->a, p->b, p->c, p->c, pref, 1, &res, &n);
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (st == CUBLAS_STATUS_SUCCESS && n >= 1) {
+        p->algo = res.algo;
+        p->ok = true;
+        p->kind = kind;
+        return {};
+      }
+    }
+    return {Code::kUnsupported, "cuBLASLt has no per-row-alpha algorithm for this GEMM"};
+  }
+  cublasLtMatmulPreference_t pref;
+  FN_LT(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t wsb = ws_bytes_;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                       sizeof(wsb));
+  cublasLtMatmulHeuristicResult_t res{};
+  int n = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op,
+                                                     p->a, p->b, p->c, p->c, pref, 1, &res, &n);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || n < 1)
+    return {Code::kUnsupported,
+            fmt::format("cuBLASLt has no algorithm for this GEMM (status {}, {} results)",
+                        static_cast<int>(st), n)};
+  p->algo = res.algo;
+  p->ok = true;
+  return {};
+}
+
+Status LinearContext::gemm(DType dtype, int64_t M, int64_t N, int64_t K, const void* x, int64_t ldx,
+                           const void* w, int64_t ldw, void* y, int64_t ldy,
+                           const float* alpha_rows, cudaStream_t stream) {
+  Plan* p = nullptr;
+  Status st = get_plan(dtype, M, N, K, ldx, ldw, ldy, alpha_rows != nullptr, &p);
+  if (!st.ok()) return st;
+  static const float one = 1.f, zero = 0.f;
+  if (!alpha_rows) {
+    FN_LT(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p->op, &one, w, p->a, x, p->b, &zero,
+                         y, p->c, y, p->c, &p->algo, ws_, ws_bytes_, stream));
+  } else {
+    FN_LT(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p->op, alpha_rows, x, p->a, w, p->b,
+                         &zero, y, p->c, y, p->c, &p->algo, ws_, ws_bytes_, stream));
+  }
+  return {};
+}
+
+int LinearContext::decode_ksplit(int64_t M, int64_t N, int64_t K) const {
+  if (debug.decode_ksplit > 0) return debug.decode_ksplit;
+  auto it = tuned_ks_.find({detail::decode_mp(static_cast<int>(M)), N, K});
+  if (it != tuned_ks_.end()) return it->second;
+  const int64_t nrb = (N + detail::kRowsPerCta - 1) / detail::kRowsPerCta;
+  const int64_t target = 4 * num_sms_;
+  int64_t ks = (target + nrb - 1) / nrb;
+  const int64_t max_ks = std::max<int64_t>(1, K / (detail::kWarpsK * 32));  // >= 32 k per warp
+  ks = std::clamp<int64_t>(ks, 1, std::min<int64_t>(max_ks, 32));
+  return static_cast<int>(ks);
+}
+
+int LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStream_t stream, Status* status) {
+  if (n < 1) {
+    if (status) *status = invalid("tune_decode: no argument sets");
+    return 0;
+  }
+  const LinearArgs& a = sets[0];
+  Status st;
+  for (int i = 0; i < n && st.ok(); ++i) {
+    st = validate_linear(sets[i], LinearImpl::kDecode);
+    if (st.ok() && (sets[i].M != a.M || sets[i].N != a.N || sets[i].K != a.K))
+      st = invalid("tune_decode: argument sets differ in shape");
+  }
+  const int saved = debug.decode_ksplit;
+  int best_ks = 0;
+  float best = 1e30f;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (st.ok()) st = cuda_status(cudaEventCreate(&e0), "cudaEventCreate");
+  if (st.ok()) st = cuda_status(cudaEventCreate(&e1), "cudaEventCreate");
+  for (int ks : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
+    if (!st.ok()) break;
+    if (ks > 1 && a.K / ks < detail::kWarpsK * 32) break;
+    debug.decode_ksplit = ks;
+    st = run_decode(a, stream);  // warm-up (grows the workspace if needed)
+    if (!st.ok()) break;
+    float ms = 0;
+    st = cuda_status(cudaEventRecord(e0, stream), "cudaEventRecord");
+    const int reps = std::max(20, n);
+    for (int r = 0; r < reps && st.ok(); ++r) st = run_decode(sets[r % n], stream);
+    if (st.ok()) st = cuda_status(cudaEventRecord(e1, stream), "cudaEventRecord");
+    if (st.ok()) st = cuda_status(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    if (st.ok()) st = cuda_status(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (st.ok() && ms < best) best = ms, best_ks = ks;
+  }
+  debug.decode_ksplit = saved;
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (status) *status = st;
+  if (best_ks > 0) tuned_ks_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best_ks;
+  return best_ks;
+}
+
+LinearImpl LinearContext::choose(const LinearArgs& a) {
+  if (a.M <= kAutoDecodeMaxM) return LinearImpl::kDecode;
+  Plan* plan = nullptr;
+  if (!a.bias && !a.scale_mask &&
+      get_plan(a.dtype, a.M, a.N, a.K, a.ldx, a.ldw, a.ldy, true, &plan).ok())
+    return LinearImpl::kPrefill;
+  return LinearImpl::kTwoStream;
+}
+
+Status LinearContext::run(const LinearArgs& a, LinearImpl impl, cudaStream_t stream) {
+  if (impl == LinearImpl::kAuto) impl = choose(a);
+  Status st = validate_linear(a, impl);
+  if (!st.ok()) return st;
+  switch (impl) {
+    case LinearImpl::kDecode:
+      return run_decode(a, stream);
+    case LinearImpl::kPrefill:
+      return run_prefill(a, stream);
+    case LinearImpl::kTwoStream:
+      return run_two_stream(a, stream);
+    default:
+      return invalid("flashnorm_linear: unknown implementation");
+  }
+}
+
+Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
+  detail::DecodeParams p{};
+  p.x = a.x, p.ldx = a.ldx, p.w = a.w, p.ldw = a.ldw, p.y = a.y, p.ldy = a.ldy;
+  p.bias = a.bias, p.mask = a.scale_mask;
+  p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
+  p.eps = a.eps;
+  const int nrb = static_cast<int>((a.N + detail::kRowsPerCta - 1) / detail::kRowsPerCta);
+  if (nrb > (1 << 16))
+    return {Code::kUnsupported, "flashnorm_linear: N too large for the decode kernel"};
+  int ks = decode_ksplit(a.M, a.N, a.K);
+  const int gran = 32 * detail::kWarpsK;
+  int kchunk = static_cast<int>(((a.K + ks - 1) / ks + gran - 1) / gran * gran);
+  ks = static_cast<int>((a.K + kchunk - 1) / kchunk);
+  p.ksplit = ks, p.kchunk = kchunk, p.n_pad = nrb * detail::kRowsPerCta;
+  p.counters = counters_;
+  if (ks > 1) {
+    const int mp = detail::decode_mp(p.M);
+    const size_t part_elems = static_cast<size_t>(ks) * mp * p.n_pad;
+    const size_t ss_elems = static_cast<size_t>(ks) * nrb * mp;
+    Status st = ensure(&part_, &part_cap_, (part_elems + ss_elems) * sizeof(float), s,
+                       "decode split-K workspace");
+    if (!st.ok()) return st;
+    p.part = static_cast<float*>(part_);
+    p.ss_part = p.part + part_elems;
+  }
+  if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
+  FN_CUDA(detail::launch_decode(a.dtype, p, s));
+  return {};
+}
+
+Status LinearContext::run_prefill(const LinearArgs& a, cudaStream_t s) {
+  Status st =
+      ensure(&rstd_, &rstd_cap_, static_cast<size_t>(a.M) * sizeof(float), s, "rstd buffer");
+  if (!st.ok()) return st;
+  float* rstd = static_cast<float*>(rstd_);
+  Plan* plan = nullptr;
+  if (!a.bias && !a.scale_mask &&
+      get_plan(a.dtype, a.M, a.N, a.K, a.ldx, a.ldw, a.ldy, true, &plan).ok()) {
+    if (debug.delay_rstd_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_rstd_cycles, s));
+    FN_CUDA(detail::launch_rstd(a.dtype, a.M, a.K, a.x, a.ldx, a.eps, rstd, s));
+    if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
+    // Join: the GEMM is stream-ordered after the rstd kernel; its epilogue reads rstd as alpha.
+    st = gemm(a.dtype, a.M, a.N, a.K, a.x, a.ldx, a.w, a.ldw, a.y, a.ldy, rstd, s);
+    if (st.ok()) last_prefill_path_ = fmt::format("lt_row_alpha_{}", plan->kind);
+    return st;
+  }
+  // no per-row-alpha GEMM (or bias/mask): the rstd kernel overlaps the GEMM on the side stream
+  last_prefill_path_ = "two_stream_fallback";
+  return run_two_stream(a, s);
+}
+
+Status LinearContext::run_two_stream(const LinearArgs& a, cudaStream_t s) {
+  Status st =
+      ensure(&rstd_, &rstd_cap_, static_cast<size_t>(a.M) * sizeof(float), s, "rstd buffer");
+  if (!st.ok()) return st;
+  float* rstd = static_cast<float*>(rstd_);
+  // fork: the side stream starts after everything already queued on s (x is ready, and the previous
+  // step's post-scale has finished reading rstd)
+  FN_CUDA(cudaEventRecord(ev_fork_, s));
+  FN_CUDA(cudaStreamWaitEvent(side_, ev_fork_, 0));
+  if (debug.delay_rstd_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_rstd_cycles, side_));
+  FN_CUDA(detail::launch_rstd(a.dtype, a.M, a.K, a.x, a.ldx, a.eps, rstd, side_));
+  FN_CUDA(cudaEventRecord(ev_rstd_, side_));
+  if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
+  st = gemm(a.dtype, a.M, a.N, a.K, a.x, a.ldx, a.w, a.ldw, a.y, a.ldy, nullptr, s);
+  if (!st.ok()) return st;
+  FN_CUDA(cudaEventRecord(ev_gemm_, s));
+  // the join: the post-scale waits on both producers' events
+  if (!debug.no_join) {
+    FN_CUDA(cudaStreamWaitEvent(s, ev_rstd_, 0));
+    FN_CUDA(cudaStreamWaitEvent(s, ev_gemm_, 0));
+  }
+  FN_CUDA(detail::launch_postscale(a.dtype, a.M, a.N, a.y, a.ldy, rstd, a.bias, a.scale_mask, s));
+  return {};
+}
+
+Status rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
+  if (a.dtype != DType::kBF16 && a.dtype != DType::kFP16)
+    return invalid("rms_norm: dtype must be bf16 or fp16");
+  if (a.M < 1 || a.K < 1 || a.M > INT32_MAX)
+    return invalid(fmt::format("rms_norm: M={}, K={} must be >= 1", a.M, a.K));
+  if (a.K % 8 || a.K > 32768)
+    return invalid(fmt::format("rms_norm: K={} must be a multiple of 8 and <= 32768", a.K));
+  if (!a.x || !a.y) return invalid("rms_norm: x and y must be non-null");
+  if (a.ldx < a.K || a.ldx % 8 || a.ldy < a.K || a.ldy % 8)
+    return invalid(fmt::format("rms_norm: ldx={}, ldy={} must be >= K={} and multiples of 8", a.ldx,
+                               a.ldy, a.K));
+  if (a.residual &&
+      (!a.residual_out || a.ld_res < a.K || a.ld_res % 8 || a.ld_res_out < a.K || a.ld_res_out % 8))
+    return invalid("rms_norm: residual needs residual_out and strides >= K, multiples of 8");
+  for (const void* p : {a.x, static_cast<const void*>(a.y), a.gain, a.residual,
+                        static_cast<const void*>(a.residual_out)})
+    if (!aligned16(p))
+      return invalid("rms_norm: x, y, gain, residual, residual_out must be 16-byte aligned");
+  if (!(a.eps >= 0.f)) return invalid("rms_norm: eps must be >= 0");
+  return cuda_status(detail::launch_rms_norm(a, stream), "rms_norm launch");
+}
+
+Status row_rstd(DType dtype, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
+                float* rstd, cudaStream_t stream) {
+  if (M < 1 || K < 1 || K % 8 || ldx < K || ldx % 8 || !x || !rstd || !aligned16(x))
+    return invalid(fmt::format("row_rstd: bad arguments M={} K={} ldx={}", M, K, ldx));
+  return cuda_status(detail::launch_rstd(dtype, M, K, x, ldx, eps, rstd, stream),
+                     "row_rstd launch");
+}
+
+}  // namespace flashnorm::kernels::cuda

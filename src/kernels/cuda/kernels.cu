@@ -1,0 +1,508 @@
+// Device kernels of flashnorm (sm_90a): RMSNorm, row rstd, post-scale, the fused decode kernel, and
+// a spin kernel for race tests. Design: shared/design/flashnorm.md section 2; issue 3.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "launch.h"
+
+namespace flashnorm::kernels::cuda::detail {
+namespace {
+
+// ---- element helpers: 8 elements in one 16-byte vector ------------------------------------------
+struct BF16 {
+  using T = __nv_bfloat16;
+  static __device__ __forceinline__ float2 unpack2(uint32_t w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  }
+  static __device__ __forceinline__ uint32_t pack2(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float to_f(T v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ T from_f(float v) { return __float2bfloat16_rn(v); }
+};
+struct FP16 {
+  using T = __half;
+  static __device__ __forceinline__ float2 unpack2(uint32_t w) {
+    __half2 h = *reinterpret_cast<__half2*>(&w);
+    return __half22float2(h);
+  }
+  static __device__ __forceinline__ uint32_t pack2(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  static __device__ __forceinline__ float to_f(T v) { return __half2float(v); }
+  static __device__ __forceinline__ T from_f(float v) { return __float2half_rn(v); }
+};
+
+template <class E>
+__device__ __forceinline__ void unpack8(const uint4& u, float f[8]) {
+  float2 a = E::unpack2(u.x), b = E::unpack2(u.y), c = E::unpack2(u.z), d = E::unpack2(u.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+template <class E>
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+  return make_uint4(E::pack2(f[0], f[1]), E::pack2(f[2], f[3]), E::pack2(f[4], f[5]),
+                    E::pack2(f[6], f[7]));
+}
+template <class E>
+__device__ __forceinline__ float sumsq8(const uint4& u) {
+  float f[8];
+  unpack8<E>(u, f);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(f[i], f[i], s);
+  return s;
+}
+
+// Streaming 16-byte load of W: read once, do not keep in L1.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+__device__ __forceinline__ uint4 ld_nc(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+template <class E>
+__device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<BF16>(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<FP16>(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- RMSNorm: one CTA per row, VPT 16-byte vectors per thread held in registers
+// ------------------
+template <class E, int VPT>
+__global__ void rms_norm_kernel(RmsNormArgs a) {
+  using T = typename E::T;
+  const int64_t row = blockIdx.x;
+  const int nvec = static_cast<int>(a.K / 8);
+  const T* x = static_cast<const T*>(a.x) + row * a.ldx;
+  const T* r = a.residual ? static_cast<const T*>(a.residual) + row * a.ld_res : nullptr;
+  T* ro = a.residual ? static_cast<T*>(a.residual_out) + row * a.ld_res_out : nullptr;
+  T* y = static_cast<T*>(a.y) + row * a.ldy;
+  uint4 h[VPT];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v < nvec) {
+      h[i] = ld_nc(x + v * 8);
+      if (r) {
+        float fx[8], fr[8];
+        unpack8<E>(h[i], fx);
+        unpack8<E>(ld_nc(r + v * 8), fr);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) fx[j] += fr[j];
+        h[i] = pack8<E>(fx);  // the stored (rounded) sum is what gets normalized
+        *reinterpret_cast<uint4*>(ro + v * 8) = h[i];
+      }
+      ss += sumsq8<E>(h[i]);
+    }
+  }
+  __shared__ float red[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) red[0] = t;
+  }
+  __syncthreads();
+  const float rstd = 1.f / sqrtf(red[0] / static_cast<float>(a.K) + a.eps);
+  const T* g = static_cast<const T*>(a.gain);
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v < nvec) {
+      float f[8];
+      unpack8<E>(h[i], f);
+      if (g) {
+        float fg[8];
+        unpack8<E>(ld_nc(g + v * 8), fg);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] = f[j] * rstd * (a.gain_one_plus ? 1.f + fg[j] : fg[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[j] *= rstd;
+      }
+      *reinterpret_cast<uint4*>(y + v * 8) = pack8<E>(f);
+    }
+  }
+}
+
+// ---- rstd per row: one warp per row
+// --------------------------------------------------------------
+template <class E>
+__global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, float eps,
+                            float* rstd) {
+  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= M) return;
+  const typename E::T* xr = x + static_cast<int64_t>(row) * ldx;
+  const int nvec = K / 8;
+  float s = 0.f;
+  int v = lane;
+  for (; v + 96 < nvec; v += 128) {
+    uint4 a = ld_nc(xr + v * 8), b = ld_nc(xr + (v + 32) * 8), c = ld_nc(xr + (v + 64) * 8),
+          d = ld_nc(xr + (v + 96) * 8);
+    s += sumsq8<E>(a) + sumsq8<E>(b) + sumsq8<E>(c) + sumsq8<E>(d);
+  }
+  for (; v < nvec; v += 32) s += sumsq8<E>(ld_nc(xr + v * 8));
+  s = warp_sum(s);
+  if (lane == 0) rstd[row] = 1.f / sqrtf(s / static_cast<float>(K) + eps);
+}
+
+// ---- post-scale (two-stream scheme, prefill fallback)
+// ---------------------------------------------
+template <class E>
+__global__ void postscale_kernel(typename E::T* y, int64_t ldy, int M, int N, const float* rstd,
+                                 const typename E::T* bias, const uint8_t* mask) {
+  using T = typename E::T;
+  const int groups = (N + 7) / 8;
+  const int64_t total = static_cast<int64_t>(M) * groups;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int m = static_cast<int>(i / groups);
+    const int n0 = static_cast<int>(i % groups) * 8;
+    const float r = rstd[m];
+    T* yr = y + static_cast<int64_t>(m) * ldy;
+    if (n0 + 8 <= N) {
+      float f[8];
+      unpack8<E>(*reinterpret_cast<const uint4*>(yr + n0), f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const bool sc = mask ? mask[n0 + j] != 0 : true;
+        f[j] = (sc ? f[j] * r : f[j]) + (bias ? E::to_f(bias[n0 + j]) : 0.f);
+      }
+      *reinterpret_cast<uint4*>(yr + n0) = pack8<E>(f);
+    } else {
+      for (int n = n0; n < N; ++n) {
+        const bool sc = mask ? mask[n] != 0 : true;
+        float f = E::to_f(yr[n]);
+        yr[n] = E::from_f((sc ? f * r : f) + (bias ? E::to_f(bias[n]) : 0.f));
+      }
+    }
+  }
+}
+
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// ---- the fused decode kernel
+// --------------------------------------------------------------------- CTA: kWarpsRows x kWarpsK
+// warps. Warp (wr, wk) computes 16 output features (W rows n0..n0+15) for all MT*8 padded rows of x
+// over its K slice with mma.m16n8k16: A = W rows (streamed once from HBM with 16-byte loads), B = x
+// rows (16-byte loads through L1, shared by the row-warps of the CTA). The k order inside each
+// 32-wide chunk is permuted identically for A and B so that every thread's fragment is one 16-byte
+// load (a dot product does not care about the order of k):
+//   logical k (2q+j) of sub-step s -> physical k0 + 8q + 4s + j,  (2q+8+j) -> k0 + 8q + 4s + 2 + j.
+// The sum of squares of x is accumulated from the same B fragments (row-warp 0 only).
+// Joins: __syncthreads between the smem partials and the epilogue (intra-CTA); for split-K, each
+// CTA publishes its partials, __threadfence + atomicAdd on the row block's counter, and the last
+// arriving CTA (which then issues its own __threadfence before reading) reduces in fixed order.
+template <class E, int MT>
+__global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(DecodeParams p) {
+  using T = typename E::T;
+  constexpr int MP = MT * 8;
+  constexpr int ROWS = kRowsPerCta;
+  constexpr int LD = MP + 4;                          // padded smem row (bank conflicts)
+  constexpr int U = MT <= 2 ? 4 : (MT == 4 ? 2 : 1);  // 32-wide k chunks per batch of loads
+  __shared__ float red[kWarpsK][ROWS * LD];
+  __shared__ float ss_s[kWarpsK][MP];
+  __shared__ int s_last;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wr = warp % kWarpsRows, wk = warp / kWarpsRows;
+  const int g = lane >> 2, q = lane & 3;
+  const int rb = blockIdx.x;
+  const int nw = rb * ROWS + wr * 16;  // first W row of this warp
+
+  const int kc_beg = blockIdx.y * p.kchunk;
+  const int kc_end = min(p.K, kc_beg + p.kchunk);
+  const int wchunk = p.kchunk / kWarpsK;
+  const int kb = kc_beg + wk * wchunk;
+  const int ke = min(kc_end, kb + wchunk);
+
+  const int rowA = nw + g, rowB = nw + g + 8;
+  const bool vA = rowA < p.N, vB = rowB < p.N;
+  const T* wa = static_cast<const T*>(p.w) + static_cast<int64_t>(vA ? rowA : 0) * p.ldw + q * 8;
+  const T* wb = static_cast<const T*>(p.w) + static_cast<int64_t>(vB ? rowB : 0) * p.ldw + q * 8;
+  const T* xr[MT];
+  bool vx[MT];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int m = t * 8 + g;
+    vx[t] = m < p.M;
+    xr[t] = static_cast<const T*>(p.x) + static_cast<int64_t>(vx[t] ? m : 0) * p.ldx + q * 8;
+  }
+  float acc[MT][4];
+  float ssa[MT];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    ssa[t] = 0.f;
+  }
+  const uint4 z4 = make_uint4(0, 0, 0, 0);
+  const bool do_ss = (wr == 0);
+
+  int k = kb;
+  for (; k + 32 * U <= ke; k += 32 * U) {
+    // issue every load of the batch (W and x) before the first mma: one memory round trip per batch
+    uint4 A[U], B[U], X[U][MT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      A[u] = vA ? ld_stream(wa + k + u * 32) : z4;
+      B[u] = vB ? ld_stream(wb + k + u * 32) : z4;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + k + u * 32) : z4;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        if (do_ss) ssa[t] += sumsq8<E>(X[u][t]);
+        mma16816<E>(acc[t], A[u].x, B[u].x, A[u].y, B[u].y, X[u][t].x, X[u][t].y);
+        mma16816<E>(acc[t], A[u].z, B[u].z, A[u].w, B[u].w, X[u][t].z, X[u][t].w);
+      }
+    }
+  }
+  for (; k < ke; k += 32) {  // tail: K % 8 == 0, so each thread's 8-group is fully in or out
+    const bool in = k + q * 8 < ke;
+    const uint4 A = (vA && in) ? ld_stream(wa + k) : z4;
+    const uint4 B = (vB && in) ? ld_stream(wb + k) : z4;
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      const uint4 X = (vx[t] && in) ? ld_nc(xr[t] + k) : z4;
+      if (do_ss) ssa[t] += sumsq8<E>(X);
+      mma16816<E>(acc[t], A.x, B.x, A.y, B.y, X.x, X.y);
+      mma16816<E>(acc[t], A.z, B.z, A.w, B.w, X.z, X.w);
+    }
+  }
+
+  // intra-CTA reduction through shared memory
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    float s = ssa[t];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    if (do_ss && q == 0) ss_s[wk][t * 8 + g] = s;
+    float* rr = red[wk];
+    rr[(wr * 16 + g) * LD + t * 8 + 2 * q] = acc[t][0];
+    rr[(wr * 16 + g) * LD + t * 8 + 2 * q + 1] = acc[t][1];
+    rr[(wr * 16 + g + 8) * LD + t * 8 + 2 * q] = acc[t][2];
+    rr[(wr * 16 + g + 8) * LD + t * 8 + 2 * q + 1] = acc[t][3];
+  }
+  __syncthreads();  // join: partial products and sums of squares of every warp are in smem
+
+  const int n_base = rb * ROWS;
+  const int nthreads = blockDim.x;
+  const T* bias = static_cast<const T*>(p.bias);
+  T* y = static_cast<T*>(p.y);
+  auto finish = [&](int r, int m, float v, float ss) {
+    const int n = n_base + r;
+    const float rstd = 1.f / sqrtf(ss / static_cast<float>(p.K) + p.eps);
+    const bool sc = p.mask ? p.mask[n] != 0 : true;
+    float o = sc ? v * rstd : v;
+    if (bias) o += E::to_f(bias[n]);
+    y[static_cast<int64_t>(m) * p.ldy + n] = E::from_f(o);
+  };
+
+  if (p.ksplit == 1) {
+    for (int e = threadIdx.x; e < ROWS * MP; e += nthreads) {
+      const int r = e % ROWS, m = e / ROWS;
+      if (m >= p.M || n_base + r >= p.N) continue;
+      float v = 0.f, ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < kWarpsK; ++j) v += red[j][r * LD + m], ss += ss_s[j][m];
+      finish(r, m, v, ss);
+    }
+    return;
+  }
+
+  // split-K: publish partials, then the last CTA of this row block reduces them
+  const int nrb = gridDim.x;
+  for (int e = threadIdx.x; e < ROWS * MP; e += nthreads) {
+    const int r = e % ROWS, m = e / ROWS;
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < kWarpsK; ++j) v += red[j][r * LD + m];
+    p.part[(static_cast<int64_t>(blockIdx.y) * MP + m) * p.n_pad + n_base + r] = v;
+  }
+  for (int m = threadIdx.x; m < MP; m += nthreads) {
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < kWarpsK; ++j) ss += ss_s[j][m];
+    p.ss_part[(static_cast<int64_t>(blockIdx.y) * nrb + rb) * MP + m] = ss;
+  }
+  __threadfence();  // release: partials visible device-wide before the arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned prev = atomicAdd(&p.counters[rb], 1u);
+    s_last = (prev == static_cast<unsigned>(p.ksplit - 1));
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();  // acquire side of the join
+  for (int e = threadIdx.x; e < ROWS * MP; e += nthreads) {
+    const int r = e % ROWS, m = e / ROWS;
+    if (m >= p.M || n_base + r >= p.N) continue;
+    float v = 0.f, ss = 0.f;
+    for (int j = 0; j < p.ksplit; ++j) {
+      v += __ldcg(&p.part[(static_cast<int64_t>(j) * MP + m) * p.n_pad + n_base + r]);
+      ss += __ldcg(&p.ss_part[(static_cast<int64_t>(j) * nrb + rb) * MP + m]);
+    }
+    finish(r, m, v, ss);
+  }
+  if (threadIdx.x == 0) p.counters[rb] = 0u;  // ready for the next (stream-ordered) launch
+}
+
+template <class E>
+cudaError_t decode_dispatch(const DecodeParams& p, cudaStream_t s) {
+  const dim3 grid((p.N + kRowsPerCta - 1) / kRowsPerCta, p.ksplit);
+  const dim3 block(kWarpsRows * kWarpsK * 32);
+  switch (decode_mp(p.M)) {
+    case 8:
+      decode_kernel<E, 1><<<grid, block, 0, s>>>(p);
+      break;
+    case 16:
+      decode_kernel<E, 2><<<grid, block, 0, s>>>(p);
+      break;
+    case 32:
+      decode_kernel<E, 4><<<grid, block, 0, s>>>(p);
+      break;
+    default:
+      decode_kernel<E, 8><<<grid, block, 0, s>>>(p);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+template <class E>
+cudaError_t rms_dispatch(const RmsNormArgs& a, cudaStream_t s) {
+  const int nvec = static_cast<int>(a.K / 8);
+  int threads = std::min(1024, std::max(32, (nvec + 31) / 32 * 32));
+  const int vpt = (nvec + threads - 1) / threads;
+  const dim3 grid(static_cast<unsigned>(a.M));
+  if (vpt <= 1) {
+    rms_norm_kernel<E, 1><<<grid, threads, 0, s>>>(a);
+  } else if (vpt <= 2) {
+    rms_norm_kernel<E, 2><<<grid, threads, 0, s>>>(a);
+  } else if (vpt <= 4) {
+    rms_norm_kernel<E, 4><<<grid, threads, 0, s>>>(a);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int decode_mp(int M) { return M <= 8 ? 8 : M <= 16 ? 16 : M <= 32 ? 32 : 64; }
+
+cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s) {
+  return dt == DType::kBF16 ? decode_dispatch<BF16>(p, s) : decode_dispatch<FP16>(p, s);
+}
+
+cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s) {
+  return a.dtype == DType::kBF16 ? rms_dispatch<BF16>(a, s) : rms_dispatch<FP16>(a, s);
+}
+
+cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
+                        float* rstd, cudaStream_t s) {
+  const int rows_per_cta = 8;
+  const dim3 grid(static_cast<unsigned>((M + rows_per_cta - 1) / rows_per_cta));
+  if (dt == DType::kBF16)
+    rstd_kernel<BF16><<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(x), ldx,
+                                           static_cast<int>(M), static_cast<int>(K), eps, rstd);
+  else
+    rstd_kernel<FP16><<<grid, 256, 0, s>>>(static_cast<const __half*>(x), ldx, static_cast<int>(M),
+                                           static_cast<int>(K), eps, rstd);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ldy,
+                             const float* rstd, const void* bias, const uint8_t* mask,
+                             cudaStream_t s) {
+  const int64_t total = M * ((N + 7) / 8);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 132 * 16));
+  if (dt == DType::kBF16)
+    postscale_kernel<BF16><<<blocks, 256, 0, s>>>(static_cast<__nv_bfloat16*>(y), ldy,
+                                                  static_cast<int>(M), static_cast<int>(N), rstd,
+                                                  static_cast<const __nv_bfloat16*>(bias), mask);
+  else
+    postscale_kernel<FP16><<<blocks, 256, 0, s>>>(static_cast<__half*>(y), ldy, static_cast<int>(M),
+                                                  static_cast<int>(N), rstd,
+                                                  static_cast<const __half*>(bias), mask);
+  return cudaGetLastError();
+}
+
+namespace {
+__device__ __forceinline__ float hash_uniform(uint64_t x) {  // splitmix64 -> [-1, 1)
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (2.f / 16777216.f) - 1.f;
+}
+template <class E>
+__global__ void fill_kernel(typename E::T* p, size_t n, uint64_t seed, float scale, size_t row_len,
+                            float row_spread) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float v = hash_uniform(seed * 0x100000001b3ull + i) * scale;
+    if (row_spread > 0.f) v *= exp2f(hash_uniform(~seed + i / row_len) * row_spread);
+    p[i] = E::from_f(v);
+  }
+}
+}  // namespace
+
+cudaError_t launch_fill_random(DType dt, void* p, size_t n, uint64_t seed, float scale,
+                               size_t row_len, float row_spread, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((n + 255) / 256, 132 * 32));
+  if (dt == DType::kBF16)
+    fill_kernel<BF16><<<blocks, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale,
+                                             row_len ? row_len : 1, row_spread);
+  else
+    fill_kernel<FP16><<<blocks, 256, 0, s>>>(static_cast<__half*>(p), n, seed, scale,
+                                             row_len ? row_len : 1, row_spread);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_spin(long long cycles, cudaStream_t s) {
+  spin_kernel<<<1, 1, 0, s>>>(cycles);
+  return cudaGetLastError();
+}
+
+}  // namespace flashnorm::kernels::cuda::detail

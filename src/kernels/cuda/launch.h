@@ -1,0 +1,56 @@
+// Internal: kernel launchers implemented in kernels.cu (no validation here; callers validate).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "flashnorm/kernels/cuda/kernels.h"
+
+namespace flashnorm::kernels::cuda::detail {
+
+// Decode kernel configuration: CTA = kWarpsRows x kWarpsK warps, 16 output rows per row-warp.
+constexpr int kWarpsRows = 4;
+constexpr int kWarpsK = 2;
+constexpr int kRowsPerCta = 16 * kWarpsRows;
+constexpr int kMaxDecodeM = 64;
+
+struct DecodeParams {
+  const void* x;
+  int64_t ldx;
+  const void* w;
+  int64_t ldw;
+  void* y;
+  int64_t ldy;
+  const void* bias;
+  const uint8_t* mask;
+  int M, N, K;
+  float eps;
+  int ksplit;          // gridDim.y
+  int kchunk;          // K elements per CTA (multiple of 32 * kWarpsK)
+  int n_pad;           // row blocks * kRowsPerCta
+  float* part;         // [ksplit][mp][n_pad] fp32 partial dot products (ksplit > 1)
+  float* ss_part;      // [ksplit][row blocks][mp] fp32 partial sums of squares (ksplit > 1)
+  unsigned* counters;  // [row blocks], zero between launches
+};
+// Padded M of the decode kernel (multiple of 8: 8, 16, 32 or 64).
+int decode_mp(int M);
+cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s);
+cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s);
+cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
+                        float* rstd, cudaStream_t s);
+// y[m, n] = (mask ? (mask[n] ? y*rstd[m] : y) : y*rstd[m]) + bias[n], in place.
+cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ldy,
+                             const float* rstd, const void* bias, const uint8_t* mask,
+                             cudaStream_t s);
+// One thread spinning for `cycles` SM clocks (race tests delay a producer with it).
+cudaError_t launch_spin(long long cycles, cudaStream_t s);
+
+}  // namespace flashnorm::kernels::cuda::detail
+
+namespace flashnorm::kernels::cuda::detail {
+// Fill n elements of dtype at p with hash-based uniform values in [-scale, scale) (never all zero);
+// row_spread > 0 multiplies row r (of length row_len) by 2^(u * row_spread), u in [-1, 1).
+cudaError_t launch_fill_random(DType dt, void* p, size_t n, uint64_t seed, float scale,
+                               size_t row_len, float row_spread, cudaStream_t s);
+}  // namespace flashnorm::kernels::cuda::detail

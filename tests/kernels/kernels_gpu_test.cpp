@@ -1,0 +1,245 @@
+// GPU tests of rms_norm and flashnorm_linear (every implementation) against the fp64 CPU reference:
+// outputs poisoned (NaN) before each run, every element checked finite, relative error
+// ||y - ref|| / ||ref|| below 1e-2 per checked row (bf16 output rounding alone gives ~2e-3).
+// Suites named *Small* are the ones scripts/gpu_kernels.sh runs under compute-sanitizer.
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "gpu_util.h"
+
+namespace {
+
+constexpr float kEps = 1e-6f;
+
+// ---------------------------------------------------------------------------------------------------
+struct RmsCase {
+  fk::DType dt;
+  int M, K;
+  int gain;  // 0 none, 1 plain, 2 one_plus
+  bool residual;
+};
+
+void run_rms(const RmsCase& c) {
+  const size_t n = static_cast<size_t>(c.M) * c.K;
+  std::vector<uint16_t> xb, rb, gb;
+  std::vector<float> xf, rf, gf;
+  random_half(c.dt, n, c.K, 2.f, 3.f, 1 + c.M * 7 + c.K, xb, xf);
+  random_half(c.dt, n, c.K, 1.f, 0.f, 2 + c.M, rb, rf);
+  random_half(c.dt, c.K, 0, c.gain == 2 ? 0.3f : 1.5f, 0.f, 3 + c.K, gb, gf);
+  DevMem x(n * 2), r(n * 2), ro(n * 2), y(n * 2), g(c.K * 2);
+  CUDA_OK(cudaMemcpy(x.p, xb.data(), n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(r.p, rb.data(), n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(g.p, gb.data(), c.K * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(y.p, 0xff, n * 2));
+  CUDA_OK(cudaMemset(ro.p, 0xff, n * 2));
+  fk::RmsNormArgs a;
+  a.dtype = c.dt, a.M = c.M, a.K = c.K, a.x = x.p, a.ldx = c.K, a.y = y.p, a.ldy = c.K,
+  a.eps = kEps;
+  if (c.gain) a.gain = g.p, a.gain_one_plus = c.gain == 2;
+  if (c.residual) a.residual = r.p, a.ld_res = c.K, a.residual_out = ro.p, a.ld_res_out = c.K;
+  FN_OK(fk::rms_norm(a, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  // expected h: x + residual rounded once to the storage type
+  std::vector<float> h = xf;
+  if (c.residual)
+    for (size_t i = 0; i < n; ++i) h[i] = from_half_bits(c.dt, to_half_bits(c.dt, xf[i] + rf[i]));
+  if (c.residual) {
+    std::vector<float> got = download_half(c.dt, ro.p, n);
+    ASSERT_EQ(got.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], h[i]) << "residual_out[" << i << "]";
+  }
+  std::vector<double> ref(n);
+  fc::rms_norm(h.data(), c.gain ? gf.data() : nullptr, c.gain == 2, c.M, c.K, kEps, ref.data());
+  std::vector<float> got = download_half(c.dt, y.p, n);
+  ASSERT_EQ(got.size(), n);
+  for (int m = 0; m < c.M; ++m) {
+    const double e = fc::rel_error(got.data() + static_cast<size_t>(m) * c.K,
+                                   ref.data() + static_cast<size_t>(m) * c.K, c.K);
+    ASSERT_LT(e, 1e-2) << "row " << m;
+  }
+}
+
+TEST(RmsNormSmall, PlainGainBf16) { run_rms({fk::DType::kBF16, 7, 640, 1, false}); }
+TEST(RmsNormSmall, OnePlusGainFp16Residual) { run_rms({fk::DType::kFP16, 5, 1000, 2, true}); }
+TEST(RmsNormSmall, NoGainBf16Residual) { run_rms({fk::DType::kBF16, 3, 576, 0, true}); }
+TEST(RmsNormShapes, Wide) {
+  for (int K : {2048, 4096, 8192, 16384}) run_rms({fk::DType::kBF16, 33, K, 1, K == 4096});
+}
+TEST(RmsNormShapes, ManyRows) { run_rms({fk::DType::kBF16, 1000, 2048, 2, false}); }
+
+TEST(RmsNormSmall, AllZeroRowGivesZeroNotNaN) {
+  const int K = 64;
+  DevMem x(K * 2), y(K * 2);
+  CUDA_OK(cudaMemset(x.p, 0, K * 2));
+  CUDA_OK(cudaMemset(y.p, 0xff, K * 2));
+  fk::RmsNormArgs a;
+  a.M = 1, a.K = K, a.x = x.p, a.ldx = K, a.y = y.p, a.ldy = K;
+  FN_OK(fk::rms_norm(a, nullptr));
+  std::vector<float> got = download_half(fk::DType::kBF16, y.p, K);
+  for (float f : got) ASSERT_EQ(f, 0.f);
+}
+
+TEST(RmsNormSmall, RejectsBadArguments) {
+  DevMem x(4096), y(4096);
+  fk::RmsNormArgs a;
+  a.M = 1, a.K = 60, a.x = x.p, a.ldx = 64, a.y = y.p, a.ldy = 64;
+  EXPECT_EQ(fk::rms_norm(a, nullptr).code, fk::Code::kInvalidArgument);  // K % 8
+  a.K = 64, a.x = static_cast<char*>(x.p) + 2;
+  fk::Status s = fk::rms_norm(a, nullptr);
+  EXPECT_EQ(s.code, fk::Code::kInvalidArgument);
+  EXPECT_NE(s.message.find("aligned"), std::string::npos) << s.message;
+  EXPECT_THROW(fk::throw_if_error(s), std::exception);
+}
+
+// ---------------------------------------------------------------------------------------------------
+struct LinCase {
+  fk::DType dt;
+  int M, N, K;
+  bool bias, mask;
+  int check_rows;  // 0: all rows
+};
+
+// Host data and reference for one case, cached across implementations.
+struct LinData {
+  std::vector<uint16_t> xb, wb, bb;
+  std::vector<float> xf, wf, bf;
+  std::vector<uint8_t> mask;
+  std::vector<int> rows;
+  std::vector<double> ref;  // [rows.size(), N]
+};
+
+const LinData& lin_data(const LinCase& c) {
+  static std::map<std::tuple<int, int, int, int, bool, bool>, LinData> cache;
+  auto key = std::make_tuple(static_cast<int>(c.dt), c.M, c.N, c.K, c.bias, c.mask);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  LinData& d = cache[key];
+  random_half(c.dt, static_cast<size_t>(c.M) * c.K, c.K, 3.f, 3.f, 11 + c.M + c.N, d.xb, d.xf);
+  random_half(c.dt, static_cast<size_t>(c.N) * c.K, 0, 0.05f, 0.f, 12 + c.K, d.wb, d.wf);
+  random_half(c.dt, c.N, 0, 0.5f, 0.f, 13, d.bb, d.bf);
+  d.mask.resize(c.N);
+  for (int n = 0; n < c.N; ++n) d.mask[n] = (n % 3) != 1;
+  const int nr = c.check_rows ? std::min(c.check_rows, c.M) : c.M;
+  for (int i = 0; i < nr; ++i)
+    d.rows.push_back(nr == c.M ? i
+                               : static_cast<int>(static_cast<int64_t>(i) * (c.M - 1) / (nr - 1)));
+  d.ref.resize(d.rows.size() * c.N);
+  for (size_t i = 0; i < d.rows.size(); ++i)
+    fc::flashnorm_linear(d.xf.data() + static_cast<size_t>(d.rows[i]) * c.K, d.wf.data(),
+                         c.bias ? d.bf.data() : nullptr, c.mask ? d.mask.data() : nullptr, 1, c.N,
+                         c.K, kEps, d.ref.data() + i * c.N);
+  return d;
+}
+
+fk::LinearContext& ctx() {
+  static fk::LinearContext c;
+  return c;
+}
+
+void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0) {
+  SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
+                                  << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
+                                  << " ksplit=" << ksplit);
+  const LinData& d = lin_data(c);
+  const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
+               yn = static_cast<size_t>(c.M) * c.N;
+  DevMem x(xn * 2), w(wn * 2), y(yn * 2), b(c.N * 2), mk(c.N);
+  CUDA_OK(cudaMemcpy(x.p, d.xb.data(), xn * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(w.p, d.wb.data(), wn * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(b.p, d.bb.data(), c.N * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(mk.p, d.mask.data(), c.N, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(y.p, 0xff, yn * 2));  // poison
+  fk::LinearArgs a;
+  a.dtype = c.dt, a.M = c.M, a.N = c.N, a.K = c.K, a.x = x.p, a.ldx = c.K, a.w = w.p, a.ldw = c.K;
+  a.y = y.p, a.ldy = c.N, a.eps = kEps;
+  if (c.bias) a.bias = b.p;
+  if (c.mask) a.scale_mask = static_cast<const uint8_t*>(mk.p);
+  ctx().debug = {};
+  ctx().debug.decode_ksplit = ksplit;
+  FN_OK(ctx().run(a, impl, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  ctx().debug = {};
+  std::vector<float> got = download_half(c.dt, y.p, yn);
+  ASSERT_EQ(got.size(), yn);
+  for (size_t i = 0; i < yn; ++i)
+    ASSERT_TRUE(std::isfinite(got[i])) << "unwritten/NaN output at " << i;
+  for (size_t i = 0; i < d.rows.size(); ++i) {
+    const double e = fc::rel_error(got.data() + static_cast<size_t>(d.rows[i]) * c.N,
+                                   d.ref.data() + i * c.N, c.N);
+    ASSERT_LT(e, 1e-2) << "row " << d.rows[i];
+  }
+}
+
+const fk::LinearImpl kAll[] = {fk::LinearImpl::kDecode, fk::LinearImpl::kPrefill,
+                               fk::LinearImpl::kTwoStream, fk::LinearImpl::kAuto};
+
+TEST(LinearSmall, OddShapes) {
+  for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+    for (LinCase c :
+         {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
+          LinCase{dt, 1, 200, 136, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
+      for (fk::LinearImpl im : kAll) run_linear(c, im);
+}
+TEST(LinearSmall, BiasAndMask) {
+  for (LinCase c : {LinCase{fk::DType::kBF16, 5, 136, 520, true, true, 0},
+                    LinCase{fk::DType::kBF16, 70, 136, 520, true, false, 0},
+                    LinCase{fk::DType::kFP16, 9, 64, 256, false, true, 0}})
+    for (fk::LinearImpl im : kAll)
+      if (!(im == fk::LinearImpl::kDecode && c.M > 64)) run_linear(c, im);
+}
+TEST(LinearSmall, DecodeSplitK) {
+  for (int ks : {1, 2, 3, 7})
+    for (int M : {1, 8, 17, 64})
+      run_linear({fk::DType::kBF16, M, 136, 1000, true, true, 0}, fk::LinearImpl::kDecode, ks);
+}
+TEST(LinearSmall, LargeMSmallShape) {
+  for (fk::LinearImpl im :
+       {fk::LinearImpl::kPrefill, fk::LinearImpl::kTwoStream, fk::LinearImpl::kAuto})
+    run_linear({fk::DType::kBF16, 1000, 136, 1000, false, false, 16}, im);
+}
+TEST(LinearSmall, RejectsBadArguments) {
+  DevMem x(1 << 16), w(1 << 16), y(1 << 16);
+  fk::LinearArgs a;
+  a.M = 65, a.N = 64, a.K = 64, a.x = x.p, a.ldx = 64, a.w = w.p, a.ldw = 64, a.y = y.p, a.ldy = 64;
+  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kUnsupported);
+  EXPECT_TRUE(fk::validate_linear(a, fk::LinearImpl::kPrefill).ok());
+  a.K = 60, a.ldx = 64, a.ldw = 64;
+  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kInvalidArgument);
+  a.K = 64, a.ldy = 60;
+  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kInvalidArgument);
+  a.ldy = 64, a.w = static_cast<char*>(w.p) + 8;
+  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kInvalidArgument);
+  std::vector<uint16_t> host(64 * 64);
+  a.w = host.data();
+  fk::Status s = fk::validate_linear(a, fk::LinearImpl::kPrefill);
+  EXPECT_EQ(s.code, fk::Code::kInvalidArgument);
+  EXPECT_NE(s.message.find("device pointer"), std::string::npos) << s.message;
+}
+
+// Every benchmark shape (bench/shapes.json), decode Ms with all rows, prefill Ms with sampled rows.
+struct Shape {
+  const char* name;
+  int K, N;
+};
+const Shape kShapes[] = {{"llama32_1b_qkv", 2048, 3072}, {"llama32_1b_gateup", 2048, 16384},
+                         {"llama3_8b_qkv", 4096, 6144},  {"gemma3_270m_qkv", 640, 1536},
+                         {"qwen3_0p6b_qkv", 1024, 4096}, {"smollm2_135m_qkv", 576, 960}};
+class LinearShapes : public testing::TestWithParam<Shape> {};
+TEST_P(LinearShapes, Decode) {
+  for (int M : {1, 8, 64})
+    for (fk::LinearImpl im : kAll)
+      run_linear({fk::DType::kBF16, M, GetParam().N, GetParam().K, false, false, 0}, im);
+}
+TEST_P(LinearShapes, Prefill) {
+  for (int M : {512, 4096})
+    for (fk::LinearImpl im :
+         {fk::LinearImpl::kPrefill, fk::LinearImpl::kTwoStream, fk::LinearImpl::kAuto})
+      run_linear({fk::DType::kBF16, M, GetParam().N, GetParam().K, false, false, 12}, im);
+}
+INSTANTIATE_TEST_SUITE_P(Bench, LinearShapes, testing::ValuesIn(kShapes),
+                         [](const testing::TestParamInfo<Shape>& i) {
+                           return std::string(i.param.name);
+                         });
+
+}  // namespace
