@@ -19,7 +19,7 @@ void register_generate(CLI::App& app) {
     std::string model, prompt, norm = "flashnorm", tokenizer, system;
     int n = 128, ctx = 0;
     SamplerOptions s;
-    bool chat = false;
+    bool chat = false, no_cancel = false;
   };
   auto a = std::make_shared<Args>();
   a->s.temperature = 0.0f;
@@ -37,6 +37,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", a->s.top_p, "nucleus sampling threshold in (0, 1]");
   cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   cmd->add_option("--system", a->system, "system message for --chat");
+  cmd->add_flag("--no-cancel", a->no_cancel,
+                "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
   cmd->add_option("--ctx", a->ctx, "KV cache length (default: model context, at most 8192)");
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
   cmd->callback([a] {
@@ -53,7 +55,7 @@ void register_generate(CLI::App& app) {
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());
     if (ids.empty()) throw Error("the prompt encodes to no tokens");
     Sampler sampler(a->s);
-    CpuEngine eng(load_model(a->model), parse_norm_mode(a->norm), a->ctx);
+    CpuEngine eng(load_model(a->model), parse_norm_mode(a->norm), a->ctx, !a->no_cancel);
     std::fprintf(stderr, "device: cpu | norm: %s | prompt: %zu tokens\n", a->norm.c_str(),
                  ids.size());
     if (ids.size() + size_t(a->n) > size_t(eng.max_context())) {

@@ -43,6 +43,7 @@ void register_verify(CLI::App& app) {
     std::string original, text = "/usr/share/common-licenses/GPL-3", json, tokenizer;
     std::vector<std::string> folded, prompts;
     int tokens = 256, ctx = 512, max_text_tokens = 0;
+    bool no_cancel = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("original", a->original, "original model (GGUF or HF directory)")
@@ -58,6 +59,8 @@ void register_verify(CLI::App& app) {
   cmd->add_option("--prompt", a->prompts, "prompt for the greedy comparison (repeatable)");
   cmd->add_option("--ctx", a->ctx, "chunk length for perplexity")->check(CLI::Range(2, 8192));
   cmd->add_option("--max-text-tokens", a->max_text_tokens, "use only the first N tokens of text");
+  cmd->add_flag("--no-cancel", a->no_cancel,
+                "keep the rstd that QK-norm cancels (default: drop it and report its effect)");
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
   cmd->callback([a] {
@@ -97,8 +100,9 @@ void register_verify(CLI::App& app) {
     std::vector<std::unique_ptr<CpuEngine>> engines;
     std::vector<CpuEngine*> ptrs;
     for (const auto& folded : a->folded) {
-      engines.push_back(
-          std::make_unique<CpuEngine>(load_model(folded), NormMode::FlashNorm, max_ctx));
+      engines.push_back(std::make_unique<CpuEngine>(load_model(folded), NormMode::FlashNorm,
+                                                    max_ctx, !a->no_cancel,
+                                                    /*track_cancellation=*/!a->no_cancel));
       ptrs.push_back(engines.back().get());
     }
     std::vector<ComparisonStats> stats;
@@ -130,6 +134,19 @@ void register_verify(CLI::App& app) {
       fmt::print("  top-1 agreement (teacher-forced): {}/{} = {:.4f}\n", st.top1_agree,
                  st.positions, double(st.top1_agree) / st.positions);
       fmt::print("  largest relative logit difference: {:.3e}\n", st.max_rel_logit_diff);
+      double cancel_logit_diff = 0;
+      if (fe.max_cancellation_error() > 0) {
+        // What dropping the cancelled rstd alone changes: the same folded model with and without
+        // cancellation, teacher-forced over the first 1024 tokens of the text.
+        CpuEngine exact(load_model(folded), NormMode::FlashNorm, max_ctx, /*cancel=*/false);
+        const size_t n = std::min<size_t>(text.size(), 1024);
+        cancel_logit_diff =
+            compare_teacher_forced(exact, &fe, std::span(text).first(n), a->ctx).max_rel_logit_diff;
+        fmt::print("  dropped rstd (QK-norm cancellation): largest relative change of a "
+                   "renormalized row {:.3e} (eps bound, measured); largest relative logit "
+                   "difference it causes (first {} tokens): {:.3e}\n",
+                   fe.max_cancellation_error(), n, cancel_logit_diff);
+      }
       for (const auto& g : greedy) {
         fmt::print("  greedy: {}/{} tokens identical before the first difference{}\n",
                    g["agree_prefix"].get<size_t>(), a->tokens,
@@ -142,6 +159,9 @@ void register_verify(CLI::App& app) {
                                 {"ppl_rel_diff", rel_ppl},
                                 {"top1_agreement", double(st.top1_agree) / st.positions},
                                 {"max_rel_logit_diff", st.max_rel_logit_diff},
+                                {"cancellation", !a->no_cancel},
+                                {"max_cancellation_row_error", fe.max_cancellation_error()},
+                                {"cancellation_rel_logit_diff", cancel_logit_diff},
                                 {"greedy_identical_prompts", identical_prompts},
                                 {"greedy", greedy}});
     }

@@ -7,9 +7,11 @@
 // the file has), never from the architecture's name.
 //
 // eps bound: with the cancelled scale c = rstd(x) and the consumer output q = x W^T (raw x), the
-// renormalized output differs from the exact one by the factor sqrt((ms(q) + eps/c^2) /
-// (ms(q) + eps)), i.e. a relative error of about 0.5 * |1 - c^2| * eps / (c^2 * (ms(q) + eps))
-// per row (exactly 0 when eps = 0). cancellation_rel_error() computes the exact factor - 1.
+// renormalized output differs from the exact one by the factor sqrt(1 + u) with
+// u = (1 - c^2) * eps / (c^2 * (ms(q) + eps)), ms(q) = mean(q^2) per renormalized row (head).
+// So the relative error of every renormalized row is at most |u| (for any c; at most |u|/2 when
+// c <= 1) and about |u|/2 to first order; exactly 0 when eps = 0.
+// cancellation_rel_error() computes the exact sqrt(1 + u) - 1.
 #pragma once
 
 #include <functional>
