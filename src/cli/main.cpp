@@ -8,6 +8,10 @@
 int main(int argc, char** argv) {
   CLI::App app{"flashnorm: RMSNorm folding and deferred normalization for LLM inference"};
   app.require_subcommand(1);
+  // Usage errors, like every other error, are one line on stderr.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("error: ") + e.what() + " (run with --help for usage)\n";
+  });
   flashnorm::cli::register_fold(app);
   flashnorm::cli::register_inspect(app);
   flashnorm::cli::register_verify(app);

@@ -38,10 +38,9 @@ TEST(CliErrors, MissingFileAndBadFlags) {
   auto r = run_cli("inspect /nonexistent/model.gguf");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
-  r = run_cli("fold");
-  EXPECT_NE(r.code, 0);
-  r = run_cli("frobnicate");
-  EXPECT_NE(r.code, 0);
+  expect_one_line_error(run_cli("fold"), "input is required");
+  expect_one_line_error(run_cli("frobnicate"), "subcommand");
+  expect_one_line_error(run_cli("generate -m /dev/null -p x --temperature -1"), "temperature");
   r = run_cli("generate --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--temperature"), std::string::npos);
