@@ -12,7 +12,56 @@ namespace {
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kStartOfTurn = "<start_of_turn>";
-constexpr const char* kAsciiSpace = " \t\n\r\f\v";
+
+// Python's str.isspace() set (what Jinja's `trim` filter, i.e. str.strip(), removes).
+bool is_python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+// Code point of the UTF-8 sequence starting at s[i] and its length (0 if invalid: such bytes are
+// never spaces).
+char32_t utf8_at(std::string_view s, size_t i, size_t& len) {
+  auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char b0 = b(0);
+  len = b0 < 0x80             ? 1
+        : (b0 & 0xE0) == 0xC0 ? 2
+        : (b0 & 0xF0) == 0xE0 ? 3
+        : (b0 & 0xF8) == 0xF0 ? 4
+                              : 0;
+  if (len == 0 || i + len > s.size()) return len = 0, 0;
+  char32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return len = 0, 0;
+    cp = (cp << 6) | (b(k) & 0x3F);
+  }
+  return cp;
+}
+
+// Jinja's `trim` (Python str.strip()): removes leading and trailing Unicode white space.
+std::string_view python_strip(std::string_view s) {
+  size_t b = 0;
+  while (b < s.size()) {
+    size_t len = 0;
+    char32_t cp = utf8_at(s, b, len);
+    if (len == 0 || !is_python_space(cp)) break;
+    b += len;
+  }
+  size_t e = s.size();
+  while (e > b) {
+    // Step back to the start of the last sequence (at most 4 bytes).
+    size_t start = e - 1;
+    while (start > b && e - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+      --start;
+    }
+    size_t len = 0;
+    char32_t cp = utf8_at(s, start, len);
+    if (len == 0 || start + len != e || !is_python_space(cp)) break;
+    e = start;
+  }
+  return s.substr(b, e - b);
+}
 
 }  // namespace
 
@@ -76,11 +125,9 @@ std::string apply_chat_template(std::string_view tmpl, std::string_view user,
       break;
     }
     case ChatStyle::kGemma: {
-      // Gemma templates render the message content through Jinja's `trim` filter.
-      const size_t b = user.find_first_not_of(kAsciiSpace);
-      std::string_view trimmed = b == std::string_view::npos
-                                     ? std::string_view()
-                                     : user.substr(b, user.find_last_not_of(kAsciiSpace) - b + 1);
+      // Gemma templates render the message content through Jinja's `trim` filter; the system
+      // text is prepended untrimmed.
+      std::string_view trimmed = python_strip(user);
       out += fmt::format("{}user\n", kStartOfTurn);
       if (system) out += fmt::format("{}\n\n", *system);
       out += fmt::format("{}<end_of_turn>\n{}model\n", trimmed, kStartOfTurn);
@@ -92,6 +139,14 @@ std::string apply_chat_template(std::string_view tmpl, std::string_view user,
 
 std::string apply_chat_template(const io::GgufFile& f, std::string_view user,
                                 std::optional<std::string_view> system) {
+  if (f.find("tokenizer.chat_template") == nullptr) {
+    // Pre-trained Gemma 3 GGUFs (e.g. gemma-3-270m) carry no template; their instruction-tuned
+    // siblings use the Gemma turn format.
+    std::optional<std::string> arch = f.get_string_opt("general.architecture");
+    if (arch && arch->rfind("gemma", 0) == 0) {
+      return apply_chat_template(std::string_view(kStartOfTurn), user, system);
+    }
+  }
   return apply_chat_template(f.get_string("tokenizer.chat_template"), user, system);
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/gguf.h"
 #include "pretokenizer.h"
+#include "spm.h"
 
 namespace flashnorm {
 namespace {
@@ -31,6 +33,7 @@ constexpr const char* kKeyTypes = "tokenizer.ggml.token_type";
 constexpr const char* kKeyMerges = "tokenizer.ggml.merges";
 constexpr const char* kKeyModel = "tokenizer.ggml.model";
 constexpr const char* kKeyPre = "tokenizer.ggml.pre";
+constexpr const char* kKeyScores = "tokenizer.ggml.scores";
 
 // GPT-2 bytes_to_unicode(): printable bytes (0x21..0x7e, 0xa1..0xac, 0xae..0xff) stand for
 // themselves; the other 68 bytes map, in increasing order, to U+0100, U+0101, ...
@@ -178,12 +181,20 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string_view, int32_t> by_text;  // views into `tokens`
   std::array<int32_t, 256> byte_token{};
   std::unordered_map<uint64_t, Merge> merges;
-  // Tokens matched verbatim in the text (control and user-defined), by first byte, longest first.
-  std::array<std::vector<int32_t>, 256> specials;
+  // Tokens matched verbatim in the text (control and user-defined), as matched (for SentencePiece
+  // vocabularies with spaces written as U+2581, since matching runs on the normalized text):
+  // one-byte tokens by their byte, longer ones by their first two bytes, longest first.
+  struct Special {
+    int32_t id;
+    std::string text;
+  };
+  std::array<int32_t, 256> special_single{};
+  std::unordered_map<uint16_t, std::vector<Special>> special_multi;
   std::optional<int32_t> bos, eos;
   bool add_bos = false;
   std::vector<bool> eog;
-  std::optional<tokenizer_detail::PreTokenizer> pre;
+  std::optional<tokenizer_detail::PreTokenizer> pre;  // gpt2 model
+  std::optional<tokenizer_detail::SpmModel> spm;      // llama model (SentencePiece BPE)
 
   // Validates `v` and fills this object. offset_of(key) gives the byte offset that errors name for
   // a key (0 when unknown).
@@ -191,6 +202,9 @@ struct Tokenizer::Impl {
   void bpe(std::string_view word, std::vector<int32_t>& out, std::vector<Symbol>& syms,
            std::vector<Candidate>& heap) const;
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // Id of the control / user-defined token at text[i] (longest first), or -1; `len` gets the
+  // number of bytes it covers.
+  int32_t match_special(std::string_view text, size_t i, bool parse_special, size_t& len) const;
 };
 
 void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out,
@@ -235,6 +249,10 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out,
 
 void Tokenizer::Impl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
+  if (spm) {
+    spm->encode(text, out);
+    return;
+  }
   std::vector<std::string_view> words;
   pre->split(text, words);
   std::vector<Symbol> syms;
@@ -269,6 +287,10 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& f) {
     v.types.assign(v.tokens.size(), 1);  // absent: every token is normal (as llama.cpp)
   }
   if (v.model == "gpt2") v.merges = f.string_array(kKeyMerges);
+  if (v.model == "llama") {
+    v.scores = f.float_array(kKeyScores);
+    v.add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+  }
   v.bos = f.get_uint_opt("tokenizer.ggml.bos_token_id");
   v.eos = f.get_uint_opt("tokenizer.ggml.eos_token_id");
   v.unk = f.get_uint_opt("tokenizer.ggml.unknown_token_id");
@@ -287,12 +309,16 @@ void Tokenizer::Impl::build(TokenizerVocab& v,
     throw FormatError(src, field, offset_of(key), what);
   };
 
-  if (v.model != "gpt2") {
+  const bool is_spm = v.model == "llama";
+  if (v.model != "gpt2" && !is_spm) {
     fail(kKeyModel, kKeyModel,
-         fmt::format("unsupported tokenizer model '{}' (supported: gpt2)", printable(v.model)));
+         fmt::format("unsupported tokenizer model '{}' (supported: gpt2, llama)",
+                     printable(v.model)));
   }
   bool split_digits = false;
-  if (v.pre == "smollm") {
+  if (is_spm) {
+    // SentencePiece vocabularies have no pre-tokenizer; llama.cpp ignores the name ("default").
+  } else if (v.pre == "smollm") {
     split_digits = true;
   } else if (v.pre == "gpt-2" || v.pre == "gpt2") {
     split_digits = false;
@@ -311,6 +337,20 @@ void Tokenizer::Impl::build(TokenizerVocab& v,
     fail(kKeyTypes, kKeyTypes,
          fmt::format("{} entries but tokenizer.ggml.tokens has {}", v.types.size(), n));
   }
+  std::vector<float> scores;
+  if (is_spm) {
+    if (v.scores.size() != n) {
+      fail(kKeyScores, kKeyScores,
+           fmt::format("{} entries but tokenizer.ggml.tokens has {}", v.scores.size(), n));
+    }
+    scores.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(v.scores[i])) {
+        fail(kKeyScores, fmt::format("{}[{}]", kKeyScores, i), "score is NaN");
+      }
+      scores[i] = static_cast<float>(v.scores[i]);
+    }
+  }
 
   t.source = src;
   t.tokens = std::move(v.tokens);
@@ -325,8 +365,16 @@ void Tokenizer::Impl::build(TokenizerVocab& v,
     }
     t.types[i] = static_cast<int8_t>(ty);
     const std::string& text = t.tokens[i];
-    bool verbatim = ty == kTypeControl || ty == kTypeUserDefined;
-    t.pieces[i] = verbatim ? text : alphabet_to_bytes(text);
+    if (is_spm) {
+      if (ty == tokenizer_detail::kSpmTypeByte && tokenizer_detail::spm_byte_value(text) < 0) {
+        fail(kKeyTokens, fmt::format("{}[{}]", kKeyTokens, i),
+             fmt::format("byte token (type 6) '{}' is not of the form <0xNN>", printable(text)));
+      }
+      t.pieces[i] = tokenizer_detail::spm_piece_bytes(text, static_cast<int8_t>(ty));
+    } else {
+      bool verbatim = ty == kTypeControl || ty == kTypeUserDefined;
+      t.pieces[i] = verbatim ? text : alphabet_to_bytes(text);
+    }
     if (text.empty()) continue;  // cannot be looked up or matched
     auto [it, fresh] = t.by_text.emplace(std::string_view(text), static_cast<int32_t>(i));
     if (!fresh) {
@@ -387,52 +435,90 @@ void Tokenizer::Impl::build(TokenizerVocab& v,
   };
   t.bos = special_id(v.bos, "tokenizer.ggml.bos_token_id");
   t.eos = special_id(v.eos, "tokenizer.ggml.eos_token_id");
-  (void)special_id(v.unk, "tokenizer.ggml.unknown_token_id");
+  const std::optional<int32_t> unk = special_id(v.unk, "tokenizer.ggml.unknown_token_id");
   (void)special_id(v.pad, "tokenizer.ggml.padding_token_id");
   t.add_bos = v.add_bos;
 
+  if (is_spm) {
+    t.spm.emplace(t.tokens, t.types, t.by_text, std::move(scores), unk, v.add_space_prefix);
+  } else {
+    t.pre.emplace(split_digits);
+  }
+
   t.eog.assign(n, false);
   if (t.eos) t.eog[*t.eos] = true;
+  t.special_single.fill(-1);
   for (size_t i = 0; i < n; ++i) {
     const std::string& text = t.tokens[i];
     if (text.empty() || (t.types[i] != kTypeControl && t.types[i] != kTypeUserDefined)) continue;
-    t.specials[static_cast<unsigned char>(text[0])].push_back(static_cast<int32_t>(i));
+    // SentencePiece matches user-defined pieces after spaces became U+2581 (GGUF converters store
+    // Gemma's "▁▁" runs as plain spaces), so the match text is normalized like the input.
+    std::string match = is_spm ? t.spm->normalize(text) : text;
+    if (is_spm && t.spm->add_space_prefix()) match.erase(0, tokenizer_detail::kSpmSpace.size());
+    const auto id = static_cast<int32_t>(i);
+    if (match.size() == 1) {
+      int32_t& slot = t.special_single[static_cast<unsigned char>(match[0])];
+      if (slot < 0) slot = id;
+    } else {
+      const auto key = static_cast<uint16_t>((static_cast<unsigned char>(match[0]) << 8) |
+                                             static_cast<unsigned char>(match[1]));
+      t.special_multi[key].push_back({id, std::move(match)});
+    }
     if (t.types[i] == kTypeControl && (text == "<|im_end|>" || text == "<end_of_turn>" ||
                                        text == "<|eot_id|>" || text == "<|endoftext|>")) {
       t.eog[i] = true;
     }
   }
-  for (auto& list : t.specials) {
-    std::stable_sort(list.begin(), list.end(),
-                     [&](int32_t x, int32_t y) { return t.tokens[x].size() > t.tokens[y].size(); });
+  for (auto& [key, list] : t.special_multi) {
+    std::stable_sort(list.begin(), list.end(), [](const Special& x, const Special& y) {
+      return x.text.size() > y.text.size();
+    });
   }
-  t.pre.emplace(split_digits);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+int32_t Tokenizer::Impl::match_special(std::string_view text, size_t i, bool parse_special,
+                                       size_t& len) const {
+  auto allowed = [&](int32_t id) { return parse_special || types[id] == kTypeUserDefined; };
+  if (i + 1 < text.size() && !special_multi.empty()) {
+    const auto key = static_cast<uint16_t>((static_cast<unsigned char>(text[i]) << 8) |
+                                           static_cast<unsigned char>(text[i + 1]));
+    auto it = special_multi.find(key);
+    if (it != special_multi.end()) {
+      for (const Special& s : it->second) {  // longest first
+        if (allowed(s.id) && text.compare(i, s.text.size(), s.text) == 0) {
+          len = s.text.size();
+          return s.id;
+        }
+      }
+    }
+  }
+  int32_t id = special_single[static_cast<unsigned char>(text[i])];
+  len = 1;
+  return id >= 0 && allowed(id) ? id : -1;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool parse_special) const {
   const Impl& t = *impl_;
+  std::string normalized;
+  std::string_view text = raw;
+  if (t.spm) {  // SentencePiece: specials and pieces are matched in the normalized text
+    normalized = t.spm->normalize(raw);
+    text = normalized;
+  }
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   size_t plain_begin = 0;
   size_t i = 0;
   while (i < text.size()) {
-    const auto& cands = t.specials[static_cast<unsigned char>(text[i])];
-    int32_t hit = -1;
-    for (int32_t id : cands) {  // longest first
-      if (!parse_special && t.types[id] != kTypeUserDefined) continue;
-      const std::string& s = t.tokens[id];
-      if (text.compare(i, s.size(), s) == 0) {
-        hit = id;
-        break;
-      }
-    }
+    size_t len = 0;
+    const int32_t hit = t.match_special(text, i, parse_special, len);
     if (hit < 0) {
       ++i;
       continue;
     }
     t.encode_plain(text.substr(plain_begin, i - plain_begin), out);
     out.push_back(hit);
-    i += t.tokens[hit].size();
+    i += len;
     plain_begin = i;
   }
   t.encode_plain(text.substr(plain_begin), out);
@@ -449,12 +535,22 @@ std::string Tokenizer::piece(int32_t id) const {
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
+  // SentencePiece with a dummy prefix: the first visible piece loses its leading space.
+  bool strip_space = impl_->spm && impl_->spm->add_space_prefix();
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= impl_->pieces.size()) {
       throw Error(fmt::format("{}: token id {} is outside the vocabulary of {} tokens",
                               impl_->source, id, impl_->pieces.size()));
     }
-    out += impl_->pieces[static_cast<size_t>(id)];
+    const std::string& p = impl_->pieces[static_cast<size_t>(id)];
+    if (strip_space && impl_->types[static_cast<size_t>(id)] != kTypeControl && !p.empty()) {
+      strip_space = false;
+      if (p[0] == ' ') {
+        out.append(p, 1);
+        continue;
+      }
+    }
+    out += p;
   }
   return out;
 }

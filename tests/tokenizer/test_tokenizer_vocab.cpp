@@ -272,8 +272,11 @@ TEST_F(TokenizerVocabTest, SpecialIdsPastVocabulary) {
 }
 
 TEST_F(TokenizerVocabTest, UnsupportedModelAndPre) {
+  set(kvs_, "tokenizer.ggml.model", GgufValue::make_string("bert"));
+  expect_format_error({"tokenizer.ggml.model", "bert"});
+  // "llama" (SentencePiece) is supported but needs tokenizer.ggml.scores, which SmolLM2 lacks.
   set(kvs_, "tokenizer.ggml.model", GgufValue::make_string("llama"));
-  expect_format_error({"tokenizer.ggml.model", "llama"});
+  expect_format_error({"tokenizer.ggml.scores", "missing"});
   kvs_ = base_kvs();
   erase_key(kvs_, "tokenizer.ggml.model");
   expect_format_error({"tokenizer.ggml.model"});

@@ -23,9 +23,10 @@ enum class ChatStyle {
   // "<|im_start|>system\n...<|im_end|>" in the template text, if there is one) is used.
   kChatML,
   // "<start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n<start_of_turn>model\n", the user text
-  // trimmed of ASCII whitespace (the templates' `| trim`; Python's strip() would also remove
-  // Unicode spaces). The template's leading "{{ bos_token }}" is not written: the caller adds BOS
-  // as Tokenizer::add_bos() says.
+  // trimmed as the templates' `| trim` does (Python str.strip(): Unicode White_Space plus the
+  // \x1c..\x1f separators), the system text untrimmed. The template's leading "{{ bos_token }}"
+  // is not written: the caller adds BOS as Tokenizer::add_bos() says. Checked against jinja2
+  // renderings of google/gemma-3-4b-it's published template (tests/tokenizer).
   kGemma,
 };
 
@@ -45,8 +46,11 @@ std::optional<std::string> chatml_default_system(std::string_view template_text)
 std::string apply_chat_template(std::string_view template_text, std::string_view user,
                                 std::optional<std::string_view> system);
 
-// Same, reading the template from the file's "tokenizer.chat_template" (a STRING).
-// Errors: throws FormatError when the key is absent or not a string; Error when unsupported.
+// Same, reading the template from the file's "tokenizer.chat_template" (a STRING). When the key is
+// absent and "general.architecture" starts with "gemma" (pre-trained Gemma 3 GGUFs such as
+// gemma-3-270m ship no template), the Gemma style is used.
+// Errors: throws FormatError when the key is absent (other architectures) or not a string; Error
+// when unsupported.
 std::string apply_chat_template(const io::GgufFile& f, std::string_view user,
                                 std::optional<std::string_view> system);
 

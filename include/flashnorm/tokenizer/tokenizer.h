@@ -1,4 +1,17 @@
-// Tokenizers read from a GGUF file's own vocabulary ("tokenizer.ggml.*" keys).
+// Tokenizers read from a GGUF file's own vocabulary ("tokenizer.ggml.*" keys). Two models:
+//
+// llama model (SentencePiece BPE, e.g. Gemma 3): spaces become U+2581 "▁" (and, when
+// tokenizer.ggml.add_space_prefix is true, a "▁" is put in front of the text); control tokens
+// (type 3, with parse_special) and user-defined tokens (type 4) are matched verbatim, leftmost and
+// longest first, in that normalized text; between them the characters are merged pairwise, always
+// the adjacent pair whose concatenation is a normal/user-defined/unused token with the highest
+// tokenizer.ggml.scores value (ties: leftmost); characters left without a token become their
+// UTF-8 bytes' "<0xNN>" tokens (byte fallback). Decoding maps "▁" back to a space and byte tokens
+// to raw bytes. Behaviour matches Google's sentencepiece library run on a ModelProto built from
+// the GGUF vocabulary (BPE, byte_fallback, identity normalizer with whitespace escaping, Gemma's
+// add_dummy_prefix false), with control tokens treated as user-defined when parse_special is set;
+// checked by tests/tokenizer/test_tokenizer_gemma3.cpp against ids that sentencepiece produced.
+//
 // gpt2 model (byte-level BPE, GPT-2 byte-to-unicode map, merges by rank) with the pre-tokenizer
 // named by "tokenizer.ggml.pre" (smollm: digits one by one, then the GPT-2 split pattern; the
 // regex runs through PCRE2 with Unicode properties). Special/control tokens (token_type 3 or 4)
@@ -7,7 +20,9 @@
 // unk/byte fallback; pre-tokenizers Digits(individual_digits) then ByteLevel(use_regex)); checked
 // by tests/tokenizer against ids that HF tokenizers produced.
 // Sources: GGUF spec "tokenizer.ggml" keys; GPT-2 encoder.py (bytes_to_unicode); HF tokenizers BPE
-// and pre-tokenizers; llama.cpp llama-vocab.cpp "smollm" pre-tokenizer (behaviour, not code).
+// and pre-tokenizers; llama.cpp llama-vocab.cpp "smollm" pre-tokenizer (behaviour, not code);
+// sentencepiece bpe_model.cc / normalizer.cc / sentencepiece_processor.cc (llama model; behaviour,
+// not code).
 #pragma once
 
 #include <cstdint>
@@ -27,13 +42,17 @@ namespace flashnorm {
 // A tokenizer vocabulary as plain data, with the same meaning as the GGUF "tokenizer.ggml.*" keys.
 // Tokenizer::from_gguf fills one from the file; from_vocab lets other sources (tests, a future
 // tokenizer.json reader) build the same tokenizer. Field <-> key:
-//   model  "tokenizer.ggml.model" ("gpt2" is the only supported value)
-//   pre    "tokenizer.ggml.pre" ("smollm": digits split one by one, then the GPT-2 pattern;
-//          "gpt-2" / "gpt2": the GPT-2 pattern alone)
-//   tokens "tokenizer.ggml.tokens" (token texts in the GPT-2 byte alphabet; ids are indices)
+//   model  "tokenizer.ggml.model" ("gpt2": byte-level BPE; "llama": SentencePiece BPE)
+//   pre    "tokenizer.ggml.pre" (gpt2 only: "smollm": digits split one by one, then the GPT-2
+//          pattern; "gpt-2" / "gpt2": the GPT-2 pattern alone. Ignored for llama)
+//   tokens "tokenizer.ggml.tokens" (token texts, ids are indices: gpt2 in the GPT-2 byte
+//          alphabet; llama with "▁" for spaces, byte tokens spelled "<0xNN>")
 //   types  "tokenizer.ggml.token_type" (llama.cpp values: 0 undefined, 1 normal, 2 unknown,
 //          3 control, 4 user-defined, 5 unused, 6 byte; same length as tokens)
-//   merges "tokenizer.ggml.merges" ("left right", rank = index)
+//   merges "tokenizer.ggml.merges" ("left right", rank = index; gpt2 only)
+//   scores "tokenizer.ggml.scores" (llama only: one float per token, higher merges first)
+//   add_space_prefix "tokenizer.ggml.add_space_prefix" (llama only; absent means true, as in
+//          llama.cpp; Gemma 3 sets false)
 //   bos/eos/unk/pad "tokenizer.ggml.{bos,eos,unknown,padding}_token_id"
 //   add_bos "tokenizer.ggml.add_bos_token"
 // `source` names the origin in error messages (a file name).
@@ -44,6 +63,8 @@ struct TokenizerVocab {
   std::vector<std::string> tokens;
   std::vector<int64_t> types;
   std::vector<std::string> merges;
+  std::vector<double> scores;
+  bool add_space_prefix = true;
   std::optional<uint64_t> bos, eos, unk, pad;
   bool add_bos = false;
 };
@@ -53,14 +74,17 @@ class Tokenizer {
   // Builds a tokenizer from plain data (see TokenizerVocab). Same checks and errors as from_gguf
   // (FormatError with byte offset 0, naming the GGUF key the field stands for).
   static Tokenizer from_vocab(TokenizerVocab vocab);
-  // Reads tokenizer.ggml.{model, pre, tokens, token_type, merges, bos/eos/unknown/padding_token_id,
-  // add_bos_token}. An absent token_type means every token is normal (no specials); an absent pre
-  // is unsupported. Vocabulary sizes are limited to int32 ids.
+  // Reads tokenizer.ggml.{model, pre, tokens, token_type, merges (gpt2), scores and
+  // add_space_prefix (llama), bos/eos/unknown/padding_token_id, add_bos_token}. An absent
+  // token_type means every token is normal (no specials); an absent pre is unsupported for gpt2.
+  // Vocabulary sizes are limited to int32 ids. Gemma 3's 262144-token vocabulary loads in well
+  // under a second (tested).
   // Errors: throws FormatError naming the key (and the element index where one is at fault) for a
   // missing or mistyped tokenizer array (tokens must be a STRING array without duplicates,
   // token_type an integer array of the same length with values 0..6, each merge two tokens
-  // separated by one space whose concatenation is a token), special token ids at or past the
-  // vocabulary, or an unsupported model/pre name.
+  // separated by one space whose concatenation is a token; llama: scores a float array of the
+  // same length without NaN, every byte token (type 6) spelled "<0xNN>"), special token ids at or
+  // past the vocabulary, or an unsupported model/pre name.
   static Tokenizer from_gguf(const io::GgufFile& f);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -68,18 +92,27 @@ class Tokenizer {
 
   // UTF-8 text -> token ids. No BOS is added (see add_bos()). With parse_special, control tokens
   // (type 3) in the text become their ids; user-defined tokens (type 4) are always matched. Longest
-  // match at the leftmost position wins (as HF tokenizers' added-token splitter). Invalid UTF-8
-  // never crashes: bytes that are not part of a valid sequence form their own pre-tokens and go
-  // through the byte alphabet like any byte. Bytes whose alphabet character is not a token are
-  // dropped, as HF and llama.cpp do (SmolLM2 lacks 21: 0x04 0x06 0x13 0x14 0x16 0x1d 0xc0 0xc1
-  // 0xf1 0xf2 0xf5..0xff); for every other byte string s, decode(encode(s)) == s.
-  // Cost: O(n log n) in the text length; thread-safe.
+  // match at the leftmost position wins (as HF tokenizers' added-token splitter and
+  // sentencepiece's user-defined symbols). Invalid UTF-8 never crashes.
+  // gpt2: bytes that are not part of a valid sequence form their own pre-tokens and go through the
+  // byte alphabet like any byte. Bytes whose alphabet character is not a token are dropped, as HF
+  // and llama.cpp do (SmolLM2 lacks 21: 0x04 0x06 0x13 0x14 0x16 0x1d 0xc0 0xc1 0xf1 0xf2
+  // 0xf5..0xff); for every other byte string s, decode(encode(s)) == s.
+  // llama: each byte of an invalid sequence becomes its <0xNN> token (sentencepiece itself would
+  // substitute U+FFFD; no Python reference can pass such text); a byte without a <0xNN> token
+  // becomes the unknown token (dropped without one). With all 256 byte tokens (Gemma 3) and
+  // add_space_prefix false, decode(encode(s)) == s for every byte string s, except that a literal
+  // U+2581 in s is the space marker and comes back as a space (as in sentencepiece). The dummy
+  // prefix of add_space_prefix goes in front of the whole text (also when it starts with a control
+  // token). Cost: O(n log n) in the text length; thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
-  // Bytes of one token (byte-level decoded; control tokens give their text). Throws Error for an
-  // id outside the vocabulary.
+  // Bytes of one token (gpt2: byte-level decoded; llama: "▁" -> space, "<0xNN>" -> that byte;
+  // control tokens give their text). Throws Error for an id outside the vocabulary.
   std::string piece(int32_t id) const;
   // Concatenated pieces of `ids` (bytes; not necessarily valid UTF-8 when a multi-byte character is
-  // split across a prefix of a sequence). Throws Error for an id outside the vocabulary.
+  // split across a prefix of a sequence). llama with add_space_prefix: the first non-control piece
+  // loses one leading space (as sentencepiece's decoder). Throws Error for an id outside the
+  // vocabulary.
   std::string decode(std::span<const int32_t> ids) const;
 
   size_t vocab_size() const;

@@ -1,0 +1,206 @@
+// SentencePiece BPE encoding; see spm.h.
+#include "spm.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+namespace flashnorm::tokenizer_detail {
+namespace {
+
+// Length (1..4) of the valid, shortest-form UTF-8 sequence of a scalar value at s[i], or 0.
+size_t utf8_len(std::string_view s, size_t i) {
+  auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) return 1;
+  size_t len;
+  char32_t v, min;
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2, v = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3, v = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4, v = b0 & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (b & 0x3F);
+  }
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  return len;
+}
+
+bool mergeable(int8_t type) {
+  // sentencepiece's pieces_ map: NORMAL, USER_DEFINED, UNUSED (llama.cpp's 0 "undefined" is
+  // treated as normal). CONTROL, UNKNOWN and BYTE pieces never result from a merge.
+  return type == 0 || type == 1 || type == 4 || type == kSpmTypeUnused;
+}
+
+// One symbol of the text being merged: bytes [begin, begin + len) of the normalized text, in a
+// doubly linked list; len 0 once merged into its left neighbour.
+struct Symbol {
+  uint32_t begin;
+  uint32_t len;
+  int32_t prev;
+  int32_t next;
+  bool frozen;
+};
+
+struct Pair {
+  float score;
+  int32_t left;
+  int32_t right;
+  uint32_t size;  // bytes of the merged piece; a mismatch later means the pair is stale
+};
+struct PairAfter {  // max-heap order: highest score first, then the leftmost pair
+  bool operator()(const Pair& a, const Pair& b) const {
+    return a.score != b.score ? a.score < b.score : a.left > b.left;
+  }
+};
+
+}  // namespace
+
+int spm_byte_value(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
+  int v = 0;
+  for (char c : text.substr(3, 2)) {
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      d = c - 'A' + 10;
+    } else {
+      return -1;
+    }
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+std::string spm_piece_bytes(std::string_view text, int8_t type) {
+  if (type == kSpmTypeByte) {
+    int b = spm_byte_value(text);
+    if (b >= 0) return std::string(1, static_cast<char>(b));
+  }
+  if (type == 3) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text.compare(i, kSpmSpace.size(), kSpmSpace) == 0) {
+      out.push_back(' ');
+      i += kSpmSpace.size();
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
+}
+
+SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<int8_t>& types,
+                   const std::unordered_map<std::string_view, int32_t>& by_text,
+                   std::vector<float> scores, std::optional<int32_t> unk, bool add_space_prefix)
+    : tokens_(tokens),
+      types_(types),
+      by_text_(by_text),
+      scores_(std::move(scores)),
+      unk_(unk),
+      add_space_prefix_(add_space_prefix) {
+  byte_token_.fill(-1);
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (types_[i] != kSpmTypeByte) continue;
+    int b = spm_byte_value(tokens_[i]);
+    if (b >= 0 && byte_token_[b] < 0) byte_token_[b] = static_cast<int32_t>(i);
+  }
+}
+
+std::string SpmModel::normalize(std::string_view text) const {
+  std::string out;
+  out.reserve(text.size() + text.size() / 4 + 3);
+  if (add_space_prefix_ && !text.empty()) out += kSpmSpace;
+  for (char c : text) {
+    if (c == ' ') {
+      out += kSpmSpace;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void SpmModel::encode(std::string_view norm, std::vector<int32_t>& out) const {
+  if (norm.empty()) return;
+  std::vector<Symbol> syms;
+  syms.reserve(norm.size());
+  for (size_t i = 0; i < norm.size();) {
+    size_t len = utf8_len(norm, i);
+    const bool bad = len == 0;
+    if (bad) len = 1;
+    const auto idx = static_cast<int32_t>(syms.size());
+    syms.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len), idx - 1, idx + 1, bad});
+    i += len;
+  }
+  syms.back().next = -1;
+
+  // Pieces of UNUSED tokens formed by a merge -> the two pieces that formed them (sentencepiece
+  // records the pair when it is queued, the last one queued wins).
+  std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>> rev_merge;
+  std::vector<Pair> heap;
+  auto view = [&](const Symbol& s) { return norm.substr(s.begin, s.len); };
+  auto push = [&](int32_t l, int32_t r) {
+    if (l < 0 || r < 0 || syms[l].frozen || syms[r].frozen) return;
+    std::string_view joined = norm.substr(syms[l].begin, syms[l].len + syms[r].len);
+    auto it = by_text_.find(joined);
+    if (it == by_text_.end() || !mergeable(types_[it->second])) return;
+    heap.push_back({scores_[it->second], l, r, static_cast<uint32_t>(joined.size())});
+    std::push_heap(heap.begin(), heap.end(), PairAfter{});
+    if (types_[it->second] == kSpmTypeUnused) {
+      rev_merge[joined] = {view(syms[l]), view(syms[r])};
+    }
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) push(i, i + 1);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), PairAfter{});
+    const Pair p = heap.back();
+    heap.pop_back();
+    Symbol& l = syms[p.left];
+    Symbol& r = syms[p.right];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != p.size) continue;  // stale
+    l.len += r.len;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = p.left;
+    r.len = 0;
+    push(l.prev, p.left);
+    push(p.left, l.next);
+  }
+
+  std::function<void(std::string_view)> emit = [&](std::string_view piece) {
+    auto it = by_text_.find(piece);
+    if (it != by_text_.end()) {
+      if (types_[it->second] == kSpmTypeUnused) {
+        auto rm = rev_merge.find(piece);
+        if (rm != rev_merge.end()) {
+          emit(rm->second.first);
+          emit(rm->second.second);
+          return;
+        }
+      }
+      out.push_back(it->second);
+      return;
+    }
+    for (char c : piece) {  // byte fallback
+      int32_t id = byte_token_[static_cast<unsigned char>(c)];
+      if (id >= 0) {
+        out.push_back(id);
+      } else if (unk_) {
+        out.push_back(*unk_);
+      }
+    }
+  };
+  for (int32_t i = 0; i >= 0; i = syms[i].next) emit(view(syms[i]));
+}
+
+}  // namespace flashnorm::tokenizer_detail
