@@ -83,7 +83,9 @@ def table(doc):
         f"Run: {k['gpu']}, driver {k['driver']}, CUDA runtime {k['cuda_runtime']}, commit "
         f"`{k['commit'][:12]}`{' (dirty)' if k['dirty'] else ''}, {k['date']}. Measured in the same run: "
         f"copy bandwidth {k['copy_bw_GBs']:.0f} GB/s (read + write), bf16 GEMM {k['gemm_tflops']:.0f} TFLOP/s. "
-        f"bf16, CUDA-graph medians of {k['graph_reps']} replays, microseconds per call; W rotated past the L2.",
+        f"bf16, CUDA-graph medians of {k['graph_reps']} replays"
+        f"{' (median over 3 interleaved rounds of all variants)' if any('graph_us_rounds' in x for r0 in k['rows'] for x in r0['variants'].values()) else ''}"
+        f", microseconds per call; W rotated past the L2.",
         "",
         "| shape | M | W MB | unfused | bare cuBLAS | flashnorm | impl | decode | prefill | 2-stream "
         "| torch eager | torch.compile | floor | unfused/fn | bare/fn | fn/floor | max rel err | targets |",
@@ -112,6 +114,20 @@ def table(doc):
         lines.append(f"| {r['name']} | {r['M']} | {fmt(v['unfused']['eager_us'])} | {fmt(v['bare']['eager_us'])} | "
                      f"{fmt(v[x['fn_impl']]['eager_us'])} | {fmt(v['fn_two_stream']['eager_us'])} | "
                      f"{fmt(p.get('unfused_eager_us') if p else None)} | {fmt(v['rms_norm']['graph_us'])} |")
+    pdl = [x for x in rows if "fn_decode_pdl" in x["r"]["variants"]]
+    if pdl:
+        lines += ["", "Decode kernel: chosen configuration (row-warps x k-warps, split-K) and the same kernel "
+                  "launched with programmatic dependent launch in a chain of calls (`LinearArgs::pdl`; not the "
+                  "headline figure: cuBLAS and the unfused path get no such overlap here). Graph us:", "",
+                  "| shape | M | rw x kw, ks | decode | decode+PDL | bare | unfused | bare/decode+PDL | "
+                  "unfused/decode+PDL | decode+PDL/floor |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for x in pdl:
+            r, v = x["r"], x["r"]["variants"]
+            d, q = v["fn_decode"]["graph_us"], v["fn_decode_pdl"]["graph_us"]
+            lines.append(f"| {r['name']} | {r['M']} | {r.get('decode_rw', '-')} x {r.get('decode_kw', '-')}, "
+                         f"{r['decode_ksplit']} | {fmt(d)} | {fmt(q)} | {fmt(x['bare'])} | {fmt(x['unf'])} | "
+                         f"{x['bare'] / q:.2f}x | {x['unf'] / q:.2f}x | {q / x['floor']:.2f}x |")
     sweep = [x for x in rows if any(n.startswith("decode_ks") for n in x["r"]["variants"])]
     if sweep:
         lines += ["", "Decode split-K sweep (graph us):", "", "| shape | M | chosen ks | ks=1 | 2 | 4 | 8 | 16 | 32 |",

@@ -137,10 +137,10 @@ fk::LinearContext& ctx() {
   return c;
 }
 
-void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0) {
+void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0) {
   SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
                                   << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
-                                  << " ksplit=" << ksplit);
+                                  << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw);
   const LinData& d = lin_data(c);
   const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
                yn = static_cast<size_t>(c.M) * c.N;
@@ -157,6 +157,8 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0) {
   if (c.mask) a.scale_mask = static_cast<const uint8_t*>(mk.p);
   ctx().debug = {};
   ctx().debug.decode_ksplit = ksplit;
+  ctx().debug.decode_rw = rw;
+  ctx().debug.decode_kw = kw;
   FN_OK(ctx().run(a, impl, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   ctx().debug = {};
@@ -192,6 +194,17 @@ TEST(LinearSmall, DecodeSplitK) {
   for (int ks : {1, 2, 3, 7})
     for (int M : {1, 8, 17, 64})
       run_linear({fk::DType::kBF16, M, 136, 1000, true, true, 0}, fk::LinearImpl::kDecode, ks);
+}
+// Every decode CTA shape the tuner may pick (and odd k-warp counts), with and without split-K.
+TEST(LinearSmall, DecodeConfigs) {
+  for (int rw : {1, 2, 4})
+    for (int kw : {1, 3, 8})
+      if (rw * kw <= 8)
+        for (int ks : {1, 3})
+          for (int M : {1, 8, 33, 64})
+            run_linear({fk::DType::kBF16, M, 200, 1000, true, true, 0}, fk::LinearImpl::kDecode, ks,
+                       rw, kw);
+  run_linear({fk::DType::kFP16, 5, 72, 4096, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 8);
 }
 TEST(LinearSmall, LargeMSmallShape) {
   for (fk::LinearImpl im :

@@ -16,6 +16,7 @@ struct Loop {
   int M, N, K, steps;
   fk::LinearImpl impl;
   fk::DebugHooks hooks;
+  bool pdl = false;
 };
 
 // Returns the number of steps whose output was wrong; prints the first few.
@@ -37,6 +38,7 @@ int run_loop(const Loop& L) {
   fk::LinearArgs a;
   a.dtype = L.dt, a.M = L.M, a.N = L.N, a.K = L.K, a.x = x.p, a.ldx = L.K, a.w = w.p, a.ldw = L.K;
   a.y = y.p, a.ldy = L.N, a.eps = kEps;
+  a.pdl = L.pdl;
   int bad = 0;
   std::vector<uint16_t> xb;
   std::vector<float> xf, yf(yn);
@@ -91,6 +93,15 @@ TEST(RaceDecode, SplitKReuse) {
   EXPECT_EQ(run_loop({fk::DType::kBF16, 8, 512, 2048, 200, fk::LinearImpl::kDecode, h}), 0);
   h.decode_ksplit = 0;
   EXPECT_EQ(run_loop({fk::DType::kBF16, 64, 320, 1024, 100, fk::LinearImpl::kDecode, h}), 0);
+}
+// PDL launch: the decode kernel starts streaming W while the (delayed) preceding kernel still runs;
+// it must read x and write y only after that kernel completed. Also with split-K (counters).
+TEST(RaceDecode, PdlAfterDelayedKernel) {
+  fk::DebugHooks h;
+  h.delay_gemm_cycles = kDelay / 4;
+  EXPECT_EQ(run_loop({fk::DType::kBF16, 8, 512, 2048, 100, fk::LinearImpl::kDecode, h, true}), 0);
+  h.decode_ksplit = 4;
+  EXPECT_EQ(run_loop({fk::DType::kBF16, 3, 200, 1000, 100, fk::LinearImpl::kDecode, h, true}), 0);
 }
 
 }  // namespace

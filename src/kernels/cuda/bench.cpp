@@ -232,6 +232,13 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         variants.push_back({std::string("fn_") + impl_name(im), [&, im](int i, cudaStream_t st) {
                               throw_if_error(ctx.run(largs(i), im, st));
                             }});
+      if (M <=
+          64)  // decode in a chain of PDL launches (each call overlaps the previous one's tail)
+        variants.push_back({"fn_decode_pdl", [&](int i, cudaStream_t st) {
+                              LinearArgs a = largs(i);
+                              a.pdl = true;
+                              throw_if_error(ctx.run(a, LinearImpl::kDecode, st));
+                            }});
       if (opt.decode_sweep && M <= 64)
         for (int ks : {1, 2, 4, 8, 16, 32})
           if (ks == 1 || K / ks >= 64)
@@ -249,19 +256,34 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       row["tc_floor_us"] = 2.0 * M * N * K / gemm_rate * 1e6;
       row["floor_us"] =
           std::max(row["hbm_floor_us"].get<double>(), row["tc_floor_us"].get<double>());
-      if (M <= 64) {  // autotune the decode split-K on a rotating copy (W cold enough: 20 reps)
+      if (M <= 64) {  // autotune the decode configuration on the rotating copies (graph-timed)
         Status ts;
         std::vector<LinearArgs> sets;
         for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
-        ctx.tune_decode(sets.data(), nrot, s, &ts);
+        double tuned_us = 0;
+        ctx.tune_decode(sets.data(), nrot, s, &ts, &tuned_us);
         throw_if_error(ts);
+        row["decode_tuned_us"] = tuned_us;
       }
-      row["decode_ksplit"] = ctx.decode_ksplit(M, N, K);
+      const DecodeConfig dc = ctx.decode_config(M, N, K);
+      row["decode_ksplit"] = dc.ks;
+      row["decode_rw"] = dc.rw;
+      row["decode_kw"] = dc.kw;
       row["auto_impl"] = std::string("fn_") + impl_name(ctx.choose(largs(0)));
       nlohmann::json vj;
-      for (auto& [vname, step] : variants) {
+      // graph timings in interleaved rounds (every variant once per round), median over rounds, so
+      // that clock drift during the run (long compute-bound GEMMs heat the card) hits all alike
+      constexpr int kRounds = 3;
+      std::vector<std::vector<double>> rounds(variants.size());
+      for (int r = 0; r < kRounds; ++r)
+        for (size_t vi = 0; vi < variants.size(); ++vi)
+          rounds[vi].push_back(time_graph(variants[vi].second, nrot, opt.graph_reps, s));
+      for (size_t vi = 0; vi < variants.size(); ++vi) {
+        const std::string& vname = variants[vi].first;
+        const Step& step = variants[vi].second;
         nlohmann::json v;
-        v["graph_us"] = time_graph(step, nrot, opt.graph_reps, s);
+        v["graph_us"] = median(rounds[vi]);
+        v["graph_us_rounds"] = rounds[vi];
         v["eager_us"] = time_eager(step, nrot, opt.eager_reps, s);
         if (vname == "fn_prefill") v["path"] = ctx.last_prefill_path();
         if (opt.check && vname.rfind("fn_", 0) == 0) {

@@ -136,6 +136,7 @@ LinearContext::~LinearContext() {
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
   cudaFree(ws_);
   cudaFree(rstd_);
+  cudaFree(xs_);
   cudaFree(part_);
   cudaFree(counters_);
   if (side_) cudaStreamDestroy(side_);
@@ -274,22 +275,41 @@ Status LinearContext::gemm(DType dtype, int64_t M, int64_t N, int64_t K, const v
   return {};
 }
 
-int LinearContext::decode_ksplit(int64_t M, int64_t N, int64_t K) const {
-  if (debug.decode_ksplit > 0) return debug.decode_ksplit;
-  auto it = tuned_ks_.find({detail::decode_mp(static_cast<int>(M)), N, K});
-  if (it != tuned_ks_.end()) return it->second;
-  const int64_t nrb = (N + detail::kRowsPerCta - 1) / detail::kRowsPerCta;
-  const int64_t target = 4 * num_sms_;
-  int64_t ks = (target + nrb - 1) / nrb;
-  const int64_t max_ks = std::max<int64_t>(1, K / (detail::kWarpsK * 32));  // >= 32 k per warp
-  ks = std::clamp<int64_t>(ks, 1, std::min<int64_t>(max_ks, 32));
-  return static_cast<int>(ks);
+namespace {
+bool valid_decode_config(const DecodeConfig& c, int M, int K) {
+  if (!(c.rw == 1 || c.rw == 2 || c.rw == 4) || c.kw < 1 || c.ks < 1) return false;
+  if (c.rw * c.kw * 32 > detail::kDecodeMaxThreads) return false;
+  if (detail::decode_smem_bytes(M, c.rw, c.kw) > static_cast<size_t>(detail::kDecodeMaxSmem))
+    return false;
+  return c.ks == 1 || K / c.ks >= 32;
+}
+}  // namespace
+
+DecodeConfig LinearContext::decode_config(int64_t M, int64_t N, int64_t K) const {
+  DecodeConfig c;
+  auto it = tuned_.find({detail::decode_mp(static_cast<int>(M)), N, K});
+  if (it != tuned_.end()) {
+    c = it->second;
+  } else {
+    c.rw = 1;  // the tuner picked rw = 1 on every benchmark shape (H200, 2026-11-29)
+    c.kw = M <= 16 ? 8 : 4;
+    const int64_t ctas = (N + 16 * c.rw - 1) / (16 * c.rw);
+    const int64_t target = 2 * num_sms_;
+    int64_t ks = (target + ctas - 1) / ctas;
+    const int64_t max_ks = std::max<int64_t>(1, K / (32 * c.kw));  // >= 32 k per warp
+    c.ks = static_cast<int>(std::clamp<int64_t>(ks, 1, std::min<int64_t>(max_ks, 8)));
+  }
+  if (debug.decode_ksplit > 0) c.ks = debug.decode_ksplit;
+  if (debug.decode_rw > 0) c.rw = debug.decode_rw;
+  if (debug.decode_kw > 0) c.kw = debug.decode_kw;
+  return c;
 }
 
-int LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStream_t stream, Status* status) {
+DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
+                                        Status* status, double* best_us) {
   if (n < 1) {
     if (status) *status = invalid("tune_decode: no argument sets");
-    return 0;
+    return {};
   }
   const LinearArgs& a = sets[0];
   Status st;
@@ -298,41 +318,66 @@ int LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStream_t strea
     if (st.ok() && (sets[i].M != a.M || sets[i].N != a.N || sets[i].K != a.K))
       st = invalid("tune_decode: argument sets differ in shape");
   }
-  const int saved = debug.decode_ksplit;
-  int best_ks = 0;
-  float best = 1e30f;
+  const DebugHooks saved = debug;
+  debug.decode_ksplit = debug.decode_rw = debug.decode_kw = 0;
+  DecodeConfig best{};
+  float best_ms = 1e30f;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   if (st.ok()) st = cuda_status(cudaEventCreate(&e0), "cudaEventCreate");
   if (st.ok()) st = cuda_status(cudaEventCreate(&e1), "cudaEventCreate");
-  for (int ks : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}) {
-    if (!st.ok()) break;
-    if (ks > 1 && a.K / ks < detail::kWarpsK * 32) break;
-    debug.decode_ksplit = ks;
-    st = run_decode(a, stream);  // warm-up (grows the workspace if needed)
-    if (!st.ok()) break;
-    float ms = 0;
-    st = cuda_status(cudaEventRecord(e0, stream), "cudaEventRecord");
-    const int reps = std::max(20, n);
-    for (int r = 0; r < reps && st.ok(); ++r) st = run_decode(sets[r % n], stream);
-    if (st.ok()) st = cuda_status(cudaEventRecord(e1, stream), "cudaEventRecord");
-    if (st.ok()) st = cuda_status(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    if (st.ok()) st = cuda_status(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    if (st.ok() && ms < best) best = ms, best_ks = ks;
-  }
-  debug.decode_ksplit = saved;
+  const int reps = std::max(32, n);
+  for (int rw : {1, 2, 4})
+    for (int kw : {2, 4, 8})
+      for (int ks : {1, 2, 4, 8}) {
+        const DecodeConfig c{rw, kw, ks};
+        if (!st.ok() || !valid_decode_config(c, static_cast<int>(a.M), static_cast<int>(a.K)))
+          continue;
+        if (ks > 1 && a.K / ks < 32 * kw) continue;  // at least one chunk per warp
+        debug.decode_rw = rw, debug.decode_kw = kw, debug.decode_ksplit = ks;
+        st = run_decode(a, stream);  // warm-up (grows the workspace if needed)
+        if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t ge = nullptr;
+        if (st.ok())
+          st = cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                           "cudaStreamBeginCapture");
+        for (int r = 0; r < reps && st.ok(); ++r) st = run_decode(sets[r % n], stream);
+        if (st.ok()) {
+          st = cuda_status(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
+        } else {
+          cudaGraph_t junk = nullptr;
+          cudaStreamEndCapture(stream, &junk);
+          if (junk) cudaGraphDestroy(junk);
+        }
+        if (st.ok()) st = cuda_status(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+        if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
+        float ms = 1e30f;
+        for (int r = 0; r < 3 && st.ok(); ++r) {
+          float t = 0;
+          st = cuda_status(cudaEventRecord(e0, stream), "cudaEventRecord");
+          if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
+          if (st.ok()) st = cuda_status(cudaEventRecord(e1, stream), "cudaEventRecord");
+          if (st.ok()) st = cuda_status(cudaEventSynchronize(e1), "cudaEventSynchronize");
+          if (st.ok()) st = cuda_status(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
+          ms = std::min(ms, t);
+        }
+        if (ge) cudaGraphExecDestroy(ge);
+        if (g) cudaGraphDestroy(g);
+        if (st.ok() && ms < best_ms) best_ms = ms, best = c;
+      }
+  debug = saved;
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
   if (status) *status = st;
-  if (best_ks > 0) tuned_ks_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best_ks;
-  return best_ks;
+  if (!st.ok()) return {};
+  if (best.rw > 0) tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best;
+  if (best_us) *best_us = best_ms * 1e3 / reps;
+  return best;
 }
 
 LinearImpl LinearContext::choose(const LinearArgs& a) {
   if (a.M <= kAutoDecodeMaxM) return LinearImpl::kDecode;
-  Plan* plan = nullptr;
-  if (!a.bias && !a.scale_mask &&
-      get_plan(a.dtype, a.M, a.N, a.K, a.ldx, a.ldw, a.ldy, true, &plan).ok())
-    return LinearImpl::kPrefill;
+  if (!a.bias && !a.scale_mask) return LinearImpl::kPrefill;
   return LinearImpl::kTwoStream;
 }
 
@@ -358,14 +403,22 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   p.bias = a.bias, p.mask = a.scale_mask;
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
   p.eps = a.eps;
-  const int nrb = static_cast<int>((a.N + detail::kRowsPerCta - 1) / detail::kRowsPerCta);
+  const DecodeConfig c = decode_config(a.M, a.N, a.K);
+  if (!(c.rw == 1 || c.rw == 2 || c.rw == 4) || c.kw < 1 || c.ks < 1 ||
+      c.rw * c.kw * 32 > detail::kDecodeMaxThreads ||
+      detail::decode_smem_bytes(p.M, c.rw, c.kw) > static_cast<size_t>(detail::kDecodeMaxSmem))
+    return invalid(fmt::format("flashnorm_linear: bad decode configuration rw={} kw={} ks={}", c.rw,
+                               c.kw, c.ks));
+  const int rows = 16 * c.rw;
+  const int nrb = static_cast<int>((a.N + rows - 1) / rows);
   if (nrb > (1 << 16))
     return {Code::kUnsupported, "flashnorm_linear: N too large for the decode kernel"};
-  int ks = decode_ksplit(a.M, a.N, a.K);
-  const int gran = 32 * detail::kWarpsK;
-  int kchunk = static_cast<int>(((a.K + ks - 1) / ks + gran - 1) / gran * gran);
+  int ks = c.ks;
+  int kchunk = static_cast<int>(((a.K + ks - 1) / ks + 31) / 32 * 32);
   ks = static_cast<int>((a.K + kchunk - 1) / kchunk);
-  p.ksplit = ks, p.kchunk = kchunk, p.n_pad = nrb * detail::kRowsPerCta;
+  p.rw = c.rw, p.kw = c.kw;
+  p.pdl = a.pdl ? 1 : 0;
+  p.ksplit = ks, p.kchunk = kchunk, p.n_pad = nrb * rows;
   p.counters = counters_;
   if (ks > 1) {
     const int mp = detail::decode_mp(p.M);
@@ -383,24 +436,23 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
 }
 
 Status LinearContext::run_prefill(const LinearArgs& a, cudaStream_t s) {
-  Status st =
-      ensure(&rstd_, &rstd_cap_, static_cast<size_t>(a.M) * sizeof(float), s, "rstd buffer");
-  if (!st.ok()) return st;
-  float* rstd = static_cast<float*>(rstd_);
-  Plan* plan = nullptr;
-  if (!a.bias && !a.scale_mask &&
-      get_plan(a.dtype, a.M, a.N, a.K, a.ldx, a.ldw, a.ldy, true, &plan).ok()) {
-    if (debug.delay_rstd_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_rstd_cycles, s));
-    FN_CUDA(detail::launch_rstd(a.dtype, a.M, a.K, a.x, a.ldx, a.eps, rstd, s));
-    if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
-    // Join: the GEMM is stream-ordered after the rstd kernel; its epilogue reads rstd as alpha.
-    st = gemm(a.dtype, a.M, a.N, a.K, a.x, a.ldx, a.w, a.ldw, a.y, a.ldy, rstd, s);
-    if (st.ok()) last_prefill_path_ = fmt::format("lt_row_alpha_{}", plan->kind);
-    return st;
+  if (a.bias || a.scale_mask || a.K > 32768) {  // prescale: no per-column mask, K <= 32768
+    last_prefill_path_ = "two_stream_fallback";
+    return run_two_stream(a, s);
   }
-  // no per-row-alpha GEMM (or bias/mask): the rstd kernel overlaps the GEMM on the side stream
-  last_prefill_path_ = "two_stream_fallback";
-  return run_two_stream(a, s);
+  const size_t esz = 2;
+  Status st = ensure(&xs_, &xs_cap_, static_cast<size_t>(a.M) * a.K * esz, s, "prescale buffer");
+  if (!st.ok()) return st;
+  if (debug.delay_rstd_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_rstd_cycles, s));
+  RmsNormArgs r;
+  r.dtype = a.dtype, r.M = a.M, r.K = a.K, r.x = a.x, r.ldx = a.ldx, r.gain = nullptr;
+  r.y = xs_, r.ldy = a.K, r.eps = a.eps;
+  FN_CUDA(detail::launch_rms_norm(r, s));  // x_s = x * rstd(x), fp32 sum of squares
+  if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
+  // Join: the GEMM is stream-ordered after the prescale kernel that wrote x_s.
+  st = gemm(a.dtype, a.M, a.N, a.K, xs_, a.K, a.w, a.ldw, a.y, a.ldy, nullptr, s);
+  if (st.ok()) last_prefill_path_ = "prescale";
+  return st;
 }
 
 Status LinearContext::run_two_stream(const LinearArgs& a, cudaStream_t s) {

@@ -218,40 +218,88 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
-// ---- the fused decode kernel
-// --------------------------------------------------------------------- CTA: kWarpsRows x kWarpsK
-// warps. Warp (wr, wk) computes 16 output features (W rows n0..n0+15) for all MT*8 padded rows of x
-// over its K slice with mma.m16n8k16: A = W rows (streamed once from HBM with 16-byte loads), B = x
-// rows (16-byte loads through L1, shared by the row-warps of the CTA). The k order inside each
-// 32-wide chunk is permuted identically for A and B so that every thread's fragment is one 16-byte
-// load (a dot product does not care about the order of k):
+// ---- the fused decode kernel ------------------------------------------------------------------
+// CTA = RW row-warps x KW k-warps (KW = p.kw, runtime). Row-warp wr of the CTA owns 16 output
+// features (W rows n0 .. n0+15); k-warp wk owns a contiguous slice of the CTA's K range (whole
+// 32-wide chunks, balanced). Each warp multiplies its 16 W rows with the MT*8 padded x rows over
+// its slice with mma.m16n8k16: A = W rows (streamed once from HBM with 16-byte
+// ld.global.nc.L1::no_allocate), B = x rows (16-byte loads through L1; x is tiny and L2/L1
+// resident, row-warps of a CTA share it). The k order inside each 32-wide chunk is permuted
+// identically for A and B so that every thread's fragment is one 16-byte load (a dot product does
+// not care about the order of k):
 //   logical k (2q+j) of sub-step s -> physical k0 + 8q + 4s + j,  (2q+8+j) -> k0 + 8q + 4s + 2 + j.
-// The sum of squares of x is accumulated from the same B fragments (row-warp 0 only).
-// Joins: __syncthreads between the smem partials and the epilogue (intra-CTA); for split-K, each
-// CTA publishes its partials, __threadfence + atomicAdd on the row block's counter, and the last
-// arriving CTA (which then issues its own __threadfence before reading) reduces in fixed order.
+// Memory-level parallelism: loads come in batches of U chunks (2U W loads + U*MT x loads per
+// thread) and the next batch is issued before the current one is multiplied (register double
+// buffer), so a warp keeps two batches in flight. The sum of squares of x is accumulated from the
+// same B fragments (row-warp 0 of each k slice), so no second launch and no second pass over x.
+// Joins: __syncthreads between the smem partials and the epilogue (intra-CTA, fixed reduction
+// order); for split-K over CTAs (gridDim.y > 1), each CTA publishes its partials, __threadfence +
+// atomicAdd on the row block's counter, and the last arriving CTA (which then issues its own
+// __threadfence before reading) reduces in fixed order and resets the counter.
 template <class E, int MT>
-__global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(DecodeParams p) {
+struct DecodeTraits {
+  static constexpr int U = MT == 1 ? 4 : (MT == 2 ? 2 : (MT == 4 ? 2 : 1));
+  static constexpr int kMinBlocks = MT <= 2 ? 2 : 1;
+};
+
+template <class E, int MT>
+__device__ __forceinline__ void decode_load_w(int k, bool vA, bool vB, const typename E::T* wa,
+                                              const typename E::T* wb,
+                                              uint4 (&A)[DecodeTraits<E, MT>::U],
+                                              uint4 (&B)[DecodeTraits<E, MT>::U]) {
+  const uint4 z4 = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int u = 0; u < DecodeTraits<E, MT>::U; ++u) {
+    A[u] = vA ? ld_stream(wa + k + u * 32) : z4;
+    B[u] = vB ? ld_stream(wb + k + u * 32) : z4;
+  }
+}
+
+template <class E, int MT>
+__device__ __forceinline__ void decode_load(int k, bool vA, bool vB, const typename E::T* wa,
+                                            const typename E::T* wb, const bool (&vx)[MT],
+                                            const typename E::T* const (&xr)[MT],
+                                            uint4 (&A)[DecodeTraits<E, MT>::U],
+                                            uint4 (&B)[DecodeTraits<E, MT>::U],
+                                            uint4 (&X)[DecodeTraits<E, MT>::U][MT]) {
+  constexpr int U = DecodeTraits<E, MT>::U;
+  const uint4 z4 = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    A[u] = vA ? ld_stream(wa + k + u * 32) : z4;
+    B[u] = vB ? ld_stream(wb + k + u * 32) : z4;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + k + u * 32) : z4;
+}
+
+template <class E, int MT, int RW>
+__global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBlocks)
+    decode_kernel(DecodeParams p) {
   using T = typename E::T;
   constexpr int MP = MT * 8;
-  constexpr int ROWS = kRowsPerCta;
-  constexpr int LD = MP + 4;                          // padded smem row (bank conflicts)
-  constexpr int U = MT <= 2 ? 4 : (MT == 4 ? 2 : 1);  // 32-wide k chunks per batch of loads
-  __shared__ float red[kWarpsK][ROWS * LD];
-  __shared__ float ss_s[kWarpsK][MP];
+  constexpr int ROWS = 16 * RW;
+  constexpr int LD = MP + 4;  // padded smem row (bank conflicts)
+  constexpr int U = DecodeTraits<E, MT>::U;
+  extern __shared__ float dsmem[];  // [KW][ROWS * LD] partial products, then [KW][MP] sums of sq.
   __shared__ int s_last;
+  const int KW = p.kw;
+  float* red = dsmem;
+  float* ss_s = dsmem + KW * ROWS * LD;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wr = warp % kWarpsRows, wk = warp / kWarpsRows;
+  const int wr = warp % RW, wk = warp / RW;
   const int g = lane >> 2, q = lane & 3;
   const int rb = blockIdx.x;
   const int nw = rb * ROWS + wr * 16;  // first W row of this warp
 
   const int kc_beg = blockIdx.y * p.kchunk;
   const int kc_end = min(p.K, kc_beg + p.kchunk);
-  const int wchunk = p.kchunk / kWarpsK;
-  const int kb = kc_beg + wk * wchunk;
-  const int ke = min(kc_end, kb + wchunk);
+  const int nch = (kc_end - kc_beg + 31) / 32;
+  const int kb = kc_beg + (wk * nch / KW) * 32;
+  const int ke = min(kc_end, kc_beg + ((wk + 1) * nch / KW) * 32);
 
   const int rowA = nw + g, rowB = nw + g + 8;
   const bool vA = rowA < p.N, vB = rowB < p.N;
@@ -275,19 +323,25 @@ __global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(Decode
   const uint4 z4 = make_uint4(0, 0, 0, 0);
   const bool do_ss = (wr == 0);
 
-  int k = kb;
-  for (; k + 32 * U <= ke; k += 32 * U) {
-    // issue every load of the batch (W and x) before the first mma: one memory round trip per batch
-    uint4 A[U], B[U], X[U][MT];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      A[u] = vA ? ld_stream(wa + k + u * 32) : z4;
-      B[u] = vB ? ld_stream(wb + k + u * 32) : z4;
-    }
+  const int nfull = max(0, (ke - kb) / (32 * U));
+  uint4 A[U], B[U], X[U][MT];
+  // PDL: W (never written by the preceding kernel) is requested before the wait; x, y and the
+  // workspace are touched only after griddepcontrol.wait (preceding grid complete, memory flushed).
+  // Without PDL both instructions are no-ops.
+  if (nfull > 0) decode_load_w<E, MT>(kb, vA, vB, wa, wb, A, B);
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (nfull > 0) {
+    const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + k + u * 32) : z4;
+      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + kb + u * 32) : z4;
+  }
+  for (int bi = 0; bi < nfull; ++bi) {
+    uint4 An[U], Bn[U], Xn[U][MT];
+    const bool more = bi + 1 < nfull;
+    if (more) decode_load<E, MT>(kb + (bi + 1) * 32 * U, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -297,28 +351,36 @@ __global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(Decode
         mma16816<E>(acc[t], A[u].z, B[u].z, A[u].w, B[u].w, X[u][t].z, X[u][t].w);
       }
     }
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        A[u] = An[u], B[u] = Bn[u];
+#pragma unroll
+        for (int t = 0; t < MT; ++t) X[u][t] = Xn[u][t];
+      }
+    }
   }
-  for (; k < ke; k += 32) {  // tail: K % 8 == 0, so each thread's 8-group is fully in or out
+  for (int k = kb + nfull * 32 * U; k < ke; k += 32) {  // tail: K % 8 == 0, 8-groups in or out
     const bool in = k + q * 8 < ke;
-    const uint4 A = (vA && in) ? ld_stream(wa + k) : z4;
-    const uint4 B = (vB && in) ? ld_stream(wb + k) : z4;
+    const uint4 Ar = (vA && in) ? ld_stream(wa + k) : z4;
+    const uint4 Br = (vB && in) ? ld_stream(wb + k) : z4;
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
-      const uint4 X = (vx[t] && in) ? ld_nc(xr[t] + k) : z4;
-      if (do_ss) ssa[t] += sumsq8<E>(X);
-      mma16816<E>(acc[t], A.x, B.x, A.y, B.y, X.x, X.y);
-      mma16816<E>(acc[t], A.z, B.z, A.w, B.w, X.z, X.w);
+      const uint4 Xr = (vx[t] && in) ? ld_nc(xr[t] + k) : z4;
+      if (do_ss) ssa[t] += sumsq8<E>(Xr);
+      mma16816<E>(acc[t], Ar.x, Br.x, Ar.y, Br.y, Xr.x, Xr.y);
+      mma16816<E>(acc[t], Ar.z, Br.z, Ar.w, Br.w, Xr.z, Xr.w);
     }
   }
 
   // intra-CTA reduction through shared memory
+  float* rr = red + wk * ROWS * LD;
 #pragma unroll
   for (int t = 0; t < MT; ++t) {
     float s = ssa[t];
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
-    if (do_ss && q == 0) ss_s[wk][t * 8 + g] = s;
-    float* rr = red[wk];
+    if (do_ss && q == 0) ss_s[wk * MP + t * 8 + g] = s;
     rr[(wr * 16 + g) * LD + t * 8 + 2 * q] = acc[t][0];
     rr[(wr * 16 + g) * LD + t * 8 + 2 * q + 1] = acc[t][1];
     rr[(wr * 16 + g + 8) * LD + t * 8 + 2 * q] = acc[t][2];
@@ -328,6 +390,7 @@ __global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(Decode
 
   const int n_base = rb * ROWS;
   const int nthreads = blockDim.x;
+  const int mrows = min(p.M, MP);
   const T* bias = static_cast<const T*>(p.bias);
   T* y = static_cast<T*>(p.y);
   auto finish = [&](int r, int m, float v, float ss) {
@@ -339,13 +402,12 @@ __global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(Decode
     y[static_cast<int64_t>(m) * p.ldy + n] = E::from_f(o);
   };
 
-  if (p.ksplit == 1) {
-    for (int e = threadIdx.x; e < ROWS * MP; e += nthreads) {
+  if (gridDim.y == 1) {
+    for (int e = threadIdx.x; e < ROWS * mrows; e += nthreads) {
       const int r = e % ROWS, m = e / ROWS;
-      if (m >= p.M || n_base + r >= p.N) continue;
+      if (n_base + r >= p.N) continue;
       float v = 0.f, ss = 0.f;
-#pragma unroll
-      for (int j = 0; j < kWarpsK; ++j) v += red[j][r * LD + m], ss += ss_s[j][m];
+      for (int j = 0; j < KW; ++j) v += red[j * ROWS * LD + r * LD + m], ss += ss_s[j * MP + m];
       finish(r, m, v, ss);
     }
     return;
@@ -353,33 +415,31 @@ __global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(Decode
 
   // split-K: publish partials, then the last CTA of this row block reduces them
   const int nrb = gridDim.x;
-  for (int e = threadIdx.x; e < ROWS * MP; e += nthreads) {
+  for (int e = threadIdx.x; e < ROWS * mrows; e += nthreads) {
     const int r = e % ROWS, m = e / ROWS;
     float v = 0.f;
-#pragma unroll
-    for (int j = 0; j < kWarpsK; ++j) v += red[j][r * LD + m];
+    for (int j = 0; j < KW; ++j) v += red[j * ROWS * LD + r * LD + m];
     p.part[(static_cast<int64_t>(blockIdx.y) * MP + m) * p.n_pad + n_base + r] = v;
   }
-  for (int m = threadIdx.x; m < MP; m += nthreads) {
+  for (int m = threadIdx.x; m < mrows; m += nthreads) {
     float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < kWarpsK; ++j) ss += ss_s[j][m];
+    for (int j = 0; j < KW; ++j) ss += ss_s[j * MP + m];
     p.ss_part[(static_cast<int64_t>(blockIdx.y) * nrb + rb) * MP + m] = ss;
   }
   __threadfence();  // release: partials visible device-wide before the arrival is counted
   __syncthreads();
   if (threadIdx.x == 0) {
     const unsigned prev = atomicAdd(&p.counters[rb], 1u);
-    s_last = (prev == static_cast<unsigned>(p.ksplit - 1));
+    s_last = (prev == gridDim.y - 1);
   }
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // acquire side of the join
-  for (int e = threadIdx.x; e < ROWS * MP; e += nthreads) {
+  for (int e = threadIdx.x; e < ROWS * mrows; e += nthreads) {
     const int r = e % ROWS, m = e / ROWS;
-    if (m >= p.M || n_base + r >= p.N) continue;
+    if (n_base + r >= p.N) continue;
     float v = 0.f, ss = 0.f;
-    for (int j = 0; j < p.ksplit; ++j) {
+    for (int j = 0; j < static_cast<int>(gridDim.y); ++j) {
       v += __ldcg(&p.part[(static_cast<int64_t>(j) * MP + m) * p.n_pad + n_base + r]);
       ss += __ldcg(&p.ss_part[(static_cast<int64_t>(j) * nrb + rb) * MP + m]);
     }
@@ -388,25 +448,50 @@ __global__ void __launch_bounds__(kWarpsRows* kWarpsK * 32) decode_kernel(Decode
   if (threadIdx.x == 0) p.counters[rb] = 0u;  // ready for the next (stream-ordered) launch
 }
 
+template <class E, int MT, int RW>
+cudaError_t decode_launch(const DecodeParams& p, cudaStream_t s) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      decode_kernel<E, MT, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxSmem);
+  if (attr != cudaSuccess) return attr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit);
+  cfg.blockDim = dim3(RW * p.kw * 32);
+  cfg.dynamicSmemBytes = decode_smem_bytes(p.M, p.rw, p.kw);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, decode_kernel<E, MT, RW>, p);
+}
+
+template <class E, int MT>
+cudaError_t decode_dispatch_rw(const DecodeParams& p, cudaStream_t s) {
+  switch (p.rw) {
+    case 1:
+      return decode_launch<E, MT, 1>(p, s);
+    case 2:
+      return decode_launch<E, MT, 2>(p, s);
+    case 4:
+      return decode_launch<E, MT, 4>(p, s);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 template <class E>
 cudaError_t decode_dispatch(const DecodeParams& p, cudaStream_t s) {
-  const dim3 grid((p.N + kRowsPerCta - 1) / kRowsPerCta, p.ksplit);
-  const dim3 block(kWarpsRows * kWarpsK * 32);
   switch (decode_mp(p.M)) {
     case 8:
-      decode_kernel<E, 1><<<grid, block, 0, s>>>(p);
-      break;
+      return decode_dispatch_rw<E, 1>(p, s);
     case 16:
-      decode_kernel<E, 2><<<grid, block, 0, s>>>(p);
-      break;
+      return decode_dispatch_rw<E, 2>(p, s);
     case 32:
-      decode_kernel<E, 4><<<grid, block, 0, s>>>(p);
-      break;
+      return decode_dispatch_rw<E, 4>(p, s);
     default:
-      decode_kernel<E, 8><<<grid, block, 0, s>>>(p);
-      break;
+      return decode_dispatch_rw<E, 8>(p, s);
   }
-  return cudaGetLastError();
 }
 
 template <class E>
@@ -430,6 +515,11 @@ cudaError_t rms_dispatch(const RmsNormArgs& a, cudaStream_t s) {
 }  // namespace
 
 int decode_mp(int M) { return M <= 8 ? 8 : M <= 16 ? 16 : M <= 32 ? 32 : 64; }
+
+size_t decode_smem_bytes(int M, int rw, int kw) {
+  const int mp = decode_mp(M);
+  return static_cast<size_t>(kw) * (16 * rw * (mp + 4) + mp) * sizeof(float);
+}
 
 cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s) {
   return dt == DType::kBF16 ? decode_dispatch<BF16>(p, s) : decode_dispatch<FP16>(p, s);

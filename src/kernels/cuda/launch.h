@@ -9,11 +9,12 @@
 
 namespace flashnorm::kernels::cuda::detail {
 
-// Decode kernel configuration: CTA = kWarpsRows x kWarpsK warps, 16 output rows per row-warp.
-constexpr int kWarpsRows = 4;
-constexpr int kWarpsK = 2;
-constexpr int kRowsPerCta = 16 * kWarpsRows;
+// Decode kernel: CTA = rw row-warps (16 output features each) x kw k-warps; at most
+// kDecodeMaxThreads threads and kDecodeMaxSmem bytes of dynamic shared memory (cross-warp
+// partials).
 constexpr int kMaxDecodeM = 64;
+constexpr int kDecodeMaxThreads = 256;
+constexpr int kDecodeMaxSmem = 96 * 1024;
 
 struct DecodeParams {
   const void* x;
@@ -26,15 +27,19 @@ struct DecodeParams {
   const uint8_t* mask;
   int M, N, K;
   float eps;
+  int rw, kw;          // row-warps (1, 2, 4) and k-warps per CTA
+  int pdl;             // 1: launched with programmatic stream serialization
   int ksplit;          // gridDim.y
-  int kchunk;          // K elements per CTA (multiple of 32 * kWarpsK)
-  int n_pad;           // row blocks * kRowsPerCta
+  int kchunk;          // K elements per CTA (multiple of 32)
+  int n_pad;           // gridDim.x * 16 * rw
   float* part;         // [ksplit][mp][n_pad] fp32 partial dot products (ksplit > 1)
   float* ss_part;      // [ksplit][row blocks][mp] fp32 partial sums of squares (ksplit > 1)
   unsigned* counters;  // [row blocks], zero between launches
 };
 // Padded M of the decode kernel (multiple of 8: 8, 16, 32 or 64).
 int decode_mp(int M);
+// Dynamic shared memory of one decode CTA.
+size_t decode_smem_bytes(int M, int rw, int kw);
 cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s);
 cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s);
 cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,

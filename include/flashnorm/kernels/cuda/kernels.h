@@ -81,17 +81,25 @@ struct LinearArgs {
   float eps = 1e-6f;
   const void* bias = nullptr;
   const uint8_t* scale_mask = nullptr;
+  // kDecode only: launch with programmatic dependent launch (PDL, sm_90). The kernel starts
+  // streaming W before the preceding kernel on the stream has finished and waits for it
+  // (griddepcontrol.wait: full completion and memory flush) before it reads x or writes y or any
+  // workspace, so W must not be written by that preceding kernel. It also lets the next kernel
+  // launch early. Off by default.
+  bool pdl = false;
 };
 
 // The three implementations, plus the shape-based dispatcher.
-//  kDecode:    one fused kernel (M <= 64): streams W once with 16-byte loads, tensor-core mma.sync
-//  with
-//              W as the streamed operand, sum of squares of x taken from the same fragments;
-//              split-K CTAs joined by a release/acquire counter; rstd applied in registers. One
-//              launch.
-//  kPrefill:   rstd kernel, then a cuBLASLt GEMM whose epilogue multiplies each output row by rstd
-//              (row-order output + per-row alpha vector); stream order is the join. Falls back to
-//              kTwoStream when cuBLASLt offers no such algorithm, or with bias/mask.
+//  kDecode:    one fused kernel (M <= 64): streams W once with 16-byte loads (two batches of loads
+//              in flight per thread), tensor-core mma.sync with W as the streamed operand, sum of
+//              squares of x taken from the same fragments; CTA shape (row-warps x k-warps) and an
+//              optional split-K over CTAs (joined by a release/acquire counter) tuned per shape;
+//              rstd applied in registers. One launch.
+//  kPrefill:   prescale: x_s = x * rstd(x) (one kernel, fp32 sum of squares, no gain), then a plain
+//              cuBLASLt GEMM on x_s; stream order is the join. cuBLASLt (CUDA 13.0) offers no bf16
+//              GEMM with a per-row scale of a row-major output, and scaling the narrower side (x, K
+//              wide) before the GEMM is cheaper than scaling y (N wide) after it. With bias/mask:
+//              kTwoStream.
 //  kTwoStream: the seed's scheme: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
 //              events recorded on both, the post-scale kernel waits on both events.
 //  kAuto:      see LinearContext::choose.
@@ -104,6 +112,14 @@ struct DebugHooks {
   long long delay_gemm_cycles = 0;  // spin kernel before the GEMM (caller's stream)
   long long delay_rstd_cycles = 0;  // spin kernel before the rstd kernel (side stream)
   int decode_ksplit = 0;            // >0: force the decode kernel's split-K factor
+  int decode_rw = 0;                // >0: force the decode CTA's row-warps (1, 2 or 4)
+  int decode_kw = 0;                // >0: force the decode CTA's k-warps (rw * kw <= 8)
+};
+
+// Launch configuration of the decode kernel: rw row-warps (16 output features each) x kw k-warps
+// per CTA (rw * kw <= 8), ks CTAs along K (split-K; 1 = none).
+struct DecodeConfig {
+  int rw = 0, kw = 0, ks = 0;
 };
 
 // Owns what the implementations need: the cuBLASLt handle and workspace, cached GEMM plans, the
@@ -118,9 +134,8 @@ class LinearContext {
   LinearContext& operator=(const LinearContext&) = delete;
 
   Status run(const LinearArgs& a, LinearImpl impl, cudaStream_t stream);
-  // kAuto's choice: kDecode for M <= kAutoDecodeMaxM; else kPrefill where cuBLASLt has a
-  // per-row-alpha GEMM for the shape (and no bias/mask), else kTwoStream (measured faster than a
-  // serial rstd + GEMM + post-scale on the H200).
+  // kAuto's choice: kDecode for M <= kAutoDecodeMaxM (at M = 64 the decode kernel measured 1.6-3.2x
+  // slower than the prescale path on the H200); else kPrefill without bias/mask, else kTwoStream.
   LinearImpl choose(const LinearArgs& a);
   static constexpr int64_t kAutoDecodeMaxM = 16;
 
@@ -131,17 +146,20 @@ class LinearContext {
               const void* w, int64_t ldw, void* y, int64_t ldy, const float* alpha_rows,
               cudaStream_t stream);
 
-  // Which path the last kPrefill call took: "lt_row_alpha_<layout kind>" or "two_stream_fallback".
+  // Which path the last kPrefill call took: "prescale" or "two_stream_fallback".
   const std::string& last_prefill_path() const { return last_prefill_path_; }
-  // Split-K factor the decode kernel uses for this shape: debug override, else the tuned value
-  // (tune_decode), else a heuristic (about 4 CTAs per SM, >= 32 k per warp).
-  int decode_ksplit(int64_t M, int64_t N, int64_t K) const;
-  // Autotune the decode kernel's split-K factor for one shape: times split-K 1..32 eagerly on
-  // `stream`, cycling over the n argument sets (same shape, different buffers, so that W can be
-  // rotated past the L2; their y are overwritten; synchronizes the stream), and caches the fastest
-  // for (padded M, N, K). Must not be called during stream capture. Returns the choice (0 on
-  // error).
-  int tune_decode(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr);
+  // Decode configuration for this shape: debug overrides, else the tuned value (tune_decode), else
+  // a heuristic (rw = 1, kw = 8 for M <= 8, about 8 warps per SM in total, split-K when the row
+  // blocks cannot fill the SMs).
+  DecodeConfig decode_config(int64_t M, int64_t N, int64_t K) const;
+  // Autotune the decode configuration for one shape: for every candidate (rw x kw in {1,2,4} x
+  // {2,4,8}, split-K 1/2/4/8), captures a CUDA graph of `reps` calls cycling over the n argument
+  // sets (same shape, different buffers, so that W is rotated past the L2; their y are
+  // overwritten), times its replay with CUDA events, and caches the fastest for (padded M, N, K).
+  // Synchronizes the stream; must not be called during capture. Returns the choice ({} on error);
+  // *best_us (optional) receives its time per call in microseconds.
+  DecodeConfig tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
+                           Status* status = nullptr, double* best_us = nullptr);
 
   DebugHooks debug;
 
@@ -161,6 +179,8 @@ class LinearContext {
   cudaEvent_t ev_fork_ = nullptr, ev_gemm_ = nullptr, ev_rstd_ = nullptr;
   void* rstd_ = nullptr;
   size_t rstd_cap_ = 0;
+  void* xs_ = nullptr;  // prefill: the prescaled x
+  size_t xs_cap_ = 0;
   void* part_ = nullptr;  // decode split-K partials
   size_t part_cap_ = 0;
   unsigned* counters_ = nullptr;  // decode split-K arrival counters (self-resetting)
@@ -169,7 +189,7 @@ class LinearContext {
            std::unique_ptr<Plan>>
       plans_;
   std::string last_prefill_path_;
-  std::map<std::tuple<int, int64_t, int64_t>, int> tuned_ks_;
+  std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
 };
 
 // Validation shared by all entry points (exposed for tests): empty Status when the arguments are
