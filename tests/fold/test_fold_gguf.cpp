@@ -21,14 +21,21 @@ std::vector<float> deq(const io::GgufFile& f, const std::string& name) {
   return v;
 }
 
+// The fold runs once per process, in SetUp (not SetUpTestSuite, whose failures googletest
+// reports as skipped tests), and is removed when the suite ends.
 class FoldSmolLM2 : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  void SetUp() override {
+    if (!dir_.empty()) return;
     src_ = testing::smollm2_path();
     ASSERT_TRUE(fs::exists(src_)) << src_ << " missing: run scripts/fetch_models.sh";
-    dir_ = testing::fresh_dir("fold_gguf");
     before_ = testing::fingerprint(src_);
-    fold_gguf(src_, dir_ / "f32.gguf");
+    fs::path d = testing::fresh_dir("fold_gguf");
+    fold_gguf(src_, d / "f32.gguf");
+    dir_ = d;
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) fs::remove_all(dir_);
   }
   static inline std::string src_;
   static inline fs::path dir_;

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include <unistd.h>
+
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/arch.h"
@@ -150,7 +152,9 @@ std::string smollm2_path() {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("flashnorm-" + name);
+  // One directory per process: ctest runs the tests of one binary in parallel processes.
+  fs::path d = fs::path(::testing::TempDir()) /
+               ("flashnorm-" + name + "-" + std::to_string(static_cast<long>(::getpid())));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

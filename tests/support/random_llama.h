@@ -31,7 +31,7 @@ void write_random_gguf(const std::filesystem::path& path, const RandomLlamaOptio
 // default location as fallback.
 std::string smollm2_path();
 
-// A fresh empty directory under the test's temporary directory.
+// A fresh empty directory under the test's temporary directory, unique to this process.
 std::filesystem::path fresh_dir(const std::string& name);
 
 // SHA-256-free content fingerprint of a file or of every file in a directory (FNV-1a 64 over
