@@ -30,7 +30,11 @@ View from_gguf(const std::string& path) {
   View v;
   v.arch = f.get_string("general.architecture");
   const ArchDescription& a = arch_by_name(v.arch);
-  v.n_layer = static_cast<int>(f.get_uint(v.arch + ".block_count"));
+  const uint64_t n_layer = f.get_uint(v.arch + ".block_count");
+  if (n_layer == 0 || n_layer > 4096) {
+    throw Error(fmt::format("{}: {}.block_count = {} is out of range", path, v.arch, n_layer));
+  }
+  v.n_layer = static_cast<int>(n_layer);
   v.gains = a.gguf_gains;
   v.folded = f.get_bool_or(std::string(kFoldedKey), false);
   for (const auto& t : f.tensors()) {
@@ -58,7 +62,12 @@ View from_hf(const std::string& dir) {
   const ArchDescription* a = arch_by_hf_class(hf_class);
   if (!a) throw Error(fmt::format("{}: architectures '{}' is not supported", dir, hf_class));
   v.arch = a->name;
-  v.n_layer = d.config().value("num_hidden_layers", 0);
+  const auto& nl = d.config().contains("num_hidden_layers") ? d.config()["num_hidden_layers"]
+                                                             : nlohmann::json();
+  if (!nl.is_number_unsigned() || nl.get<uint64_t>() == 0 || nl.get<uint64_t>() > 4096) {
+    throw Error(fmt::format("{}/config.json: num_hidden_layers missing or out of range", dir));
+  }
+  v.n_layer = nl.get<int>();
   v.gains = a->hf_gains;
   auto it = d.metadata().find(std::string(kFoldedKey));
   v.folded = it != d.metadata().end() && it->second == "true";
@@ -70,8 +79,9 @@ View from_hf(const std::string& dir) {
   }
   v.facts.push_back({"format", fmt::format("Hugging Face safetensors, {} shard(s)",
                                            d.shards().size())});
-  v.facts.push_back({"tie_word_embeddings",
-                     d.config().value("tie_word_embeddings", false) ? "true" : "false"});
+  const auto& tie = d.config().contains("tie_word_embeddings") ? d.config()["tie_word_embeddings"]
+                                                                : nlohmann::json(false);
+  v.facts.push_back({"tie_word_embeddings", tie.dump()});
   return v;
 }
 

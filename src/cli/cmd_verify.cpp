@@ -4,6 +4,7 @@
 // on several prompts, and the largest relative logit difference (teacher-forced).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,11 @@ const char* const kDefaultPrompts[] = {
 };
 
 std::string read_text(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) ||
+      std::filesystem::file_size(path, ec) > (256u << 20)) {
+    throw Error(fmt::format("--text {}: not a regular file of at most 256 MiB", path));
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("cannot read text file {}", path));
   std::stringstream ss;
@@ -64,6 +70,11 @@ void register_verify(CLI::App& app) {
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
   cmd->callback([a] {
+    // Inputs are never overwritten: refuse a --json path that names one, before any work.
+    std::vector<std::filesystem::path> inputs = {a->original, a->text};
+    for (const auto& f : a->folded) inputs.push_back(f);
+    if (!a->tokenizer.empty()) inputs.push_back(a->tokenizer);
+    if (!a->json.empty()) io::refuse_overwrite(a->json, inputs);
     io::GgufFile vocab = open_vocab(a->original, a->tokenizer);
     Tokenizer tok = Tokenizer::from_gguf(vocab);
     std::vector<int32_t> text = tok.encode(read_text(a->text), /*parse_special=*/false);
@@ -100,7 +111,16 @@ void register_verify(CLI::App& app) {
     std::vector<std::unique_ptr<CpuEngine>> engines;
     std::vector<CpuEngine*> ptrs;
     for (const auto& folded : a->folded) {
-      engines.push_back(std::make_unique<CpuEngine>(load_model(folded), NormMode::FlashNorm,
+      Model fm = load_model(folded);
+      const ModelConfig &oc = orig.config(), &fc = fm.cfg;
+      if (fc.arch != oc.arch || fc.vocab != oc.vocab || fc.hidden != oc.hidden ||
+          fc.n_layer != oc.n_layer) {
+        throw Error(fmt::format("{} ({}, vocab {}, hidden {}, {} layers) is not a fold of {} ({}, "
+                                "vocab {}, hidden {}, {} layers)",
+                                folded, fc.arch, fc.vocab, fc.hidden, fc.n_layer, a->original,
+                                oc.arch, oc.vocab, oc.hidden, oc.n_layer));
+      }
+      engines.push_back(std::make_unique<CpuEngine>(std::move(fm), NormMode::FlashNorm,
                                                     max_ctx, !a->no_cancel,
                                                     /*track_cancellation=*/!a->no_cancel));
       ptrs.push_back(engines.back().get());
@@ -167,7 +187,7 @@ void register_verify(CLI::App& app) {
     }
     if (!a->json.empty()) {
       std::string s = out.dump(2) + "\n";
-      io::AtomicFile f(a->json);
+      io::AtomicFile f(a->json, inputs);
       f.write(s.data(), s.size());
       f.commit();
     }

@@ -1,6 +1,7 @@
 // flashnorm: fold, inspect, verify, generate, bench. See README.md.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "flashnorm/io/error.h"
@@ -10,7 +11,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Usage errors, like every other error, are one line on stderr.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("error: ") + e.what() + " (run with --help for usage)\n";
+    std::string msg = e.what();
+    for (char& c : msg) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    return "error: " + msg + " (run with --help for usage)\n";
   });
   flashnorm::cli::register_fold(app);
   flashnorm::cli::register_inspect(app);
@@ -20,9 +25,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 1;  // --help is a ParseError that exits 0
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // One line, whatever the message quotes from a file.
+    std::string msg = e.what();
+    for (char& c : msg) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
     return 1;
   }
   return 0;

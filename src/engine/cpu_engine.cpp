@@ -78,6 +78,10 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   const ModelConfig& c = m_.cfg;
   const ArchDescription& a = *m_.arch;
   max_ctx_ = max_context > 0 ? max_context : std::min(c.context, 8192);
+  if (max_ctx_ > c.context) {
+    throw Error(fmt::format("a KV cache of {} positions exceeds the model's context length {}",
+                            max_ctx_, c.context));
+  }
   const bool fold = mode == NormMode::FlashNorm;
   // Gains stay owned by the model, replaced by their multiplier form (1 + w for OnePlus files).
   auto gains = [&](const std::string& name) {

@@ -159,7 +159,10 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
   }
   if (tied) outs.push_back(fold_one(*tied, arch.head, plan.consumer_to_norm.at(arch.head)));
 
-  std::vector<io::GgufKv> kvs = f.kvs();
+  std::vector<io::GgufKv> kvs;
+  for (const auto& kv : f.kvs()) {
+    if (!kv.key.starts_with("flashnorm.")) kvs.push_back(kv);  // e.g. flashnorm.folded = false
+  }
   kvs.push_back({std::string(kFoldedKey), io::GgufValue::make_bool(true), 0});
   kvs.push_back({"flashnorm.fold_type",
                  io::GgufValue::make_string(opt.requantize ? "requantized"

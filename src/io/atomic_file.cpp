@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -11,19 +13,82 @@
 
 namespace flashnorm::io {
 namespace fs = std::filesystem;
+namespace {
+
+// Temporary files in flight, removed by a SIGINT/SIGTERM/SIGHUP handler so that an interrupted
+// run leaves nothing behind (a SIGKILL cannot be caught). Fixed slots: the handler may only call
+// async-signal-safe functions.
+constexpr int kSlots = 16;
+char g_tmp_paths[kSlots][4096];
+volatile std::sig_atomic_t g_tmp_used[kSlots];
+
+extern "C" void remove_temporaries(int sig) {
+  for (int i = 0; i < kSlots; ++i) {
+    if (g_tmp_used[i]) ::unlink(g_tmp_paths[i]);
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+int register_temporary(const std::string& path) {
+  static const bool installed = [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+        std::signal(sig, remove_temporaries);
+      }
+    }
+    return true;
+  }();
+  (void)installed;
+  if (path.size() >= sizeof(g_tmp_paths[0])) return -1;
+  for (int i = 0; i < kSlots; ++i) {
+    if (!g_tmp_used[i]) {
+      std::memcpy(g_tmp_paths[i], path.c_str(), path.size() + 1);
+      g_tmp_used[i] = 1;
+      return i;
+    }
+  }
+  return -1;
+}
+
+void unregister_temporary(int slot) {
+  if (slot >= 0) g_tmp_used[slot] = 0;
+}
+
+}  // namespace
+
+// True if `p` equals `dir` or lies anywhere below it (both made canonical, links resolved).
+static bool inside(const fs::path& p, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path cp = fs::weakly_canonical(p, ec), cd = fs::weakly_canonical(dir, ec);
+  auto [d, _] = std::mismatch(cd.begin(), cd.end(), cp.begin(), cp.end());
+  return d == cd.end();
+}
 
 void refuse_overwrite(const fs::path& out, std::span<const fs::path> inputs) {
   std::error_code ec;
+  if (out.empty()) throw Error("refusing to write: the output path is empty");
   for (const auto& in : inputs) {
     if (fs::exists(out, ec) && fs::exists(in, ec) && fs::equivalent(out, in, ec)) {
       throw Error(fmt::format("refusing to write {}: it is the input {}", out.string(), in.string()));
     }
-    // Writing inside an input directory would also overwrite part of the input.
-    if (fs::is_directory(in, ec)) {
-      fs::path parent = fs::weakly_canonical(out, ec).parent_path();
-      if (fs::exists(parent, ec) && fs::equivalent(parent, in, ec)) {
-        throw Error(fmt::format("refusing to write {}: it is inside the input directory {}",
-                                out.string(), in.string()));
+    if (!fs::is_directory(in, ec)) continue;
+    // Writing anywhere inside an input directory could overwrite part of the input.
+    if (inside(out, in)) {
+      throw Error(fmt::format("refusing to write {}: it is inside the input directory {}",
+                              out.string(), in.string()));
+    }
+    // Files of the input directory may be links into the output's directory (as in a Hugging
+    // Face cache); writing there would replace them.
+    const fs::path out_dir = fs::is_directory(out, ec) ? out : out.parent_path();
+    if (out_dir.empty() || !fs::exists(out_dir, ec)) continue;
+    const fs::path canon_out_dir = fs::weakly_canonical(out_dir, ec);
+    for (const auto& e : fs::directory_iterator(in, ec)) {
+      const fs::path target = fs::weakly_canonical(e.path(), ec);
+      if (target.parent_path() == canon_out_dir) {
+        throw Error(fmt::format("refusing to write into {}: the input file {} lives there",
+                                out_dir.string(), e.path().string()));
       }
     }
   }
@@ -31,15 +96,22 @@ void refuse_overwrite(const fs::path& out, std::span<const fs::path> inputs) {
 
 AtomicFile::AtomicFile(const fs::path& path, std::span<const fs::path> inputs) : path_(path) {
   refuse_overwrite(path, inputs);
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    throw Error(fmt::format("refusing to write {}: it exists and is not a regular file",
+                            path.string()));
+  }
   tmp_ = path;
   tmp_ += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
   f_ = std::fopen(tmp_.c_str(), "wb");
   if (!f_) {
     throw Error(fmt::format("cannot create {}: {}", tmp_.string(), std::strerror(errno)));
   }
+  slot_ = register_temporary(tmp_.string());
 }
 
 AtomicFile::~AtomicFile() {
+  unregister_temporary(slot_);
   if (f_) {
     std::fclose(f_);
     std::error_code ec;
@@ -72,10 +144,12 @@ void AtomicFile::commit() {
     throw Error(fmt::format("close of {} failed: {}", tmp_.string(), std::strerror(errno)));
   }
   f_ = nullptr;
-  std::error_code ec;
+  std::error_code ec, ignored;
   fs::rename(tmp_, path_, ec);
+  unregister_temporary(slot_);
+  slot_ = -1;
   if (ec) {
-    fs::remove(tmp_, ec);
+    fs::remove(tmp_, ignored);
     throw Error(fmt::format("rename to {} failed: {}", path_.string(), ec.message()));
   }
 }

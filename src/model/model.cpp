@@ -143,7 +143,11 @@ Model load_hf(const fs::path& dir) {
     const io::StTensorInfo* info = d.find(hf, &file);
     Tensor x;
     x.shape = info->shape;
-    x.data = io::st_to_fp32(info->dtype, file->data(*info));
+    try {
+      x.data = io::st_to_fp32(info->dtype, file->data(*info));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: tensor '{}': {}", file->name(), hf, e.what()));
+    }
     m.tensors.emplace(*canon, std::move(x));
   }
   return m;
@@ -204,7 +208,13 @@ void validate(Model& m) {
 }  // namespace
 
 Model load_model(const fs::path& path) {
-  Model m = fs::is_directory(path) ? load_hf(path) : load_gguf(path);
+  Model m;
+  try {
+    m = fs::is_directory(path) ? load_hf(path) : load_gguf(path);
+  } catch (const nlohmann::json::exception& e) {
+    // A config.json field of the wrong type (nlohmann's message names the expected type).
+    throw Error(fmt::format("{}/config.json: {}", path.string(), e.what()));
+  }
   validate(m);
   return m;
 }

@@ -55,5 +55,43 @@ TEST(CliErrors, FoldOntoItsInputIsRefused) {
   EXPECT_EQ(testing::fingerprint(d / "m"), before);
 }
 
+TEST(CliErrors, DevicesAndInputsAreNeverOutputs) {
+  const fs::path d = testing::fresh_dir("cli_outputs");
+  testing::write_random_llama(d / "m");
+  const uint64_t before = testing::fingerprint(d / "m");
+  testing::write_random_gguf(d / "g.gguf");
+  expect_one_line_error(run_cli("fold " + (d / "g.gguf").string() + " -o /dev/null"),
+                        "not a regular");
+  EXPECT_FALSE(fs::is_regular_file("/dev/null"));
+  // verify --json naming an input (here a file of the original model) is refused up front.
+  expect_one_line_error(run_cli("verify " + (d / "m").string() + " " + (d / "m").string() +
+                                " --tokenizer " + testing::smollm2_path() + " --json " +
+                                (d / "m" / "config.json").string()),
+                        "refusing");
+  // Inputs reached through links: an HF directory whose files link into the output directory.
+  fs::create_directories(d / "linked");
+  for (const auto& e : fs::directory_iterator(d / "m")) {
+    fs::create_symlink(e.path(), d / "linked" / e.path().filename());
+  }
+  expect_one_line_error(run_cli("fold " + (d / "linked").string() + " -o " + (d / "m").string()),
+                        "refusing");
+  EXPECT_EQ(testing::fingerprint(d / "m"), before);
+}
+
+TEST(CliErrors, DeeplyNestedJsonIsRefusedNotACrash) {
+  const fs::path d = testing::fresh_dir("cli_deep");
+  const int n = 100000;
+  std::string h = "{\"__x\":" + std::string(n, '[') + std::string(n, ']') + ",\"b\":1,\"c\":2}";
+  h.append((8 - h.size() % 8) % 8, ' ');
+  {
+    std::ofstream f(d / "model.safetensors", std::ios::binary);
+    const uint64_t len = h.size();
+    f.write(reinterpret_cast<const char*>(&len), 8);
+    f << h;
+  }
+  std::ofstream(d / "config.json") << "{\"architectures\": [\"LlamaForCausalLM\"]}";
+  expect_one_line_error(run_cli("inspect " + d.string()), "nesting");
+}
+
 }  // namespace
 }  // namespace flashnorm

@@ -30,7 +30,8 @@ class CpuEngine {
   // at most 8192). `cancel` (FlashNorm mode only): drop the rstd that renormalization cancels.
   // `track_cancellation`: also compute, for every cancelled row, the eps bound of
   // model/audit.h (costs the reduction the cancellation saves; for measurements only).
-  // Errors: throws Error if the model lacks a tensor its architecture needs.
+  // Errors: throws Error if the model lacks a tensor its architecture needs, or max_context
+  // exceeds the model's context length.
   CpuEngine(Model model, NormMode mode, int max_context = 0, bool cancel = true,
             bool track_cancellation = false);
 

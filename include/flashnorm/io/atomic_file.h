@@ -11,7 +11,9 @@
 namespace flashnorm::io {
 
 // A file written to "<path>.tmp-<pid>" and renamed onto <path> by commit(). If the object is
-// destroyed without commit() the temporary is removed and <path> is untouched.
+// destroyed without commit(), or the process gets SIGINT/SIGTERM/SIGHUP, the temporary is removed
+// and <path> is untouched. An existing <path> that is not a regular file (a device, a FIFO) is
+// refused.
 // Errors: throws flashnorm::Error when the temporary cannot be created or written, or when <path>
 // is the same file as one given in `inputs` (an input is never overwritten).
 class AtomicFile {
@@ -32,6 +34,7 @@ class AtomicFile {
   std::filesystem::path path_, tmp_;
   std::FILE* f_ = nullptr;
   uint64_t pos_ = 0;
+  int slot_ = -1;  // registration for removal on a signal
 };
 
 // Throws flashnorm::Error if `out` refers to the same file (or, for directories, the same

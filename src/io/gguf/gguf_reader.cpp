@@ -460,7 +460,7 @@ GgufFile::~GgufFile() = default;
 GgufFile GgufFile::open(const std::filesystem::path& path) {
   auto impl = std::make_unique<Impl>();
   impl->name = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(fmt::format("cannot open {}: {}", impl->name, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -24,6 +24,12 @@ constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
 std::string read_text(const fs::path& p) {
+  // JSON side files are small: refuse devices, FIFOs and anything over 64 MiB before reading.
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) throw Error(fmt::format("{}: not a regular file", p.string()));
+  if (fs::file_size(p, ec) > (64u << 20)) {
+    throw Error(fmt::format("{}: larger than 64 MiB, not a JSON side file", p.string()));
+  }
   std::ifstream in(p, std::ios::binary);
   if (!in) throw Error(fmt::format("cannot open {}", p.string()));
   std::ostringstream ss;

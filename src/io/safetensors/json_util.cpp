@@ -53,6 +53,8 @@ uint64_t key_offset(std::string_view text, std::string_view key, uint64_t base, 
   return p == std::string_view::npos ? base : base + p;
 }
 
+constexpr int kMaxJsonDepth = 64;
+
 nlohmann::ordered_json parse_json_strict(std::string_view text, std::string_view file,
                                          uint64_t base) {
   struct Level {
@@ -61,9 +63,12 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, std::string_view
     std::string last_key;
   };
   std::vector<Level> stack;
-  auto callback = [&stack](int /*depth*/, nlohmann::ordered_json::parse_event_t event,
+  struct TooDeep {};
+  auto callback = [&stack](int depth, nlohmann::ordered_json::parse_event_t event,
                            nlohmann::ordered_json& parsed) {
     using E = nlohmann::ordered_json::parse_event_t;
+    // Deep nesting is refused: copying a deeply nested value recurses once per level.
+    if (depth > kMaxJsonDepth) throw TooDeep{};
     switch (event) {
       case E::object_start:
         stack.push_back({{}, stack.empty() ? std::string() : stack.back().last_key, {}});
@@ -90,6 +95,9 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, std::string_view
   };
   try {
     return nlohmann::ordered_json::parse(text.begin(), text.end(), callback);
+  } catch (const TooDeep&) {
+    throw FormatError(file, "json", base,
+                      "nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   } catch (const nlohmann::json::parse_error& e) {
     throw FormatError(file, "json", base + e.byte, strip_prefix(e.what()));
   } catch (const nlohmann::json::exception& e) {

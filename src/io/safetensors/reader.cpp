@@ -230,7 +230,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   auto impl = std::make_unique<Impl>();
   impl->name = path.string();
   Fd fd;
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd.fd < 0) {
     throw Error(fmt::format("cannot open {}: {}", impl->name, std::strerror(errno)));
   }
