@@ -47,9 +47,9 @@ void register_generate(CLI::App& app) {
     Tokenizer tok = Tokenizer::from_gguf(vocab);
     std::string text = a->prompt;
     if (a->chat) {
-      text = apply_chat_template(vocab, a->prompt,
-                                 a->system.empty() ? std::nullopt
-                                                   : std::optional<std::string_view>(a->system));
+      text = apply_chat_template(
+          vocab, a->prompt,
+          a->system.empty() ? std::nullopt : std::optional<std::string_view>(a->system));
     }
     std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/a->chat);
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());

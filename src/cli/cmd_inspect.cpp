@@ -62,8 +62,8 @@ View from_hf(const std::string& dir) {
   const ArchDescription* a = arch_by_hf_class(hf_class);
   if (!a) throw Error(fmt::format("{}: architectures '{}' is not supported", dir, hf_class));
   v.arch = a->name;
-  const auto& nl = d.config().contains("num_hidden_layers") ? d.config()["num_hidden_layers"]
-                                                             : nlohmann::json();
+  const auto& nl =
+      d.config().contains("num_hidden_layers") ? d.config()["num_hidden_layers"] : nlohmann::json();
   if (!nl.is_number_unsigned() || nl.get<uint64_t>() == 0 || nl.get<uint64_t>() > 4096) {
     throw Error(fmt::format("{}/config.json: num_hidden_layers missing or out of range", dir));
   }
@@ -77,10 +77,10 @@ View from_hf(const std::string& dir) {
     v.tensors[canon ? *canon : n] =
         fmt::format("{} [{}] ({})", io::st_dtype_name(t->dtype), fmt::join(t->shape, ", "), n);
   }
-  v.facts.push_back({"format", fmt::format("Hugging Face safetensors, {} shard(s)",
-                                           d.shards().size())});
+  v.facts.push_back(
+      {"format", fmt::format("Hugging Face safetensors, {} shard(s)", d.shards().size())});
   const auto& tie = d.config().contains("tie_word_embeddings") ? d.config()["tie_word_embeddings"]
-                                                                : nlohmann::json(false);
+                                                               : nlohmann::json(false);
   v.facts.push_back({"tie_word_embeddings", tie.dump()});
   return v;
 }
@@ -104,9 +104,8 @@ void register_inspect(CLI::App& app) {
                                             : "one-plus: y = x * rstd * (1 + w) (identity w = 0)");
     fmt::print("folded:       {}\n", v.folded ? "yes (flashnorm.folded)" : "no");
     const bool tied = !v.tensors.count(a.head);
-    fmt::print("LM head:      {}\n",
-               tied ? fmt::format("tied to {}", a.tied_source) : std::string("separate (") +
-                                                                       a.head + ")");
+    fmt::print("LM head:      {}\n", tied ? fmt::format("tied to {}", a.tied_source)
+                                          : std::string("separate (") + a.head + ")");
     auto has = [&](const std::string& t) { return v.tensors.count(t) > 0; };
     auto show = [&](int layer) {
       for (const NormAudit& na : audit_layer(a, layer, has)) {
@@ -128,8 +127,9 @@ void register_inspect(CLI::App& app) {
         }
       }
     };
-    fmt::print("normalizations (RMSNorm), the projections each one feeds, and the cancellation "
-               "audit:\n");
+    fmt::print(
+        "normalizations (RMSNorm), the projections each one feeds, and the cancellation "
+        "audit:\n");
     for (int l = 0; l < v.n_layer; ++l) show(l);
     show(-1);
   });

@@ -100,12 +100,9 @@ void register_verify(CLI::App& app) {
         pr(i + 1, prompt_ids.size());
       }
     }
-    nlohmann::json out = {{"original", a->original},
-                          {"text", a->text},
-                          {"text_tokens", text.size()},
-                          {"greedy_tokens", a->tokens},
-                          {"ctx", a->ctx},
-                          {"results", nlohmann::json::array()}};
+    nlohmann::json out = {
+        {"original", a->original},    {"text", a->text}, {"text_tokens", text.size()},
+        {"greedy_tokens", a->tokens}, {"ctx", a->ctx},   {"results", nlohmann::json::array()}};
     fmt::print("text: {} ({} tokens, chunks of {}), greedy: {} tokens x {} prompts\n", a->text,
                text.size(), a->ctx, a->tokens, prompts.size());
     std::vector<std::unique_ptr<CpuEngine>> engines;
@@ -115,13 +112,14 @@ void register_verify(CLI::App& app) {
       const ModelConfig &oc = orig.config(), &fc = fm.cfg;
       if (fc.arch != oc.arch || fc.vocab != oc.vocab || fc.hidden != oc.hidden ||
           fc.n_layer != oc.n_layer) {
-        throw Error(fmt::format("{} ({}, vocab {}, hidden {}, {} layers) is not a fold of {} ({}, "
-                                "vocab {}, hidden {}, {} layers)",
-                                folded, fc.arch, fc.vocab, fc.hidden, fc.n_layer, a->original,
-                                oc.arch, oc.vocab, oc.hidden, oc.n_layer));
+        throw Error(
+            fmt::format("{} ({}, vocab {}, hidden {}, {} layers) is not a fold of {} ({}, "
+                        "vocab {}, hidden {}, {} layers)",
+                        folded, fc.arch, fc.vocab, fc.hidden, fc.n_layer, a->original, oc.arch,
+                        oc.vocab, oc.hidden, oc.n_layer));
       }
-      engines.push_back(std::make_unique<CpuEngine>(std::move(fm), NormMode::FlashNorm,
-                                                    max_ctx, !a->no_cancel,
+      engines.push_back(std::make_unique<CpuEngine>(std::move(fm), NormMode::FlashNorm, max_ctx,
+                                                    !a->no_cancel,
                                                     /*track_cancellation=*/!a->no_cancel));
       ptrs.push_back(engines.back().get());
     }
@@ -162,10 +160,11 @@ void register_verify(CLI::App& app) {
         const size_t n = std::min<size_t>(text.size(), 1024);
         cancel_logit_diff =
             compare_teacher_forced(exact, &fe, std::span(text).first(n), a->ctx).max_rel_logit_diff;
-        fmt::print("  dropped rstd (QK-norm cancellation): largest relative change of a "
-                   "renormalized row {:.3e} (eps bound, measured); largest relative logit "
-                   "difference it causes (first {} tokens): {:.3e}\n",
-                   fe.max_cancellation_error(), n, cancel_logit_diff);
+        fmt::print(
+            "  dropped rstd (QK-norm cancellation): largest relative change of a "
+            "renormalized row {:.3e} (eps bound, measured); largest relative logit "
+            "difference it causes (first {} tokens): {:.3e}\n",
+            fe.max_cancellation_error(), n, cancel_logit_diff);
       }
       for (const auto& g : greedy) {
         fmt::print("  greedy: {}/{} tokens identical before the first difference{}\n",

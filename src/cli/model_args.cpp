@@ -17,9 +17,10 @@ NormMode parse_norm_mode(const std::string& s) {
 io::GgufFile open_vocab(const std::string& model, const std::string& tokenizer_gguf) {
   if (!tokenizer_gguf.empty()) return io::GgufFile::open(tokenizer_gguf);
   if (std::filesystem::is_directory(model)) {
-    throw Error(fmt::format("{} is a Hugging Face directory: give --tokenizer FILE.gguf for its "
-                            "vocabulary",
-                            model));
+    throw Error(
+        fmt::format("{} is a Hugging Face directory: give --tokenizer FILE.gguf for its "
+                    "vocabulary",
+                    model));
   }
   return io::GgufFile::open(model);
 }

@@ -73,7 +73,9 @@ void rope_tables(int n_pos, int D, float base, std::vector<float>& cs, std::vect
 
 CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
                      bool track_cancellation)
-    : m_(std::move(model)), mode_(mode), cancel_(cancel && mode == NormMode::FlashNorm),
+    : m_(std::move(model)),
+      mode_(mode),
+      cancel_(cancel && mode == NormMode::FlashNorm),
       track_(track_cancellation) {
   const ModelConfig& c = m_.cfg;
   const ArchDescription& a = *m_.arch;
@@ -130,8 +132,8 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
     layers_.push_back(std::move(L));
   }
   // Dropped normalization: the whole reduction goes when q, k and v are all renormalized.
-  skip_attn_rstd_ = cancel_ && !layers_.empty() && layers_[0].q_norm && layers_[0].k_norm &&
-                    layers_[0].v_renorm;
+  skip_attn_rstd_ =
+      cancel_ && !layers_.empty() && layers_[0].q_norm && layers_[0].k_norm && layers_[0].v_renorm;
   out_gain_ = gains("output_norm.weight");
   // The LM head: in FlashNorm mode a folded copy, so the (tied) embedding lookup stays unfolded.
   head_ = fold_columns(m_.head(), fold ? out_gain_ : nullptr);
@@ -247,8 +249,8 @@ void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, flo
       std::fill(sr + visible, sr + P, 0.0f);
     }
     // O_h[T, D] = S V_h.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, P, 1.0f, s.data(), P,
-                vc + kh * D, nkv, 0.0f, out + h * D, nq);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, P, 1.0f, s.data(), P, vc + kh * D,
+                nkv, 0.0f, out + h * D, nq);
   }
 }
 
@@ -258,8 +260,8 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
   const int T = static_cast<int>(tokens.size());
   if (T == 0) throw Error("forward: no tokens");
   if (pos_ + T > max_ctx_) {
-    throw Error(fmt::format("context full: {} + {} tokens exceed the KV cache of {}", pos_, T,
-                            max_ctx_));
+    throw Error(
+        fmt::format("context full: {} + {} tokens exceed the KV cache of {}", pos_, T, max_ctx_));
   }
   const int H = c.hidden, F = c.ffn, nq = c.n_head * c.head_dim;
   const int nkv = c.n_head_kv * c.head_dim, nqkv = nq + 2 * nkv;
@@ -270,7 +272,8 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
     if (tokens[t] < 0 || tokens[t] >= c.vocab) {
       throw Error(fmt::format("token id {} is outside the vocabulary of {}", tokens[t], c.vocab));
     }
-    for (int i = 0; i < H; ++i) x[size_t(t) * H + i] = emb.data[size_t(tokens[t]) * H + i] * emb_scale;
+    for (int i = 0; i < H; ++i)
+      x[size_t(t) * H + i] = emb.data[size_t(tokens[t]) * H + i] * emb_scale;
   }
   std::vector<float> qkv(size_t(T) * nqkv), att(size_t(T) * nq), proj(size_t(T) * H);
   std::vector<float> gu(size_t(T) * 2 * F), act(size_t(T) * F), rstd_x;

@@ -60,8 +60,8 @@ std::vector<ComparisonStats> compare_teacher_forced(
   return st;
 }
 
-ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
-                                       std::span<const int32_t> tokens, int ctx,
+ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<const int32_t> tokens,
+                                       int ctx,
                                        const std::function<void(size_t, size_t)>& progress) {
   std::vector<CpuEngine*> bs;
   if (b) bs.push_back(b);

@@ -71,8 +71,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
   io::refuse_overwrite(out, inputs);
   io::GgufFile f = io::GgufFile::open(in);
   if (f.get_bool_or(std::string(kFoldedKey), false)) {
-    throw Error(fmt::format("{}: already folded ({} = true); refusing to fold twice",
-                            in.string(), kFoldedKey));
+    throw Error(fmt::format("{}: already folded ({} = true); refusing to fold twice", in.string(),
+                            kFoldedKey));
   }
   if (!opt.requantize && opt.dtype != GgmlType::F32 && opt.dtype != GgmlType::F16 &&
       opt.dtype != GgmlType::BF16) {
@@ -83,8 +83,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
   const ArchDescription& arch = arch_by_name(rep.arch);
   const uint64_t n_layer = f.get_uint(rep.arch + ".block_count");
   if (n_layer == 0 || n_layer > 4096) {
-    throw Error(fmt::format("{}: {}.block_count = {} is out of range", in.string(), rep.arch,
-                            n_layer));
+    throw Error(
+        fmt::format("{}: {}.block_count = {} is out of range", in.string(), rep.arch, n_layer));
   }
   detail::FoldPlan plan = detail::make_fold_plan(arch, static_cast<int>(n_layer));
 
@@ -132,8 +132,7 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     }
     std::vector<float> w = dequant(f, t);
     std::vector<double> folded = fold_matrix(w, t.dims[1], t.dims[0], gains.at(norm));
-    FoldedTensor rec{out_name, detail::tensor_kind(out_name),
-                     io::ggml_type_name(uint32_t(type))};
+    FoldedTensor rec{out_name, detail::tensor_kind(out_name), io::ggml_type_name(uint32_t(type))};
     io::GgufTensorOut o{out_name, t.dims, type, encode(folded, type, rec), {}};
     rep.tensors.push_back(rec);
     if (opt.progress) opt.progress(++done, total);
@@ -165,9 +164,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
   }
   kvs.push_back({std::string(kFoldedKey), io::GgufValue::make_bool(true), 0});
   kvs.push_back({"flashnorm.fold_type",
-                 io::GgufValue::make_string(opt.requantize ? "requantized"
-                                                           : io::ggml_type_name(
-                                                                 uint32_t(opt.dtype))),
+                 io::GgufValue::make_string(
+                     opt.requantize ? "requantized" : io::ggml_type_name(uint32_t(opt.dtype))),
                  0});
   io::write_gguf(out, kvs, outs, inputs);
   return rep;

@@ -17,9 +17,10 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   io::HfModelDir d = io::HfModelDir::open(in_dir);
   if (auto it = d.metadata().find(std::string(kFoldedKey));
       it != d.metadata().end() && it->second == "true") {
-    throw Error(fmt::format("{}: already folded ({} = \"true\" in the safetensors metadata); "
-                            "refusing to fold twice",
-                            in_dir.string(), kFoldedKey));
+    throw Error(
+        fmt::format("{}: already folded ({} = \"true\" in the safetensors metadata); "
+                    "refusing to fold twice",
+                    in_dir.string(), kFoldedKey));
   }
   if (opt.requantize) throw Error("fold: --requantize applies to GGUF files only");
   nlohmann::json config = d.config();
@@ -27,8 +28,8 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   const std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";
   const ArchDescription* arch = arch_by_hf_class(hf_class);
   if (!arch) {
-    throw Error(fmt::format("{}/config.json: architectures '{}' is not supported",
-                            in_dir.string(), hf_class));
+    throw Error(fmt::format("{}/config.json: architectures '{}' is not supported", in_dir.string(),
+                            hf_class));
   }
   if (!config.contains("num_hidden_layers") || !config["num_hidden_layers"].is_number_unsigned()) {
     throw Error(fmt::format("{}/config.json: num_hidden_layers missing or not a positive integer",
@@ -88,10 +89,11 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
       // Values are handed to the writer as fp32; for F16/BF16 targets round via round-to-odd
       // so that the writer's final rounding equals one rounding of the fp64 product.
       for (size_t i = 0; i < folded.size(); ++i) {
-        o.values[i] = o.dtype == io::StDtype::F32 ? round_to_f32(folded[i])
-                                                  : round_to_odd_f32(folded[i]);
+        o.values[i] =
+            o.dtype == io::StDtype::F32 ? round_to_f32(folded[i]) : round_to_odd_f32(folded[i]);
       }
-      rep.tensors.push_back({name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype))});
+      rep.tensors.push_back(
+          {name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype))});
       if (opt.progress) opt.progress(++done, total);
     } else if (canon && gains.count(*canon)) {
       const float id =

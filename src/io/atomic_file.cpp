@@ -71,7 +71,8 @@ void refuse_overwrite(const fs::path& out, std::span<const fs::path> inputs) {
   if (out.empty()) throw Error("refusing to write: the output path is empty");
   for (const auto& in : inputs) {
     if (fs::exists(out, ec) && fs::exists(in, ec) && fs::equivalent(out, in, ec)) {
-      throw Error(fmt::format("refusing to write {}: it is the input {}", out.string(), in.string()));
+      throw Error(
+          fmt::format("refusing to write {}: it is the input {}", out.string(), in.string()));
     }
     if (!fs::is_directory(in, ec)) continue;
     // Writing anywhere inside an input directory could overwrite part of the input.
@@ -98,8 +99,8 @@ AtomicFile::AtomicFile(const fs::path& path, std::span<const fs::path> inputs) :
   refuse_overwrite(path, inputs);
   std::error_code ec;
   if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
-    throw Error(fmt::format("refusing to write {}: it exists and is not a regular file",
-                            path.string()));
+    throw Error(
+        fmt::format("refusing to write {}: it exists and is not a regular file", path.string()));
   }
   tmp_ = path;
   tmp_ += fmt::format(".tmp-{}", static_cast<long>(::getpid()));

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "flashnorm/io/error.h"
 
 namespace flashnorm {

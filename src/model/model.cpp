@@ -58,9 +58,8 @@ Model load_gguf(const fs::path& path) {
   m.cfg.hidden = req("embedding_length");
   m.cfg.ffn = req("feed_forward_length");
   m.cfg.n_head = req("attention.head_count");
-  m.cfg.n_head_kv = f.get_uint_opt(p + "attention.head_count_kv")
-                        ? req("attention.head_count_kv")
-                        : m.cfg.n_head;
+  m.cfg.n_head_kv =
+      f.get_uint_opt(p + "attention.head_count_kv") ? req("attention.head_count_kv") : m.cfg.n_head;
   if (auto kl = f.get_uint_opt(p + "attention.key_length")) {
     m.cfg.head_dim = as_int(*kl, p + "attention.key_length", path);
   } else {
@@ -73,8 +72,8 @@ Model load_gguf(const fs::path& path) {
   m.cfg.gains = m.arch->gguf_gains;
   if (m.arch->hooks.sliding_window_pattern > 0) {
     m.cfg.sliding_window = req("attention.sliding_window");
-    m.cfg.rope_local_base = static_cast<float>(
-        f.get_float_opt(p + "rope.local_freq_base").value_or(10000.0));
+    m.cfg.rope_local_base =
+        static_cast<float>(f.get_float_opt(p + "rope.local_freq_base").value_or(10000.0));
   }
   m.cfg.folded = f.get_bool_or(std::string(kFoldedKey), false);
   for (const auto& t : f.tensors()) {
@@ -100,8 +99,8 @@ Model load_hf(const fs::path& dir) {
   std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";
   m.arch = arch_by_hf_class(hf_class);
   if (!m.arch) {
-    throw Error(fmt::format("{}/config.json: architectures '{}' is not supported", dir.string(),
-                            hf_class));
+    throw Error(
+        fmt::format("{}/config.json: architectures '{}' is not supported", dir.string(), hf_class));
   }
   m.cfg.arch = m.arch->name;
   auto get_int = [&](const char* k, std::optional<int> fallback = std::nullopt) {
@@ -110,8 +109,8 @@ Model load_hf(const fs::path& dir) {
       throw Error(fmt::format("{}/config.json: missing field '{}'", dir.string(), k));
     }
     if (!c[k].is_number_unsigned()) {
-      throw Error(fmt::format("{}/config.json: field '{}' is not a positive integer", dir.string(),
-                              k));
+      throw Error(
+          fmt::format("{}/config.json: field '{}' is not a positive integer", dir.string(), k));
     }
     return as_int(c[k].get<uint64_t>(), k, dir);
   };
@@ -168,8 +167,8 @@ void validate(Model& m) {
                             m.source.string(), c.n_head, c.n_head_kv));
   }
   if (c.head_dim % 2 != 0) {
-    throw Error(fmt::format("{}: head_dim {} is odd; RoPE needs pairs", m.source.string(),
-                            c.head_dim));
+    throw Error(
+        fmt::format("{}: head_dim {} is odd; RoPE needs pairs", m.source.string(), c.head_dim));
   }
   if (c.attn_scale == 0) c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
   const Tensor& emb = m.get(m.arch->tied_source);

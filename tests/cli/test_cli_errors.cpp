@@ -26,12 +26,10 @@ TEST(CliErrors, GarbageModelFile) {
   const fs::path d = testing::fresh_dir("cli_err");
   std::ofstream(d / "junk.gguf") << "this is not a model file at all";
   expect_one_line_error(run_cli("inspect " + (d / "junk.gguf").string()), "magic");
-  expect_one_line_error(run_cli("fold " + (d / "junk.gguf").string() + " -o " +
-                                (d / "out.gguf").string()),
-                        "magic");
+  expect_one_line_error(
+      run_cli("fold " + (d / "junk.gguf").string() + " -o " + (d / "out.gguf").string()), "magic");
   EXPECT_FALSE(fs::exists(d / "out.gguf"));
-  expect_one_line_error(run_cli("generate -m " + (d / "junk.gguf").string() + " -p hi"),
-                        "magic");
+  expect_one_line_error(run_cli("generate -m " + (d / "junk.gguf").string() + " -p hi"), "magic");
 }
 
 TEST(CliErrors, MissingFileAndBadFlags) {
@@ -64,10 +62,10 @@ TEST(CliErrors, DevicesAndInputsAreNeverOutputs) {
                         "not a regular");
   EXPECT_FALSE(fs::is_regular_file("/dev/null"));
   // verify --json naming an input (here a file of the original model) is refused up front.
-  expect_one_line_error(run_cli("verify " + (d / "m").string() + " " + (d / "m").string() +
-                                " --tokenizer " + testing::smollm2_path() + " --json " +
-                                (d / "m" / "config.json").string()),
-                        "refusing");
+  expect_one_line_error(
+      run_cli("verify " + (d / "m").string() + " " + (d / "m").string() + " --tokenizer " +
+              testing::smollm2_path() + " --json " + (d / "m" / "config.json").string()),
+      "refusing");
   // Inputs reached through links: an HF directory whose files link into the output directory.
   fs::create_directories(d / "linked");
   for (const auto& e : fs::directory_iterator(d / "m")) {

@@ -44,7 +44,7 @@ TEST(VerifySmolLM2, FoldedF32ComputesTheSameFunction) {
   std::ofstream(fs::path(FLASHNORM_BINARY_DIR) / "verify_smollm2.json") << v.dump(2);
   ASSERT_EQ(v["results"].size(), 3u);
   EXPECT_GT(v["text_tokens"].get<int>(), 5000);  // the whole license text
-  fs::remove_all(dir);  // the folded models are large
+  fs::remove_all(dir);                           // the folded models are large
   const auto& f = v["results"][0];
   EXPECT_LE(f["ppl_rel_diff"].get<double>(), 1e-4);
   EXPECT_LE(f["max_rel_logit_diff"].get<double>(), 1e-4);

@@ -47,8 +47,8 @@ void write_gguf_copy(const Model& m, const fs::path& path, bool permute) {
     std::vector<float> v = t.data;
     if (permute && name.ends_with("attn_q.weight")) v = permute_rows(t, c.n_head);
     if (permute && name.ends_with("attn_k.weight")) v = permute_rows(t, c.n_head_kv);
-    io::GgufTensorOut o{name, std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend()),
-                        io::GgmlType::F32, {}, {}};
+    io::GgufTensorOut o{
+        name, std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend()), io::GgmlType::F32, {}, {}};
     o.bytes.resize(v.size() * 4);
     std::memcpy(o.bytes.data(), v.data(), o.bytes.size());
     ts.push_back(std::move(o));

@@ -48,8 +48,8 @@ TEST_F(FoldSmolLM2, ConsumersAreFoldedColumnByColumn) {
   io::GgufFile a = io::GgufFile::open(src_), b = io::GgufFile::open(dir_ / "f32.gguf");
   for (int l : {0, 17, 29}) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    for (auto [norm, cons] : {std::pair{"attn_norm", "attn_q"}, {"attn_norm", "attn_v"},
-                              {"ffn_norm", "ffn_up"}}) {
+    for (auto [norm, cons] :
+         {std::pair{"attn_norm", "attn_q"}, {"attn_norm", "attn_v"}, {"ffn_norm", "ffn_up"}}) {
       auto g = deq(a, p + norm + ".weight");
       auto w = deq(a, p + cons + ".weight");
       auto wf = deq(b, p + cons + ".weight");

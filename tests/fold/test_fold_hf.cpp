@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/evaluate.h"

@@ -73,7 +73,8 @@ TEST(Audit, Gemma3RealFileQAndKCancelVDoesNot) {
 TEST(Audit, MissingRenormTensorIsNotCancellable) {
   // The graph, not the name: a gemma3 file whose layer lacks its q_norm gets no cancellation.
   const ArchDescription& a = arch_by_name("gemma3");
-  auto audit = audit_layer(a, 0, [](const std::string& t) { return t != "blk.0.attn_q_norm.weight"; });
+  auto audit =
+      audit_layer(a, 0, [](const std::string& t) { return t != "blk.0.attn_q_norm.weight"; });
   const NormAudit& attn = find(audit, "blk.0.attn_norm.weight");
   EXPECT_FALSE(attn.consumers[0].cancellable);
   EXPECT_NE(attn.consumers[0].reason.find("missing"), std::string::npos);

@@ -1,6 +1,7 @@
 #include "support/random_llama.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +11,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
-
-#include <unistd.h>
 
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
@@ -45,7 +44,7 @@ RandomTensors make_tensors(const RandomLlamaOptions& o, bool hf_gains) {
     std::vector<float> v;
     for (int i = 0; i < n; ++i) {
       float g = ud(rng) * (!gemma && i % 7 == 3 ? -1.0f : 1.0f);  // the multiplier
-      v.push_back(gemma && hf_gains ? g - 1.0f : g);                // HF Gemma stores w = g - 1
+      v.push_back(gemma && hf_gains ? g - 1.0f : g);              // HF Gemma stores w = g - 1
     }
     r.order.push_back({name, {uint64_t(n)}});
     r.values[name] = std::move(v);
@@ -130,12 +129,13 @@ void write_random_gguf(const fs::path& path, const RandomLlamaOptions& o) {
       {p + "rope.freq_base", GgufValue::make_f32(gemma ? 1e6f : 1e4f), 0},
       {p + "attention.layer_norm_rms_epsilon", GgufValue::make_f32(gemma ? 1e-6f : 1e-5f), 0},
   };
-  if (gemma) kvs.push_back({p + "attention.sliding_window", GgufValue::make_u32(o.sliding_window), 0});
+  if (gemma)
+    kvs.push_back({p + "attention.sliding_window", GgufValue::make_u32(o.sliding_window), 0});
   std::vector<io::GgufTensorOut> ts;
   for (const auto& [name, shape] : r.order) {
     const auto& v = r.values[name];
-    io::GgufTensorOut t{name, std::vector<uint64_t>(shape.rbegin(), shape.rend()),
-                        io::GgmlType::F32, {}, {}};
+    io::GgufTensorOut t{
+        name, std::vector<uint64_t>(shape.rbegin(), shape.rend()), io::GgmlType::F32, {}, {}};
     t.bytes.resize(v.size() * 4);
     std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
     ts.push_back(std::move(t));

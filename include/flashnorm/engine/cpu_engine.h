@@ -54,23 +54,23 @@ class CpuEngine {
 
  private:
   struct Layer {
-    const float* attn_gain;   // [H] (Standard mode)
-    std::vector<float> wqkv;  // [q + 2 kv, H], rows of q, then k, then v
+    const float* attn_gain;         // [H] (Standard mode)
+    std::vector<float> wqkv;        // [q + 2 kv, H], rows of q, then k, then v
     const float* q_norm = nullptr;  // [D] per-head renorm gains (QK-norm), or null
     const float* k_norm = nullptr;
-    bool v_renorm = false;          // v renormalized without a gain (Gemma-4 style)
-    const float* wo;                // [H, q]
+    bool v_renorm = false;             // v renormalized without a gain (Gemma-4 style)
+    const float* wo;                   // [H, q]
     const float* post_attn = nullptr;  // [H] Gemma post-attention norm, or null
-    const float* ffn_gain;          // [H]
-    std::vector<float> wgu;         // [2F, H], gate rows then up rows
-    const float* wdown;             // [H, F]
+    const float* ffn_gain;             // [H]
+    std::vector<float> wgu;            // [2F, H], gate rows then up rows
+    const float* wdown;                // [H, F]
     const float* post_ffn = nullptr;   // [H]
-    bool local = false;             // sliding-window layer
+    bool local = false;                // sliding-window layer
   };
   // y[T, n] = normed(x) W^T. `scaled` marks column ranges [begin, end) that get rstd in
   // FlashNorm mode (all columns when empty).
-  void normed_projection(const float* x, int T, const float* gain, const float* w, int n,
-                         float* y, std::span<const std::pair<int, int>> unscaled = {});
+  void normed_projection(const float* x, int T, const float* gain, const float* w, int n, float* y,
+                         std::span<const std::pair<int, int>> unscaled = {});
   void attention(int layer, float* qkv, const float* rstd_x, int T, float* out);
 
   Model m_;
@@ -81,8 +81,8 @@ class CpuEngine {
   std::vector<Layer> layers_;
   std::vector<float> head_;  // [vocab, H]: the LM head (folded in FlashNorm mode)
   const float* out_gain_ = nullptr;
-  std::vector<float> k_cache_, v_cache_;  // [layer][pos][n_kv * D]
-  std::vector<float> rope_cos_, rope_sin_;  // [pos][D/2], global base
+  std::vector<float> k_cache_, v_cache_;                // [layer][pos][n_kv * D]
+  std::vector<float> rope_cos_, rope_sin_;              // [pos][D/2], global base
   std::vector<float> rope_cos_local_, rope_sin_local_;  // local base (sliding-window layers)
 };
 

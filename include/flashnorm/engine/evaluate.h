@@ -15,19 +15,19 @@ namespace flashnorm {
 // empty KV cache, all positions scored except each chunk's first). `a` is the reference, `b` the
 // engine compared with it.
 struct ComparisonStats {
-  size_t positions = 0;       // scored positions
+  size_t positions = 0;         // scored positions
   double nll_a = 0, nll_b = 0;  // summed negative log-likelihood (nats) of the next token
-  double ppl_a() const;       // exp(nll / positions)
+  double ppl_a() const;         // exp(nll / positions)
   double ppl_b() const;
   // max over positions of max_j |a_j - b_j| / max_j |a_j|  (relative to the logit scale)
   double max_rel_logit_diff = 0;
-  size_t top1_agree = 0;      // positions where argmax(a) == argmax(b)
+  size_t top1_agree = 0;  // positions where argmax(a) == argmax(b)
 };
 
 // Runs `a` and `b` side by side (b may be null: only a's perplexity). progress(done, total)
 // is called per chunk. Errors: Error if ctx < 2 or fewer than 2 tokens.
-ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b,
-                                       std::span<const int32_t> tokens, int ctx,
+ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<const int32_t> tokens,
+                                       int ctx,
                                        const std::function<void(size_t, size_t)>& progress = {});
 
 // The same against several engines at once (the reference runs once); one result per engine in

@@ -19,7 +19,8 @@ class Error : public std::runtime_error {
 //   "model.gguf: tensor_info[3].n_dims at byte 1234: 7 exceeds the GGUF maximum of 4"
 class FormatError : public Error {
  public:
-  FormatError(std::string_view file, std::string_view field, uint64_t offset, std::string_view what);
+  FormatError(std::string_view file, std::string_view field, uint64_t offset,
+              std::string_view what);
   const std::string& field() const { return field_; }
   uint64_t offset() const { return offset_; }
 

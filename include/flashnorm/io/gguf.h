@@ -22,8 +22,19 @@ namespace flashnorm::io {
 
 // GGUF metadata value types (on-disk ids).
 enum class GgufType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 
 // One metadata value, keeping its on-disk type so a writer reproduces the file exactly.
@@ -64,10 +75,10 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<uint64_t> dims;  // 1..4 entries, each >= 1
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;         // relative to the data section, a multiple of the alignment
-  uint64_t n_elements = 0;     // product of dims (checked)
-  uint64_t n_bytes = 0;        // n_elements / block_elems * block_bytes (checked)
-  uint64_t info_offset = 0;    // byte offset of this record in the file (for messages)
+  uint64_t offset = 0;       // relative to the data section, a multiple of the alignment
+  uint64_t n_elements = 0;   // product of dims (checked)
+  uint64_t n_bytes = 0;      // n_elements / block_elems * block_bytes (checked)
+  uint64_t info_offset = 0;  // byte offset of this record in the file (for messages)
 
   uint64_t row_elems() const { return dims.empty() ? 0 : dims[0]; }
   uint64_t n_rows() const { return dims.empty() ? 0 : n_elements / dims[0]; }
@@ -134,7 +145,7 @@ struct GgufTensorOut {
   std::string name;
   std::vector<uint64_t> dims;  // fastest-first, as in GgufTensorInfo
   GgmlType type = GgmlType::F32;
-  std::vector<uint8_t> bytes;  // owned bytes, or...
+  std::vector<uint8_t> bytes;     // owned bytes, or...
   std::span<const uint8_t> view;  // ...a view into a mapped input (used when bytes is empty)
 };
 

@@ -64,7 +64,7 @@ struct ArchHooks {
 };
 
 struct ArchDescription {
-  std::string name;  // GGUF general.architecture, e.g. "llama"
+  std::string name;                   // GGUF general.architecture, e.g. "llama"
   std::vector<NormSite> layer_norms;  // per layer ("{L}" in names)
   std::vector<NormSite> final_norms;  // once (output_norm -> LM head)
   // LM head: `head` when present; else tied to `tied_source` (the embedding).

@@ -23,24 +23,24 @@ struct Tensor {
 
 // Hyperparameters (GGUF "<arch>.*" keys; HF config.json fields in comments).
 struct ModelConfig {
-  std::string arch;          // general.architecture / "architectures"[0] mapped
-  int n_layer = 0;           // block_count / num_hidden_layers
-  int hidden = 0;            // embedding_length / hidden_size
-  int ffn = 0;               // feed_forward_length / intermediate_size
-  int n_head = 0;            // attention.head_count / num_attention_heads
-  int n_head_kv = 0;         // attention.head_count_kv / num_key_value_heads
-  int head_dim = 0;          // rope.dimension_count or key_length / head_dim or hidden/n_head
-  int vocab = 0;             // rows of token_embd / vocab_size
-  int context = 0;           // context_length / max_position_embeddings
-  float rope_base = 10000;   // rope.freq_base / rope_theta
-  float eps = 1e-5f;         // attention.layer_norm_rms_epsilon / rms_norm_eps
-  int sliding_window = 0;    // attention.sliding_window / sliding_window (0: none)
+  std::string arch;               // general.architecture / "architectures"[0] mapped
+  int n_layer = 0;                // block_count / num_hidden_layers
+  int hidden = 0;                 // embedding_length / hidden_size
+  int ffn = 0;                    // feed_forward_length / intermediate_size
+  int n_head = 0;                 // attention.head_count / num_attention_heads
+  int n_head_kv = 0;              // attention.head_count_kv / num_key_value_heads
+  int head_dim = 0;               // rope.dimension_count or key_length / head_dim or hidden/n_head
+  int vocab = 0;                  // rows of token_embd / vocab_size
+  int context = 0;                // context_length / max_position_embeddings
+  float rope_base = 10000;        // rope.freq_base / rope_theta
+  float eps = 1e-5f;              // attention.layer_norm_rms_epsilon / rms_norm_eps
+  int sliding_window = 0;         // attention.sliding_window / sliding_window (0: none)
   float rope_local_base = 10000;  // rope.local_freq_base / rope_local_base_freq (local layers)
-  float attn_scale = 0;      // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
+  float attn_scale = 0;           // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
   RopeLayout rope = RopeLayout::Adjacent;
   GainConvention gains = GainConvention::Plain;
-  bool tied_head = false;    // no separate LM head tensor: the embedding is reused
-  bool folded = false;       // flashnorm.folded metadata present
+  bool tied_head = false;  // no separate LM head tensor: the embedding is reused
+  bool folded = false;     // flashnorm.folded metadata present
 };
 
 struct Model {
