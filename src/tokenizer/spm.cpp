@@ -5,32 +5,15 @@
 #include <functional>
 #include <utility>
 
+#include "utf8.h"
+
 namespace flashnorm::tokenizer_detail {
 namespace {
 
 // Length (1..4) of the valid, shortest-form UTF-8 sequence of a scalar value at s[i], or 0.
 size_t utf8_len(std::string_view s, size_t i) {
-  auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) return 1;
-  size_t len;
-  char32_t v, min;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, v = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, v = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, v = b0 & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (b & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  return len;
+  char32_t cp;
+  return decode_utf8(s, i, cp);
 }
 
 bool mergeable(int8_t type) {

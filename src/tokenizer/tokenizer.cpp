@@ -19,9 +19,12 @@
 #include "flashnorm/io/gguf.h"
 #include "pretokenizer.h"
 #include "spm.h"
+#include "utf8.h"
 
 namespace flashnorm {
 namespace {
+
+using tokenizer_detail::decode_utf8;
 
 constexpr int64_t kTypeMin = 0;  // llama.cpp LLAMA_TOKEN_TYPE_UNDEFINED
 constexpr int64_t kTypeControl = 3;
@@ -71,35 +74,6 @@ void append_utf8(std::string& out, char32_t cp) {
     out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
     out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
-}
-
-// Decodes one UTF-8 sequence at s[i]; returns its length (1..4) and sets cp, or returns 0 when the
-// bytes there are not a valid, shortest-form sequence of a scalar value.
-size_t decode_utf8(std::string_view s, size_t i, char32_t& cp) {
-  auto b0 = static_cast<unsigned char>(s[i]);
-  size_t len;
-  char32_t v, min;
-  if (b0 < 0x80) {
-    cp = b0;
-    return 1;
-  } else if ((b0 & 0xE0) == 0xC0) {
-    len = 2, v = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, v = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, v = b0 & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (b & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  cp = v;
-  return len;
 }
 
 // Token text (byte alphabet) -> bytes. Code points outside the alphabet, and invalid UTF-8, are

@@ -18,15 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::run_cli;
 
-std::string gemma3_path() {
-  const char* e = std::getenv("FLASHNORM_GEMMA3_GGUF");
-  if (e && *e) return e;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") +
-         "/.cache/flashnorm/models/gemma3/gemma-3-270m-q4_k_m.gguf";
-}
-
 TEST(VerifyGemma3, FoldedF32WithCancellationComputesTheSameFunction) {
-  const std::string src = gemma3_path();
+  const std::string src = testing::gemma3_path();
   ASSERT_TRUE(fs::exists(src)) << src << " missing: run scripts/fetch_models.sh gemma3";
   const fs::path dir = testing::fresh_dir("verify_gemma3");
   const std::string f32 = (dir / "f32.gguf").string();

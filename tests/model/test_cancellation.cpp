@@ -16,13 +16,6 @@ namespace flashnorm {
 namespace {
 namespace fs = std::filesystem;
 
-std::string gemma3_path() {
-  const char* e = std::getenv("FLASHNORM_GEMMA3_GGUF");
-  if (e && *e) return e;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") +
-         "/.cache/flashnorm/models/gemma3/gemma-3-270m-q4_k_m.gguf";
-}
-
 const NormAudit& find(const std::vector<NormAudit>& v, const std::string& norm) {
   for (const auto& a : v) {
     if (a.norm == norm) return a;
@@ -47,7 +40,7 @@ ArchDescription extra_branch() {
 }
 
 TEST(Audit, Gemma3RealFileQAndKCancelVDoesNot) {
-  const std::string path = gemma3_path();
+  const std::string path = testing::gemma3_path();
   ASSERT_TRUE(fs::exists(path)) << path << " missing: run scripts/fetch_models.sh gemma3";
   io::GgufFile f = io::GgufFile::open(path);
   const ArchDescription& a = arch_by_name(f.get_string("general.architecture"));

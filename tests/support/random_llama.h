@@ -30,6 +30,8 @@ void write_random_gguf(const std::filesystem::path& path, const RandomLlamaOptio
 // Real model paths from the environment (FLASHNORM_SMOLLM2_GGUF), with the fetch script's
 // default location as fallback.
 std::string smollm2_path();
+// The same for Gemma 3 270M (FLASHNORM_GEMMA3_GGUF).
+std::string gemma3_path();
 
 // A fresh empty directory under the test's temporary directory, unique to this process.
 std::filesystem::path fresh_dir(const std::string& name);
