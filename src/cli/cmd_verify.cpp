@@ -86,8 +86,11 @@ void register_verify(CLI::App& app) {
     const int ctx_needed = std::max<int>(a->ctx, 0);
     int max_ctx = ctx_needed;
     std::vector<std::vector<int32_t>> prompt_ids;
+    // Models that expect BOS (Gemma) get it before every prompt and every text chunk.
+    const std::optional<int32_t> bos = tok.add_bos() ? tok.bos() : std::nullopt;
     for (const auto& p : prompts) {
       prompt_ids.push_back(tok.encode(p, false));
+      if (bos) prompt_ids.back().insert(prompt_ids.back().begin(), *bos);
       if (prompt_ids.back().empty()) throw Error("a prompt encodes to no tokens");
       max_ctx = std::max<int>(max_ctx, prompt_ids.back().size() + a->tokens);
     }
@@ -126,7 +129,7 @@ void register_verify(CLI::App& app) {
     std::vector<ComparisonStats> stats;
     {
       Progress pr("perplexity (chunks)");
-      stats = compare_teacher_forced(orig, ptrs, text, a->ctx, std::ref(pr));
+      stats = compare_teacher_forced(orig, ptrs, text, a->ctx, std::ref(pr), bos);
     }
     for (size_t k = 0; k < a->folded.size(); ++k) {
       const std::string& folded = a->folded[k];
@@ -159,7 +162,9 @@ void register_verify(CLI::App& app) {
         CpuEngine exact(load_model(folded), NormMode::FlashNorm, max_ctx, /*cancel=*/false);
         const size_t n = std::min<size_t>(text.size(), 1024);
         cancel_logit_diff =
-            compare_teacher_forced(exact, &fe, std::span(text).first(n), a->ctx).max_rel_logit_diff;
+            compare_teacher_forced(exact, &fe, std::span<const int32_t>(text.data(), n), a->ctx,
+                                   std::function<void(size_t, size_t)>(), bos)
+                .max_rel_logit_diff;
         fmt::print(
             "  dropped rstd (QK-norm cancellation): largest relative change of a "
             "renormalized row {:.3e} (eps bound, measured); largest relative logit "

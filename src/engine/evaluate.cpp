@@ -21,16 +21,25 @@ double log_prob(std::span<const float> logits, int32_t target) {
 
 std::vector<ComparisonStats> compare_teacher_forced(
     CpuEngine& a, std::span<CpuEngine* const> bs, std::span<const int32_t> tokens, int ctx,
-    const std::function<void(size_t, size_t)>& progress) {
+    const std::function<void(size_t, size_t)>& progress, std::optional<int32_t> bos) {
   if (ctx < 2 || tokens.size() < 2) throw Error("compare: need ctx >= 2 and at least 2 tokens");
+  for (CpuEngine* b : bs) {
+    if (b->config().vocab != a.config().vocab) throw Error("compare: vocabularies differ");
+  }
   std::vector<ComparisonStats> st(std::max<size_t>(bs.size(), 1));
   const size_t V = a.config().vocab;
-  const size_t n_chunks = (tokens.size() - 1 + ctx - 1) / ctx;
+  const size_t step = bos ? ctx - 1 : ctx;  // text tokens per chunk
+  const size_t n_chunks = (tokens.size() + step - 1) / step;
   size_t chunk = 0;
-  for (size_t start = 0; start + 1 < tokens.size(); start += ctx) {
-    const size_t len = std::min<size_t>(ctx, tokens.size() - start);
+  std::vector<int32_t> seq;
+  for (size_t start = 0; start < tokens.size(); start += step) {
+    seq.clear();
+    if (bos) seq.push_back(*bos);
+    const size_t take = std::min(step, tokens.size() - start);
+    seq.insert(seq.end(), tokens.begin() + start, tokens.begin() + start + take);
+    const size_t len = seq.size();
     if (len < 2) break;
-    auto span = tokens.subspan(start, len);
+    std::span<const int32_t> span(seq);
     a.reset();
     const std::vector<float> la = a.forward(span, true);
     double nll_a = 0;
@@ -61,11 +70,11 @@ std::vector<ComparisonStats> compare_teacher_forced(
 }
 
 ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<const int32_t> tokens,
-                                       int ctx,
-                                       const std::function<void(size_t, size_t)>& progress) {
+                                       int ctx, const std::function<void(size_t, size_t)>& progress,
+                                       std::optional<int32_t> bos) {
   std::vector<CpuEngine*> bs;
   if (b) bs.push_back(b);
-  return compare_teacher_forced(a, bs, tokens, ctx, progress)[0];
+  return compare_teacher_forced(a, bs, tokens, ctx, progress, bos)[0];
 }
 
 std::vector<int32_t> greedy_tokens(CpuEngine& e, std::span<const int32_t> prompt, int n) {

@@ -2,7 +2,8 @@
 // standard mode against the folded GGUF stored as F32 in flashnorm mode with cancellation on
 // (q and k get no rstd: QK-norm renormalizes them). Bars: perplexity within 1e-4 relative,
 // identical greedy tokens for 256 tokens on 3 prompts; the relative logit difference caused by
-// the dropped rstd stays within rounding plus the measured eps bound (model/audit.h).
+// the dropped rstd stays within rounding plus the measured eps bound (model/audit.h). BOS is
+// prepended to every prompt and text chunk, as Gemma expects.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -48,7 +49,8 @@ TEST(VerifyGemma3, FoldedF32WithCancellationComputesTheSameFunction) {
   for (const auto& g : f["greedy"]) EXPECT_EQ(g["agree_prefix"].get<int>(), 256) << g["prompt"];
   const double row_err = f["max_cancellation_row_error"].get<double>();
   EXPECT_GT(row_err, 0.0);
-  EXPECT_LE(f["cancellation_rel_logit_diff"].get<double>(), 1e-5 + 10 * row_err);
+  // The logits move no more than the largest renormalized row does (plus fp32 rounding).
+  EXPECT_LE(f["cancellation_rel_logit_diff"].get<double>(), row_err + 1e-5);
   EXPECT_GT(f["ppl_original"].get<double>(), 1.5);
   EXPECT_LT(f["ppl_original"].get<double>(), 100.0);
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -11,9 +12,10 @@
 
 namespace flashnorm {
 
-// Teacher-forced pass of `tokens` through engines in chunks of `ctx` tokens (each chunk from an
-// empty KV cache, all positions scored except each chunk's first). `a` is the reference, `b` the
-// engine compared with it.
+// Teacher-forced pass of `tokens` through engines in chunks of `ctx` positions, each chunk from
+// an empty KV cache. Without `bos` every position but each chunk's first is scored; with `bos`
+// (models that expect a BOS token, e.g. Gemma) each chunk is [bos] + ctx-1 tokens and every token
+// is scored. `a` is the reference, `b` the engine compared with it.
 struct ComparisonStats {
   size_t positions = 0;         // scored positions
   double nll_a = 0, nll_b = 0;  // summed negative log-likelihood (nats) of the next token
@@ -28,13 +30,15 @@ struct ComparisonStats {
 // is called per chunk. Errors: Error if ctx < 2 or fewer than 2 tokens.
 ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<const int32_t> tokens,
                                        int ctx,
-                                       const std::function<void(size_t, size_t)>& progress = {});
+                                       const std::function<void(size_t, size_t)>& progress = {},
+                                       std::optional<int32_t> bos = std::nullopt);
 
 // The same against several engines at once (the reference runs once); one result per engine in
 // `bs`, each with the reference's figures in its `a` fields.
 std::vector<ComparisonStats> compare_teacher_forced(
     CpuEngine& a, std::span<CpuEngine* const> bs, std::span<const int32_t> tokens, int ctx,
-    const std::function<void(size_t, size_t)>& progress = {});
+    const std::function<void(size_t, size_t)>& progress = {},
+    std::optional<int32_t> bos = std::nullopt);
 
 // Greedy decoding of exactly n tokens after `prompt` (stop tokens are not honoured, so two
 // models are compared over the full length). Resets the engine first.
