@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what flashnorm needs to build and test on Debian 12 (run as root, or with sudo).
 # Debian packages: toolchain, JSON, CLI parsing, BLAS, PCRE2, fmt, GoogleTest, clang for fuzzing.
-# PyPI packages: the reference implementations the tests compare against (gguf, safetensors).
+# PyPI packages (tests only, `scripts/setup.sh --test`): the reference implementations the tests
+# compare against (gguf, safetensors), in a virtual environment .venv (Debian's own Python refuses
+# pip installs outside one).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config nlohmann-json3-dev libcli11-dev
-      libopenblas-dev libpcre2-dev libfmt-dev libgtest-dev googletest python3-pip)
+      libopenblas-dev libpcre2-dev libfmt-dev libgtest-dev googletest python3-pip python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +16,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/requirements-test.txt"
+if [ "${1:-}" = "--test" ]; then
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  [ -x "$root/.venv/bin/python3" ] || python3 -m venv "$root/.venv"
+  "$root/.venv/bin/python3" -m pip install -q --disable-pip-version-check \
+    -r "$root/scripts/requirements-test.txt"
+fi

@@ -5,7 +5,8 @@
 # through scripts/gpu_kernels.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test
+export PATH="$PWD/.venv/bin:$PATH"  # python3 with the reference packages, for the tests
 eval "$(scripts/fetch_models.sh smollm2 gemma3)"
 export FLASHNORM_SMOLLM2_GGUF FLASHNORM_GEMMA3_GGUF
 scripts/build.sh release

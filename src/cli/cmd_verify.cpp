@@ -95,19 +95,6 @@ void register_verify(CLI::App& app) {
       max_ctx = std::max<int>(max_ctx, prompt_ids.back().size() + a->tokens);
     }
     CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
-    std::vector<std::vector<int32_t>> ref;
-    {
-      Progress pr("greedy (original)");
-      for (size_t i = 0; i < prompt_ids.size(); ++i) {
-        ref.push_back(greedy_tokens(orig, prompt_ids[i], a->tokens));
-        pr(i + 1, prompt_ids.size());
-      }
-    }
-    nlohmann::json out = {
-        {"original", a->original},    {"text", a->text}, {"text_tokens", text.size()},
-        {"greedy_tokens", a->tokens}, {"ctx", a->ctx},   {"results", nlohmann::json::array()}};
-    fmt::print("text: {} ({} tokens, chunks of {}), greedy: {} tokens x {} prompts\n", a->text,
-               text.size(), a->ctx, a->tokens, prompts.size());
     std::vector<std::unique_ptr<CpuEngine>> engines;
     std::vector<CpuEngine*> ptrs;
     for (const auto& folded : a->folded) {
@@ -126,6 +113,19 @@ void register_verify(CLI::App& app) {
                                                     /*track_cancellation=*/!a->no_cancel));
       ptrs.push_back(engines.back().get());
     }
+    std::vector<std::vector<int32_t>> ref;
+    {
+      Progress pr("greedy (original)");
+      for (size_t i = 0; i < prompt_ids.size(); ++i) {
+        ref.push_back(greedy_tokens(orig, prompt_ids[i], a->tokens));
+        pr(i + 1, prompt_ids.size());
+      }
+    }
+    nlohmann::json out = {
+        {"original", a->original},    {"text", a->text}, {"text_tokens", text.size()},
+        {"greedy_tokens", a->tokens}, {"ctx", a->ctx},   {"results", nlohmann::json::array()}};
+    fmt::print("text: {} ({} tokens, chunks of {}), greedy: {} tokens x {} prompts\n", a->text,
+               text.size(), a->ctx, a->tokens, prompts.size());
     std::vector<ComparisonStats> stats;
     {
       Progress pr("perplexity (chunks)");

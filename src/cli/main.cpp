@@ -9,6 +9,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"flashnorm: RMSNorm folding and deferred normalization for LLM inference"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows every default
   // Usage errors, like every other error, are one line on stderr.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     std::string msg = e.what();

@@ -115,7 +115,10 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
   if (Ms.empty())
     for (auto& m : spec.at("M")) Ms.push_back(m.get<int>());
 
-  int dev = 0;
+  int dev = 0, n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    throw Error("bench: no usable NVIDIA GPU here (the kernels target Hopper, sm_90a)");
+  }
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, dev));
