@@ -14,7 +14,7 @@
 # the device machine, whose image lacks fmt/CLI11/gtest/BLAS/PCRE2) a direct nvcc/g++ build of the
 # kernel sources, with header-only fmt/nlohmann/CLI11 and a static gtest taken from an ignored folder
 # .cache/gpudeps (copied from this repo's CI image: /usr/include/{fmt,nlohmann,CLI,gtest},
-# libgtest.a, and shared/tools/torch_peers.py) that the device call carries.
+# libgtest.a) that the device call carries; the PyTorch peers are bench/torch_peers.py.
 set -uo pipefail
 OUT=${OUT:-/tmp/fn_out}
 mkdir -p "$OUT"
@@ -113,7 +113,7 @@ fi
 
 if has peers; then
   stamp "PyTorch peers"
-  PYTHONUNBUFFERED=1 OUT="$OUT" timeout ${PEERS_TIMEOUT:-420} python3 "$DEPS/torch_peers.py" bench/shapes.json > "$OUT/peers.log" 2>&1
+  PYTHONUNBUFFERED=1 OUT="$OUT" timeout ${PEERS_TIMEOUT:-420} python3 bench/torch_peers.py bench/shapes.json > "$OUT/peers.log" 2>&1
   echo "peers rc=$?"
   tail -35 "$OUT/peers.log"
 fi
