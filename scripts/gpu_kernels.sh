@@ -13,7 +13,7 @@
 # Build: with CMake when the project's dependencies are installed (FN_BUILD=cmake), else (default on
 # the device machine, whose image lacks fmt/CLI11/gtest/BLAS/PCRE2) a direct nvcc/g++ build of the
 # kernel sources, with header-only fmt/nlohmann/CLI11 and a static gtest taken from an ignored folder
-# .cache/gpudeps (copied from this repo's CI image: /usr/include/{fmt,nlohmann,CLI,gtest},
+# .cache/gpudeps (made by scripts/prepare_gpudeps.sh from /usr/include/{fmt,nlohmann,CLI,gtest},
 # libgtest.a) that the device call carries; the PyTorch peers are bench/torch_peers.py.
 set -uo pipefail
 OUT=${OUT:-/tmp/fn_out}
