@@ -8,6 +8,7 @@
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/gguf.h"
+#include "flashnorm/model/model.h"
 #include "plan.h"
 
 namespace flashnorm {
@@ -74,6 +75,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     throw Error(fmt::format("{}: already folded ({} = true); refusing to fold twice", in.string(),
                             kFoldedKey));
   }
+  // The checkpoint must be one the engine can run: hyperparameters consistent with every tensor.
+  load_model(in, /*with_data=*/false);
   if (!opt.requantize && opt.dtype != GgmlType::F32 && opt.dtype != GgmlType::F16 &&
       opt.dtype != GgmlType::BF16) {
     throw Error("fold: --dtype must be f32, f16 or bf16");

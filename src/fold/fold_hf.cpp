@@ -6,6 +6,7 @@
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/safetensors.h"
+#include "flashnorm/model/model.h"
 #include "plan.h"
 
 namespace flashnorm {
@@ -23,6 +24,8 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                     in_dir.string(), kFoldedKey));
   }
   if (opt.requantize) throw Error("fold: --requantize applies to GGUF files only");
+  // The checkpoint must be one the engine can run: hyperparameters consistent with every tensor.
+  load_model(in_dir, /*with_data=*/false);
   nlohmann::json config = d.config();
   auto cls = config.value("architectures", nlohmann::json::array());
   const std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";

@@ -46,7 +46,7 @@ int as_int(uint64_t v, std::string_view key, const fs::path& src) {
   return static_cast<int>(v);
 }
 
-Model load_gguf(const fs::path& path) {
+Model load_gguf(const fs::path& path, bool with_data) {
   io::GgufFile f = io::GgufFile::open(path);
   Model m;
   m.source = path;
@@ -83,14 +83,16 @@ Model load_gguf(const fs::path& path) {
     }
     Tensor x;
     x.shape.assign(t.dims.rbegin(), t.dims.rend());
-    x.data.resize(t.n_elements);
-    io::dequantize(t.type, f.tensor_data(t), x.data);
+    if (with_data) {
+      x.data.resize(t.n_elements);
+      io::dequantize(t.type, f.tensor_data(t), x.data);
+    }
     m.tensors.emplace(t.name, std::move(x));
   }
   return m;
 }
 
-Model load_hf(const fs::path& dir) {
+Model load_hf(const fs::path& dir, bool with_data) {
   io::HfModelDir d = io::HfModelDir::open(dir);
   const auto& c = d.config();
   Model m;
@@ -143,7 +145,7 @@ Model load_hf(const fs::path& dir) {
     Tensor x;
     x.shape = info->shape;
     try {
-      x.data = io::st_to_fp32(info->dtype, file->data(*info));
+      if (with_data) x.data = io::st_to_fp32(info->dtype, file->data(*info));
     } catch (const Error& e) {
       throw Error(fmt::format("{}: tensor '{}': {}", file->name(), hf, e.what()));
     }
@@ -206,10 +208,10 @@ void validate(Model& m) {
 
 }  // namespace
 
-Model load_model(const fs::path& path) {
+Model load_model(const fs::path& path, bool with_data) {
   Model m;
   try {
-    m = fs::is_directory(path) ? load_hf(path) : load_gguf(path);
+    m = fs::is_directory(path) ? load_hf(path, with_data) : load_gguf(path, with_data);
   } catch (const nlohmann::json::exception& e) {
     // A config.json field of the wrong type (nlohmann's message names the expected type).
     throw Error(fmt::format("{}/config.json: {}", path.string(), e.what()));

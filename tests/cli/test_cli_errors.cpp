@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cli_run.h"
+#include "flashnorm/io/gguf.h"
 #include "support/random_llama.h"
 
 namespace flashnorm {
@@ -74,6 +75,25 @@ TEST(CliErrors, DevicesAndInputsAreNeverOutputs) {
   expect_one_line_error(run_cli("fold " + (d / "linked").string() + " -o " + (d / "m").string()),
                         "refusing");
   EXPECT_EQ(testing::fingerprint(d / "m"), before);
+}
+
+TEST(CliErrors, FoldRefusesHyperparametersThatContradictTheTensors) {
+  const fs::path d = testing::fresh_dir("cli_inconsistent");
+  testing::write_random_gguf(d / "g.gguf");
+  {
+    io::GgufFile f = io::GgufFile::open(d / "g.gguf");
+    std::vector<io::GgufKv> kvs = f.kvs();
+    for (auto& kv : kvs) {
+      if (kv.key == "llama.feed_forward_length") kv.value = io::GgufValue::make_u32(64);
+    }
+    std::vector<io::GgufTensorOut> ts;
+    for (const auto& t : f.tensors()) ts.push_back({t.name, t.dims, t.type, {}, f.tensor_data(t)});
+    io::write_gguf(d / "bad.gguf", kvs, ts);
+  }
+  expect_one_line_error(
+      run_cli("fold " + (d / "bad.gguf").string() + " -o " + (d / "out.gguf").string()),
+      "ffn_gate.weight");
+  EXPECT_FALSE(fs::exists(d / "out.gguf"));
 }
 
 TEST(CliErrors, DeeplyNestedJsonIsRefusedNotACrash) {

@@ -60,8 +60,10 @@ struct Model {
 // Loads a GGUF file or a HF directory (chosen by whether `path` is a directory).
 // Validates hyperparameters against the tensors: every tensor the architecture needs exists
 // with the expected shape; head counts divide; block_count within the tensors present.
+// With with_data = false only hyperparameters and shapes are read (tensors keep empty data):
+// the same validation, without the cost of dequantizing (used by `fold` before it writes).
 // Errors: flashnorm::Error / FormatError with the tensor or key name.
-Model load_model(const std::filesystem::path& path);
+Model load_model(const std::filesystem::path& path, bool with_data = true);
 
 // The gain values of a norm tensor as a multiplier (1 + w for OnePlus files).
 std::vector<double> effective_gain(const Tensor& norm, GainConvention c);
