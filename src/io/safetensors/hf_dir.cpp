@@ -2,6 +2,7 @@
 // model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor: shard file}}) and the
 // shards it names (the layout transformers' save_pretrained writes with safe_serialization).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -222,6 +223,13 @@ const std::map<std::string, std::string>& HfModelDir::metadata() const {
   return impl_->shards.empty() ? kEmpty : impl_->shards[0].metadata();
 }
 
+namespace {
+void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
+                        const std::vector<StTensorOut>& tensors,
+                        const std::map<std::string, std::string>& metadata, int n_shards,
+                        const fs::path& copy_from, const std::vector<fs::path>& inputs);
+}  // namespace
+
 void write_hf_dir(const fs::path& dir, const nlohmann::json& config,
                   const std::vector<StTensorOut>& tensors,
                   const std::map<std::string, std::string>& metadata, int n_shards,
@@ -240,8 +248,43 @@ void write_hf_dir(const fs::path& dir, const nlohmann::json& config,
   }
   refuse_overwrite(dir, inputs);
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  // A new directory is built under a temporary name and renamed into place when complete, so a
+  // failed or interrupted write never leaves a half-written model at `final_dir`. An existing
+  // directory is updated file by file (each file atomically).
+  const fs::path final_dir = dir;
+  const bool staged = !fs::exists(final_dir, ec);
+  fs::path work = final_dir;
+  if (staged) {
+    work += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+    fs::remove_all(work, ec);
+  }
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code e;
+      if (!p.empty()) fs::remove_all(p, e);
+    }
+  } cleanup{staged ? work : fs::path()};
+  fs::create_directories(work, ec);
+  if (ec) throw Error(fmt::format("cannot create {}: {}", work.string(), ec.message()));
+  write_hf_dir_files(work, config, tensors, metadata, n_shards, copy_from, inputs);
+  if (staged) {
+    fs::rename(work, final_dir, ec);
+    if (ec) {
+      throw Error(fmt::format("rename to {} failed: {}", final_dir.string(), ec.message()));
+    }
+    cleanup.p.clear();
+  }
+}
+
+namespace {
+
+// Writes the files of a Hugging Face directory into `dir` (which exists).
+void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
+                        const std::vector<StTensorOut>& tensors,
+                        const std::map<std::string, std::string>& metadata, int n_shards,
+                        const fs::path& copy_from, const std::vector<fs::path>& inputs) {
+  std::error_code ec;
 
   // Shards: contiguous runs of tensors, as equal in count as possible.
   std::vector<std::string> written;
@@ -288,5 +331,7 @@ void write_hf_dir(const fs::path& dir, const nlohmann::json& config,
     }
   }
 }
+
+}  // namespace
 
 }  // namespace flashnorm::io
