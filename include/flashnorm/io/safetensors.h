@@ -149,7 +149,8 @@ class HfModelDir {
 // files model-0000i-of-0000n.safetensors with model.safetensors.index.json when n_shards > 1
 // (model.safetensors otherwise; shard s gets the tensors [T*s/n, T*(s+1)/n) in order). The index
 // is {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}. Every file goes through
-// AtomicFile; the directory is created if missing; `copy_from` is never written to (writing into
+// AtomicFile; a missing directory is built under "<dir>.tmp-<pid>" and renamed into place when
+// complete (an existing one is updated file by file); `copy_from` is never written to (writing into
 // it is an Error). Other regular files of `copy_from` (tokenizer.json, generation_config.json,
 // ...) are copied unchanged, except config.json, *.index.json and weight files (.safetensors,
 // .bin, .pt, .pth, .ckpt, .h5, .msgpack, .gguf, .onnx). Weight files of an earlier write that
