@@ -38,7 +38,7 @@ void register_bench(CLI::App& app) {
                          "every flashnorm_linear implementation over each shape and M of a shapes "
                          "file; CUDA-graph and "
                          "eager medians, W rotated past the L2; prints a table and writes JSON.");
-  sub->add_option("--shapes", o->shapes, "shapes file (shared/bench/shapes.json format)")
+  sub->add_option("--shapes", o->shapes, "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
       ->capture_default_str();
   sub->add_option("--out", o->out, "JSON output path (default bench/results/kernels_<date>.json)");
   sub->add_option("--M", o->Ms, "override the M list");
