@@ -7,6 +7,24 @@
 namespace flashnorm {
 namespace {
 
+// GGUF -> Hugging Face names that llama and Gemma checkpoints share (HF modeling_llama.py /
+// modeling_gemma3.py module names; llama.cpp's tensor names).
+std::vector<std::pair<std::string, std::string>> hf_names_common() {
+  return {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+      {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+      {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+      {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+      {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+      {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+      {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight"},
+      {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight"},
+      {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight"},
+  };
+}
+
 ArchDescription make_llama() {
   ArchDescription a;
   a.name = "llama";
@@ -16,20 +34,10 @@ ArchDescription make_llama() {
       {"blk.{L}.ffn_norm.weight", {{"blk.{L}.ffn_gate.weight"}, {"blk.{L}.ffn_up.weight"}}},
   };
   a.final_norms = {{"output_norm.weight", {{"output.weight"}}}};
-  a.hf_names = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},
-      {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-      {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-      {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-      {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-      {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-      {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-      {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight"},
-      {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight"},
-      {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight"},
-  };
+  a.hf_names = hf_names_common();
+  a.hf_names.push_back(
+      {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"});
+
   return a;
 }
 
@@ -60,24 +68,18 @@ ArchDescription make_gemma3() {
   a.hooks.post_ffn_norm = "blk.{L}.post_ffw_norm.weight";
   a.hooks.sliding_window_pattern = 6;
   a.hooks.uses_query_pre_attn_scalar = true;
-  a.hf_names = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"},
-      {"blk.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-      {"blk.{L}.attn_q.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-      {"blk.{L}.attn_k.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-      {"blk.{L}.attn_v.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-      {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
-      {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
-      {"blk.{L}.attn_output.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-      {"blk.{L}.post_attention_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-      {"blk.{L}.ffn_norm.weight", "model.layers.{L}.pre_feedforward_layernorm.weight"},
-      {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight"},
-      {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight"},
-      {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight"},
-      {"blk.{L}.post_ffw_norm.weight", "model.layers.{L}.post_feedforward_layernorm.weight"},
-  };
+  a.hf_names = hf_names_common();
+  a.hf_names.insert(
+      a.hf_names.end(),
+      {
+          {"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
+          {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
+          {"blk.{L}.post_attention_norm.weight",
+           "model.layers.{L}.post_attention_layernorm.weight"},
+          {"blk.{L}.ffn_norm.weight", "model.layers.{L}.pre_feedforward_layernorm.weight"},
+          {"blk.{L}.post_ffw_norm.weight", "model.layers.{L}.post_feedforward_layernorm.weight"},
+      });
+
   return a;
 }
 
