@@ -18,14 +18,7 @@ class FoldGemmaHf : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::fresh_dir("fold_gemma_hf");
-    opt_.arch = "gemma3";
-    opt_.n_layer = 6;
-    opt_.hidden = 64;
-    opt_.n_head = 4;
-    opt_.n_head_kv = 1;
-    opt_.head_dim = 32;
-    opt_.ffn = 128;
-    opt_.seed = 21;
+    opt_ = testing::small_gemma3_options(21);
     testing::write_random_llama(dir_ / "hf", opt_);
     for (int i = 0; i < 48; ++i) seq_.push_back((i * 53 + 5) % opt_.vocab);
   }

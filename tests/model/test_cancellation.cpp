@@ -129,14 +129,7 @@ class SyntheticGemma : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::fresh_dir("synthetic_gemma");
-    opt_.arch = "gemma3";
-    opt_.n_layer = 6;  // layers 0-4 local (window 8), layer 5 global
-    opt_.hidden = 64;
-    opt_.n_head = 4;
-    opt_.n_head_kv = 1;
-    opt_.head_dim = 32;
-    opt_.ffn = 128;
-    opt_.seed = 9;
+    opt_ = testing::small_gemma3_options(9);
     testing::write_random_gguf(dir_ / "g.gguf", opt_);
     for (int i = 0; i < 40; ++i) seq_.push_back((i * 37 + 11) % opt_.vocab);
   }

@@ -75,6 +75,19 @@ RandomTensors make_tensors(const RandomLlamaOptions& o, bool hf_gains) {
 
 }  // namespace
 
+RandomLlamaOptions small_gemma3_options(uint64_t seed) {
+  RandomLlamaOptions o;
+  o.arch = "gemma3";
+  o.n_layer = 6;
+  o.hidden = 64;
+  o.n_head = 4;
+  o.n_head_kv = 1;
+  o.head_dim = 32;
+  o.ffn = 128;
+  o.seed = seed;
+  return o;
+}
+
 void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
   const ArchDescription& a = arch_by_name(o.arch);
   const bool gemma = o.arch == "gemma3";

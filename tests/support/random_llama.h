@@ -18,6 +18,10 @@ struct RandomLlamaOptions {
   int sliding_window = 8;      // gemma3: local layers attend to the last 8 positions
 };
 
+// A small Gemma 3 layout: 6 layers (0-4 local with window 8, layer 5 global), hidden 64, 4 heads,
+// 1 kv head, head_dim 32, FFN 128.
+RandomLlamaOptions small_gemma3_options(uint64_t seed);
+
 // Writes config.json + shards of a LlamaForCausalLM (or Gemma3ForCausalLM) with random weights
 // (std normal scaled by 1/sqrt(fan_in)) and random gains in F32: llama gains in [0.5, 1.5] with
 // a few negative; gemma3 stores w in [-0.5, 0.5] (applied as 1 + w, as HF Gemma does).
