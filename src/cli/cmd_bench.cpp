@@ -11,6 +11,9 @@
 
 #include "commands.h"
 #include "flashnorm/io/error.h"
+#if defined(FLASHNORM_MODEL_BENCH)
+#include "model_bench.h"
+#endif
 #if defined(FLASHNORM_HAVE_CUDA)
 #include "flashnorm/kernels/cuda/bench.h"
 #endif
@@ -26,6 +29,9 @@ struct BenchCli {
   int graph_reps = 30, eager_reps = 10;
   bool no_check = false, decode_sweep = false, dirty = false;
   std::string commit, driver;
+#if defined(FLASHNORM_MODEL_BENCH)
+  ModelBenchArgs model;
+#endif
 };
 }  // namespace
 
@@ -51,7 +57,27 @@ void register_bench(CLI::App& app) {
   sub->add_option("--commit", o->commit, "commit id to record");
   sub->add_flag("--dirty", o->dirty, "record that the working tree had uncommitted changes");
   sub->add_option("--driver", o->driver, "driver version to record (nvidia-smi)");
+#if defined(FLASHNORM_MODEL_BENCH)  // the CLI; not the kernel-only flashnorm_kbench
+  sub->add_option("--model", o->model.model,
+                  "instead of the kernels: decode benchmark of this model on the CUDA engine "
+                  "(standard vs flashnorm, batch 1)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--prompt-tokens", o->model.prompt_tokens, "--model: prompt length")
+      ->capture_default_str();
+  sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")
+      ->capture_default_str();
+  sub->add_option("--runs", o->model.runs, "--model: rounds (medians)")->capture_default_str();
+#endif
   sub->callback([o]() {
+#if defined(FLASHNORM_MODEL_BENCH)
+    if (!o->model.model.empty()) {
+      o->model.out = o->out;
+      o->model.commit = o->commit;
+      o->model.driver = o->driver;
+      o->model.dirty = o->dirty;
+      return run_model_bench(o->model);
+    }
+#endif
 #if !defined(FLASHNORM_HAVE_CUDA)
     (void)o;
     throw Error("flashnorm was built without CUDA");

@@ -1,4 +1,6 @@
 // `flashnorm generate -m MODEL -p PROMPT`: streams generated text, then prompt and decode tokens/s.
+// On the CUDA engine, greedy decoding and plain temperature sampling run entirely on the GPU (a
+// graph replay per token, the next id sampled on the device); top-k / top-p sample on the host.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -10,16 +12,20 @@
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/chat.h"
 #include "model_args.h"
+#if defined(FLASHNORM_HAVE_CUDA)
+#include "flashnorm/engine/cuda_engine.h"
+#endif
 
 namespace flashnorm::cli {
 
 void register_generate(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "Generate text with the CPU engine");
+  auto* cmd = app.add_subcommand("generate", "Generate text (CPU or CUDA engine)");
   struct Args {
     std::string model, prompt, norm = "flashnorm", tokenizer, system;
     int n = 128, ctx = 0;
     SamplerOptions s;
     bool chat = false, no_cancel = false;
+    DeviceArgs dev;
   };
   auto a = std::make_shared<Args>();
   a->s.temperature = 0.0f;
@@ -41,6 +47,7 @@ void register_generate(CLI::App& app) {
                 "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
   cmd->add_option("--ctx", a->ctx, "KV cache length (default: model context, at most 8192)");
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
+  add_device_options(cmd, a->dev);
   cmd->callback([a] {
     using clk = std::chrono::steady_clock;
     io::GgufFile vocab = open_vocab(a->model, a->tokenizer);
@@ -55,28 +62,49 @@ void register_generate(CLI::App& app) {
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());
     if (ids.empty()) throw Error("the prompt encodes to no tokens");
     Sampler sampler(a->s);
-    CpuEngine eng(load_model(a->model), parse_norm_mode(a->norm), a->ctx, !a->no_cancel);
-    std::fprintf(stderr, "device: cpu | norm: %s | prompt: %zu tokens\n", a->norm.c_str(),
+    std::unique_ptr<Engine> eng =
+        make_engine(load_model(a->model), parse_norm_mode(a->norm), a->dev, a->ctx, !a->no_cancel);
+    std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
                  ids.size());
-    if (ids.size() + size_t(a->n) > size_t(eng.max_context())) {
+    if (ids.size() + size_t(a->n) > size_t(eng->max_context())) {
       throw Error(fmt::format("prompt ({} tokens) + -n {} exceeds the context of {}", ids.size(),
-                              a->n, eng.max_context()));
+                              a->n, eng->max_context()));
     }
     if (!a->chat) std::fputs(a->prompt.c_str(), stdout);
-    auto t0 = clk::now();
-    std::vector<float> logits = eng.forward(ids);
-    auto t1 = clk::now();
     std::string pending;
     int produced = 0;
-    for (; produced < a->n; ++produced) {
-      int32_t next = sampler.sample(logits);
-      if (tok.is_eog(next)) break;
+    // Streams one token; false at an end-of-generation token.
+    auto emit = [&](int32_t next) {
+      if (tok.is_eog(next)) return false;
+      ++produced;
       pending += tok.piece(next);
       size_t k = complete_utf8_prefix(pending);
       std::fwrite(pending.data(), 1, k, stdout);
       std::fflush(stdout);
       pending.erase(0, k);
-      if (produced + 1 < a->n) logits = eng.forward(std::span<const int32_t>(&next, 1));
+      return true;
+    };
+    auto t0 = clk::now(), t1 = t0;
+    bool on_gpu = false;
+#if defined(FLASHNORM_HAVE_CUDA)
+    auto* cuda = dynamic_cast<CudaEngine*>(eng.get());
+    on_gpu = cuda && (a->s.temperature == 0.0f || (a->s.top_k <= 0 && a->s.top_p >= 1.0f));
+    if (on_gpu) {
+      bool first = true;
+      cuda->generate(ids, a->n, a->s.temperature, a->s.seed, [&](int32_t t) {
+        if (first) t1 = clk::now(), first = false;  // prompt done when the first token exists
+        return emit(t);
+      });
+    }
+#endif
+    if (!on_gpu) {
+      std::vector<float> logits = eng->forward(ids);
+      t1 = clk::now();
+      for (int i = 0; i < a->n; ++i) {
+        int32_t next = sampler.sample(logits);
+        if (!emit(next)) break;
+        if (i + 1 < a->n) logits = eng->forward(std::span<const int32_t>(&next, 1));
+      }
     }
     std::fwrite(pending.data(), 1, pending.size(), stdout);
     std::fputc('\n', stdout);
@@ -84,8 +112,10 @@ void register_generate(CLI::App& app) {
     auto t2 = clk::now();
     const double tp = std::chrono::duration<double>(t1 - t0).count();
     const double td = std::chrono::duration<double>(t2 - t1).count();
+    // On the GPU the first token is sampled with the prompt pass, so decode counts the rest.
+    const int decoded = on_gpu ? std::max(produced - 1, 0) : produced;
     std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s\n",
-                 ids.size(), ids.size() / tp, produced, produced > 0 ? produced / td : 0.0);
+                 ids.size(), ids.size() / tp, decoded, decoded > 0 ? decoded / td : 0.0);
   });
 }
 

@@ -2,6 +2,9 @@
 // same function as the original? Original runs with --norm standard, each folded model with
 // --norm flashnorm; reports perplexity of each on a text, greedy agreement over N generated tokens
 // on several prompts, and the largest relative logit difference (teacher-forced).
+// With --device cuda: the CUDA engine (bf16) in standard mode, flashnorm mode (fused and
+// two-stream; folded at load, and each given folded file) against the CPU fp32 engine on the
+// original, and flashnorm against standard on the GPU (issue 4's equivalence table).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/model/model.h"
+#include "flashnorm/tokenizer/tokenizer.h"
 #include "model_args.h"
 #include "progress.h"
 
@@ -40,6 +44,113 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+void write_json(const std::string& path, const nlohmann::json& j,
+                const std::vector<std::filesystem::path>& inputs) {
+  if (path.empty()) return;
+  std::string s = j.dump(2) + "\n";
+  io::AtomicFile f(path, inputs);
+  f.write(s.data(), s.size());
+  f.commit();
+}
+
+// The CUDA engine's equivalence run: GPU engines (standard; flashnorm fused and two-stream on the
+// original, folded at load; flashnorm fused on each folded file) against the CPU fp32 engine on the
+// original in standard mode, then flashnorm against standard on the GPU; greedy tokens of each GPU
+// engine against the GPU standard engine.
+nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std::string>& folded,
+                             const DeviceArgs& dev, const std::vector<int32_t>& text, int ctx,
+                             const std::vector<std::vector<int32_t>>& prompts, int n_greedy,
+                             std::optional<int32_t> bos, bool cancel, const Tokenizer& tok) {
+  int max_ctx = ctx;
+  for (const auto& p : prompts) max_ctx = std::max<int>(max_ctx, p.size() + n_greedy);
+  struct Named {
+    std::string name;
+    std::unique_ptr<Engine> e;
+  };
+  std::vector<Named> gpu;
+  DeviceArgs d = dev;
+  d.device = "cuda";
+  gpu.push_back({"standard", make_engine(load_model(original), NormMode::Standard, d, max_ctx,
+                                         cancel)});
+  d.deferred = "fused";
+  gpu.push_back({"flashnorm (fused)",
+                 make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
+  d.deferred = "two-stream";
+  gpu.push_back({"flashnorm (two-stream)",
+                 make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
+  d.deferred = "fused";
+  for (const auto& f : folded) {
+    gpu.push_back({"flashnorm (fused), " + f,
+                   make_engine(load_model(f), NormMode::FlashNorm, d, max_ctx, cancel)});
+  }
+  CpuEngine cpu(load_model(original), NormMode::Standard, max_ctx);
+  std::vector<Engine*> ptrs;
+  for (auto& g : gpu) ptrs.push_back(g.e.get());
+  std::vector<ComparisonStats> vs_cpu, vs_std;
+  {
+    Progress pr("teacher-forced vs CPU fp32 (chunks)");
+    vs_cpu = compare_teacher_forced(cpu, ptrs, text, ctx, std::ref(pr), bos);
+  }
+  std::vector<Engine*> rest(ptrs.begin() + 1, ptrs.end());
+  {
+    Progress pr("teacher-forced vs GPU standard (chunks)");
+    vs_std = compare_teacher_forced(*ptrs[0], rest, text, ctx, std::ref(pr), bos);
+  }
+  nlohmann::json out = {{"original", original},
+                        {"device", describe_engine(*ptrs[0])},
+                        {"text_tokens", text.size()},
+                        {"ctx", ctx},
+                        {"greedy_tokens", n_greedy},
+                        {"results", nlohmann::json::array()}};
+  fmt::print("text: {} tokens (chunks of {}); reference: CPU fp32 engine, standard mode, {}\n",
+             text.size(), ctx, original);
+  fmt::print("{:<44} {:>10} {:>10} {:>11} | {:>10} {:>11} | {:>8}\n", "GPU engine",
+             "ppl", "top-1/CPU", "rel.logit", "top-1/std", "rel.logit", "greedy");
+  std::vector<std::vector<int32_t>> ref;
+  for (const auto& p : prompts) ref.push_back(greedy_tokens(*ptrs[0], p, n_greedy));
+  for (size_t k = 0; k < gpu.size(); ++k) {
+    const ComparisonStats& c = vs_cpu[k];
+    const double t1 = double(c.top1_agree) / c.positions;
+    nlohmann::json r = {{"engine", gpu[k].name},
+                        {"describe", describe_engine(*ptrs[k])},
+                        {"positions", c.positions},
+                        {"ppl_cpu_fp32", c.ppl_a()},
+                        {"ppl", c.ppl_b()},
+                        {"top1_vs_cpu", t1},
+                        {"max_rel_logit_diff_vs_cpu", c.max_rel_logit_diff}};
+    std::string vs = "-", vsd = "-", gr = "-";
+    if (k > 0) {
+      const ComparisonStats& s = vs_std[k - 1];
+      r["top1_vs_gpu_standard"] = double(s.top1_agree) / s.positions;
+      r["max_rel_logit_diff_vs_gpu_standard"] = s.max_rel_logit_diff;
+      vs = fmt::format("{:.4f}", double(s.top1_agree) / s.positions);
+      vsd = fmt::format("{:.3e}", s.max_rel_logit_diff);
+      size_t same = 0, total = 0;
+      nlohmann::json g = nlohmann::json::array();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        std::vector<int32_t> t = greedy_tokens(*ptrs[k], prompts[i], n_greedy);
+        size_t agree = 0;
+        while (agree < t.size() && t[agree] == ref[i][agree]) ++agree;
+        same += agree, total += t.size();
+        g.push_back({{"agree_prefix", agree}, {"text", tok.decode(t)}});
+      }
+      r["greedy_vs_gpu_standard"] = g;
+      gr = fmt::format("{}/{}", same, total);
+    } else {
+      nlohmann::json g = nlohmann::json::array();
+      for (const auto& t : ref) g.push_back({{"text", tok.decode(t)}});
+      r["greedy"] = g;
+    }
+    fmt::print("{:<44} {:>10.4f} {:>10.4f} {:>11.3e} | {:>10} {:>11} | {:>8}\n", gpu[k].name,
+               c.ppl_b(), t1, c.max_rel_logit_diff, vs, vsd, gr);
+    out["results"].push_back(r);
+  }
+  fmt::print("CPU fp32 perplexity: {:.4f}; greedy column: tokens before the first difference from "
+             "GPU standard, summed over {} prompts\n",
+             vs_cpu[0].ppl_a(), prompts.size());
+  return out;
+}
+
 }  // namespace
 
 void register_verify(CLI::App& app) {
@@ -50,13 +161,14 @@ void register_verify(CLI::App& app) {
     std::vector<std::string> folded, prompts;
     int tokens = 256, ctx = 512, max_text_tokens = 0;
     bool no_cancel = false;
+    DeviceArgs dev;
   };
   auto a = std::make_shared<Args>();
+  a->dev.device = "cpu";
   cmd->add_option("original", a->original, "original model (GGUF or HF directory)")
       ->required()
       ->check(CLI::ExistingPath);
-  cmd->add_option("folded", a->folded, "one or more folded models")
-      ->required()
+  cmd->add_option("folded", a->folded, "folded models (at least one unless --device cuda)")
       ->check(CLI::ExistingPath);
   cmd->add_option("--text", a->text, "text for perplexity and logit comparison")
       ->check(CLI::ExistingFile);
@@ -69,7 +181,13 @@ void register_verify(CLI::App& app) {
                 "keep the rstd that QK-norm cancels (default: drop it and report its effect)");
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
+  add_device_options(cmd, a->dev);
   cmd->callback([a] {
+    const std::string device = resolve_device(a->dev.device);
+    if (device == "cpu" && a->folded.empty()) {
+      throw Error("verify: give at least one folded model (or --device cuda to compare the CUDA "
+                  "engine's modes with the CPU engine)");
+    }
     // Inputs are never overwritten: refuse a --json path that names one, before any work.
     std::vector<std::filesystem::path> inputs = {a->original, a->text};
     for (const auto& f : a->folded) inputs.push_back(f);
@@ -94,9 +212,16 @@ void register_verify(CLI::App& app) {
       if (prompt_ids.back().empty()) throw Error("a prompt encodes to no tokens");
       max_ctx = std::max<int>(max_ctx, prompt_ids.back().size() + a->tokens);
     }
+    if (device == "cuda") {
+      nlohmann::json out = verify_on_gpu(a->original, a->folded, a->dev, text, a->ctx, prompt_ids,
+                                         a->tokens, bos, !a->no_cancel, tok);
+      out["text"] = a->text;
+      write_json(a->json, out, inputs);
+      return;
+    }
     CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
     std::vector<std::unique_ptr<CpuEngine>> engines;
-    std::vector<CpuEngine*> ptrs;
+    std::vector<Engine*> ptrs;
     for (const auto& folded : a->folded) {
       Model fm = load_model(folded);
       const ModelConfig &oc = orig.config(), &fc = fm.cfg;
@@ -189,12 +314,7 @@ void register_verify(CLI::App& app) {
                                 {"greedy_identical_prompts", identical_prompts},
                                 {"greedy", greedy}});
     }
-    if (!a->json.empty()) {
-      std::string s = out.dump(2) + "\n";
-      io::AtomicFile f(a->json, inputs);
-      f.write(s.data(), s.size());
-      f.commit();
-    }
+    write_json(a->json, out, inputs);
   });
 }
 

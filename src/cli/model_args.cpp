@@ -5,8 +5,63 @@
 #include <filesystem>
 
 #include "flashnorm/io/error.h"
+#if defined(FLASHNORM_HAVE_CUDA)
+#include "flashnorm/engine/cuda_engine.h"
+#endif
 
 namespace flashnorm::cli {
+
+void add_device_options(CLI::App* cmd, DeviceArgs& d) {
+  cmd->add_option("--device", d.device, "cpu, cuda, or auto (cuda when a usable GPU is present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", d.dtype, "cuda: weight and activation type")
+      ->check(CLI::IsMember({"bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--deferred", d.deferred,
+                  "cuda, flashnorm mode: fused (one kernel in decode) or two-stream (GEMM and "
+                  "rstd on two streams joined by events)")
+      ->check(CLI::IsMember({"fused", "two-stream"}))
+      ->capture_default_str();
+  cmd->add_flag("--eager", d.eager, "cuda: launch decode steps eagerly instead of a CUDA graph");
+}
+
+std::string resolve_device(const std::string& device) {
+#if defined(FLASHNORM_HAVE_CUDA)
+  std::string why;
+  const bool gpu = cuda_device_available(&why);
+  if (device == "auto") return gpu ? "cuda" : "cpu";
+  if (device == "cuda" && !gpu) throw Error("--device cuda: no usable NVIDIA GPU (" + why + ")");
+  return device;
+#else
+  if (device == "cuda") throw Error("--device cuda: flashnorm was built without CUDA");
+  return "cpu";
+#endif
+}
+
+std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
+                                    bool cancel, bool track) {
+  const std::string dev = resolve_device(d.device);
+#if defined(FLASHNORM_HAVE_CUDA)
+  if (dev == "cuda") {
+    CudaEngineOptions o;
+    o.max_context = ctx;
+    o.cancel = cancel;
+    o.dtype = d.dtype == "fp16" ? kernels::cuda::DType::kFP16 : kernels::cuda::DType::kBF16;
+    o.deferred = d.deferred == "two-stream" ? Deferred::kTwoStream : Deferred::kFused;
+    o.graph = !d.eager;
+    return std::make_unique<CudaEngine>(model, mode, o);
+  }
+#endif
+  return std::make_unique<CpuEngine>(std::move(model), mode, ctx, cancel, track);
+}
+
+std::string describe_engine(const Engine& e) {
+#if defined(FLASHNORM_HAVE_CUDA)
+  if (auto* c = dynamic_cast<const CudaEngine*>(&e)) return "cuda, " + c->describe();
+#endif
+  return fmt::format("cpu, fp32, norm {}", e.mode() == NormMode::Standard ? "standard" : "flashnorm");
+}
 
 NormMode parse_norm_mode(const std::string& s) {
   if (s == "standard") return NormMode::Standard;

@@ -4,11 +4,30 @@
 #include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 
 namespace flashnorm::cli {
+
+// Where and how a model runs: --device auto|cpu|cuda, and for cuda --dtype, --deferred, --eager.
+struct DeviceArgs {
+  std::string device = "auto";      // auto: cuda when a usable GPU is present, else cpu
+  std::string dtype = "bf16";       // cuda weights/activations: bf16 or fp16
+  std::string deferred = "fused";   // cuda flashnorm mode: fused or two-stream
+  bool eager = false;               // cuda: no CUDA graph for decode steps
+};
+void add_device_options(CLI::App* cmd, DeviceArgs& d);
+// "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.
+std::string resolve_device(const std::string& device);
+// An engine on the resolved device. ctx: KV cache length (0: default); cancel / track as in
+// CpuEngine (track: CPU only).
+std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
+                                    bool cancel, bool track = false);
+// One line describing the engine ("cpu fp32" or the CUDA engine's describe()).
+std::string describe_engine(const Engine& e);
 
 // "standard" / "flashnorm" -> NormMode. Throws Error otherwise.
 NormMode parse_norm_mode(const std::string& s);

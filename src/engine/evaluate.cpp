@@ -20,10 +20,10 @@ double log_prob(std::span<const float> logits, int32_t target) {
 }
 
 std::vector<ComparisonStats> compare_teacher_forced(
-    CpuEngine& a, std::span<CpuEngine* const> bs, std::span<const int32_t> tokens, int ctx,
+    Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens, int ctx,
     const std::function<void(size_t, size_t)>& progress, std::optional<int32_t> bos) {
   if (ctx < 2 || tokens.size() < 2) throw Error("compare: need ctx >= 2 and at least 2 tokens");
-  for (CpuEngine* b : bs) {
+  for (Engine* b : bs) {
     if (b->config().vocab != a.config().vocab) throw Error("compare: vocabularies differ");
   }
   std::vector<ComparisonStats> st(std::max<size_t>(bs.size(), 1));
@@ -69,15 +69,15 @@ std::vector<ComparisonStats> compare_teacher_forced(
   return st;
 }
 
-ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<const int32_t> tokens,
+ComparisonStats compare_teacher_forced(Engine& a, Engine* b, std::span<const int32_t> tokens,
                                        int ctx, const std::function<void(size_t, size_t)>& progress,
                                        std::optional<int32_t> bos) {
-  std::vector<CpuEngine*> bs;
+  std::vector<Engine*> bs;
   if (b) bs.push_back(b);
   return compare_teacher_forced(a, bs, tokens, ctx, progress, bos)[0];
 }
 
-std::vector<int32_t> greedy_tokens(CpuEngine& e, std::span<const int32_t> prompt, int n) {
+std::vector<int32_t> greedy_tokens(Engine& e, std::span<const int32_t> prompt, int n) {
   e.reset();
   std::vector<int32_t> out;
   std::vector<float> logits = e.forward(prompt);

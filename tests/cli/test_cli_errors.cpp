@@ -111,5 +111,27 @@ TEST(CliErrors, DeeplyNestedJsonIsRefusedNotACrash) {
   expect_one_line_error(run_cli("inspect " + d.string()), "nesting");
 }
 
+// --device: cuda is refused with one line where no usable GPU exists (CI, this test's machine);
+// auto falls back to the CPU engine and says so; verify on the CPU needs a folded model.
+TEST(CliErrors, DeviceSelection) {
+  const fs::path d = testing::fresh_dir("cli_device");
+  testing::RandomLlamaOptions o;
+  o.vocab = 49152;  // SmolLM2's tokenizer
+  testing::write_random_llama(d / "m", o);
+  const std::string g = (d / "m").string() + " --tokenizer " + testing::smollm2_path();
+  auto r = run_cli("generate -m " + g + " -p hi -n 2 --device auto");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const bool has_gpu = r.err.find("device: cuda") != std::string::npos;
+  if (!has_gpu) {
+    EXPECT_NE(r.err.find("device: cpu"), std::string::npos) << r.err;
+    expect_one_line_error(run_cli("generate -m " + g + " -p hi -n 2 --device cuda"),
+                          "--device cuda");
+    expect_one_line_error(run_cli("verify " + g + " --device cuda"), "--device cuda");
+    expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()), "GPU");
+  }
+  expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
+  expect_one_line_error(run_cli("verify " + g), "at least one folded");
+}
+
 }  // namespace
 }  // namespace flashnorm

@@ -18,13 +18,12 @@
 #include <span>
 #include <vector>
 
+#include "flashnorm/engine/engine.h"
 #include "flashnorm/model/model.h"
 
 namespace flashnorm {
 
-enum class NormMode { Standard, FlashNorm };
-
-class CpuEngine {
+class CpuEngine final : public Engine {
  public:
   // Takes the model's weights. `max_context` caps the KV cache (0: the model's context length,
   // at most 8192). `cancel` (FlashNorm mode only): drop the rstd that renormalization cancels.
@@ -36,11 +35,12 @@ class CpuEngine {
             bool track_cancellation = false);
 
   // Clears the KV cache (position back to 0).
-  void reset();
-  int position() const { return pos_; }
-  int max_context() const { return max_ctx_; }
-  const ModelConfig& config() const { return m_.cfg; }
-  NormMode mode() const { return mode_; }
+  void reset() override;
+  int position() const override { return pos_; }
+  int max_context() const override { return max_ctx_; }
+  const ModelConfig& config() const override { return m_.cfg; }
+  NormMode mode() const override { return mode_; }
+  const char* device() const override { return "cpu"; }
   // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
   // factor of model/audit.h's bound); 0 unless track_cancellation.
   double max_cancellation_error() const { return max_cancel_err_; }
@@ -50,7 +50,7 @@ class CpuEngine {
   // Appends `tokens` at positions position()..position()+n-1 and returns fp32 logits, row-major
   // [n, vocab] when all_logits, else [1, vocab] for the last token.
   // Errors: Error if a token id is outside [0, vocab) or the KV cache would overflow.
-  std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false);
+  std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
 
  private:
   struct Layer {

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "flashnorm/engine/cpu_engine.h"
+#include "flashnorm/engine/engine.h"
 
 namespace flashnorm {
 
@@ -28,7 +28,7 @@ struct ComparisonStats {
 
 // Runs `a` and `b` side by side (b may be null: only a's perplexity). progress(done, total)
 // is called per chunk. Errors: Error if ctx < 2 or fewer than 2 tokens.
-ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<const int32_t> tokens,
+ComparisonStats compare_teacher_forced(Engine& a, Engine* b, std::span<const int32_t> tokens,
                                        int ctx,
                                        const std::function<void(size_t, size_t)>& progress = {},
                                        std::optional<int32_t> bos = std::nullopt);
@@ -36,13 +36,13 @@ ComparisonStats compare_teacher_forced(CpuEngine& a, CpuEngine* b, std::span<con
 // The same against several engines at once (the reference runs once); one result per engine in
 // `bs`, each with the reference's figures in its `a` fields.
 std::vector<ComparisonStats> compare_teacher_forced(
-    CpuEngine& a, std::span<CpuEngine* const> bs, std::span<const int32_t> tokens, int ctx,
+    Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens, int ctx,
     const std::function<void(size_t, size_t)>& progress = {},
     std::optional<int32_t> bos = std::nullopt);
 
 // Greedy decoding of exactly n tokens after `prompt` (stop tokens are not honoured, so two
 // models are compared over the full length). Resets the engine first.
-std::vector<int32_t> greedy_tokens(CpuEngine& e, std::span<const int32_t> prompt, int n);
+std::vector<int32_t> greedy_tokens(Engine& e, std::span<const int32_t> prompt, int n);
 
 // log-softmax of logits[target] in fp64.
 double log_prob(std::span<const float> logits, int32_t target);

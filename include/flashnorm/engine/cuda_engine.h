@@ -1,0 +1,112 @@
+// CUDA inference engine (Hopper, sm_90a) for the llama and gemma3 architectures: the CPU engine's
+// forward pass (engine/cpu_engine.h) with weights in bf16 (or fp16) on the GPU, dequantized and,
+// in FlashNorm mode, folded at load in fp32 and rounded once. Residual stream, queries, KV cache and
+// attention in fp32; GEMM inputs and outputs in the weight dtype with fp32 accumulation.
+//
+// Per layer: embed -> [norm + q|k|v] -> RoPE/QK-norm/KV write -> attention -> o -> residual add ->
+// [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> sampling on the GPU.
+// The bracketed "normed projections" are where the modes differ (design notes sections 1-3):
+//   Standard:  rms_norm (kernels.h, gain in the weight dtype) then the plain projection.
+//   FlashNorm: flashnorm_linear on the raw x with folded weights (kDecode's fused kernel for
+//              decode, kPrefill for prompts; Deferred::kTwoStream: the seed's two-stream scheme with
+//              its event join), QK-norm-cancelled columns unscaled (scale_mask) when `cancel`.
+// Plain projections (o, down, and the Standard mode's normed ones) use the same kernel in both
+// modes: the decode kernel with every column unscaled for M <= 16 tokens, cuBLASLt above, so that
+// the modes differ by the normalization alone.
+//
+// Decode steps (one token) replay a CUDA graph captured on first use: token id and position live
+// in device memory, the sampler writes the next id and advances the position, so a whole generation
+// runs without the host in the loop (generate()). Buffers are reused across steps, as in a
+// production engine; this is what the long-generation race test exercises.
+// Errors: flashnorm::Error for unsupported models (a v renorm with a gain), a missing GPU, CUDA
+// failures (message names the call), bad token ids, a full KV cache.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "flashnorm/engine/engine.h"
+#include "flashnorm/kernels/cuda/kernels.h"
+
+namespace flashnorm {
+
+// How FlashNorm mode runs its deferred normalization.
+enum class Deferred {
+  kFused,      // flashnorm_linear's dispatcher (kAuto): one fused kernel in decode
+  kTwoStream,  // the seed's scheme: cuBLASLt GEMM + rstd on a side stream, events, post-scale
+};
+
+struct CudaEngineOptions {
+  int max_context = 0;     // KV cache positions; 0: min(model context, 8192); at most 32768
+  int max_batch = 512;     // largest number of tokens in one forward pass (longer ones are split)
+  bool cancel = true;      // FlashNorm mode: drop the rstd that QK-norm cancels
+  kernels::cuda::DType dtype = kernels::cuda::DType::kBF16;
+  Deferred deferred = Deferred::kFused;
+  bool graph = true;       // replay decode steps from a CUDA graph (false: eager launches)
+  bool cublas_plain = false;  // plain projections through cuBLASLt at every M
+  kernels::cuda::DebugHooks debug;  // race tests only (no_join, producer delays)
+};
+
+// Per-step time by kernel class from an eager, event-bracketed decode step (median of reps).
+struct StepProfile {
+  double norm_us = 0;         // standalone RMSNorm kernels (Standard mode only)
+  double normed_proj_us = 0;  // q|k|v, gate|up and LM-head projections (FlashNorm: incl. rstd)
+  double other_proj_us = 0;   // o and down projections
+  double attention_us = 0;    // RoPE/KV write + attention
+  double other_us = 0;        // embedding, residual adds, GLU, sampling
+  double total_us() const {
+    return norm_us + normed_proj_us + other_proj_us + attention_us + other_us;
+  }
+};
+
+class CudaEngine final : public Engine {
+ public:
+  // Uploads the model to the current CUDA device. Errors: Error when no GPU is usable, when the
+  // model needs something this engine lacks, or when memory runs out.
+  CudaEngine(const Model& model, NormMode mode, const CudaEngineOptions& opt = {});
+  ~CudaEngine() override;
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+
+  void reset() override;
+  int position() const override;
+  int max_context() const override;
+  const ModelConfig& config() const override;
+  NormMode mode() const override;
+  const char* device() const override { return "cuda"; }
+  // Logits are computed in the weight dtype and widened to fp32. One-token calls replay the
+  // decode graph (when options.graph).
+  std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
+
+  // Generation on the GPU: feeds `prompt`, then produces n tokens, each sampled on the device
+  // (greedy when temperature == 0, else Gumbel-max at that temperature with `seed`) and fed back
+  // without a host round trip. on_token (optional) is called with each token as it is produced —
+  // which synchronizes every step; return false from it to stop early. Returns the tokens.
+  std::vector<int32_t> generate(std::span<const int32_t> prompt, int n, float temperature,
+                                uint64_t seed,
+                                const std::function<bool(int32_t)>& on_token = {});
+
+  // Microseconds per decode step at the current position: median of `reps` graph replays (or
+  // eager steps when options.graph is false). Advances the position by reps (tokens are fed from
+  // the greedy sampler); the caller resets afterwards.
+  double time_decode_steps(int reps);
+  // The same decode step split by kernel class (eager launches, CUDA events around each kernel).
+  StepProfile profile_decode_step(int reps);
+
+  // Human-readable description: dtype, mode, deferred variant, graph on/off.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> p_;
+};
+
+// True when a CUDA device with compute capability 9.0 is present (the kernels are built for
+// sm_90a only).
+bool cuda_device_available(std::string* why = nullptr);
+
+}  // namespace flashnorm

@@ -1,0 +1,105 @@
+// RAII owners of CUDA resources for host code that throws (the engine, the benchmark): device and
+// pinned host buffers, streams, events and instantiated graphs, plus cuda_check(), the one checked
+// call that turns a CUDA error into flashnorm::Error("<what>: <name> (<description>)").
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <utility>
+
+namespace flashnorm::kernels::cuda {
+
+// Throws flashnorm::Error naming `what` when e != cudaSuccess.
+void cuda_check(cudaError_t e, const char* what);
+#define FN_CUDA_CHECK(call) ::flashnorm::kernels::cuda::cuda_check((call), #call)
+
+// cudaMalloc'ed bytes (at least 16, so every pointer is valid and 256-byte aligned); freed on
+// destruction. Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// cudaMallocHost'ed (page-locked) host bytes, so that copies inside a CUDA graph can read or write
+// them when the graph runs.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A non-blocking stream.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// A timing event.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// An instantiated CUDA graph (empty until set).
+class GraphExec {
+ public:
+  GraphExec() = default;
+  ~GraphExec();
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  // Takes ownership of a captured graph: instantiates it and destroys the graph. Throws on error.
+  void set(cudaGraph_t g);
+  void reset();
+  bool empty() const { return e_ == nullptr; }
+  void launch(cudaStream_t s) const;
+
+ private:
+  cudaGraphExec_t e_ = nullptr;
+};
+
+}  // namespace flashnorm::kernels::cuda

@@ -1,0 +1,93 @@
+// The CUDA engine's non-GEMM kernels (sm_90a): token embedding, residual add (with Gemma's optional
+// post-norm), RoPE + per-head QK-norm + KV-cache write, causal GQA attention over the KV cache,
+// SwiGLU/GeGLU, and token sampling (greedy argmax or Gumbel-max at a temperature).
+// Source: HF LlamaForCausalLM / Gemma3ForCausalLM forward passes (modeling_llama.py,
+// modeling_gemma3.py); the CPU engine (engine/cpu_engine.h) computes the same functions in fp32.
+//
+// Conventions: row-major; `dt` is the dtype (bf16 or fp16) of every tensor typed "dt"; the residual
+// stream, queries and the KV cache are fp32. Positions are read from device memory (`pos`, one
+// int32: the position of the first of the T tokens) so that a decode step captured in a CUDA graph
+// replays at the current position. Every function validates its arguments and returns a Status
+// (kInvalidArgument naming the field, or kCudaError naming the failing launch); none throws.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "flashnorm/kernels/cuda/kernels.h"
+
+namespace flashnorm::kernels::cuda {
+
+// x32[t, :] = scale * emb[tokens[t], :] (fp32) and xb[t, :] = round_dt(x32[t, :]).
+// emb: [vocab, H] dt. Token ids outside [0, vocab) give a row of NaN (callers check ids on the
+// host; ids produced by sample_tokens are always in range). H % 8 == 0.
+Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, const void* emb,
+                    float scale, float* x32, void* xb, cudaStream_t s);
+
+// Residual add of a sublayer output: x32[t, :] += post_gain ? RMSNorm(p[t, :]) * post_gain
+// : p[t, :], then xb[t, :] = round_dt(x32[t, :]). p: [T, H] dt; post_gain: [H] fp32 multiplier
+// (Gemma's post-attention / post-FFN norm; eps inside the square root) or null. H % 8 == 0.
+Status residual_add(DType dt, int T, int H, const void* p, const float* post_gain, float eps,
+                    float* x32, void* xb, cudaStream_t s);
+
+// Queries, keys and values of T tokens from the fused projection qkv [T, ldqkv] dt (q heads, then
+// k heads, then v heads, each head_dim wide): per-head RMSNorm with gain for q / k where q_norm /
+// k_norm is set (QK-norm; fp32 [D]), unit RMSNorm of v heads where v_renorm, RoPE on q and k with
+// the tables cos/sin [max_ctx][D/2] fp32 (pairs (2i, 2i+1) or, neox, (i, i + D/2)); writes
+// q [T, n_head * D] fp32 and k/v into k_cache/v_cache [max_ctx][n_head_kv * D] fp32 at rows
+// *pos + t. Errors: D even and <= 512; the caller keeps *pos + T <= max_ctx.
+struct RopeKvArgs {
+  DType dt = DType::kBF16;
+  int T = 0, n_head = 0, n_head_kv = 0, D = 0, max_ctx = 0;
+  const void* qkv = nullptr;
+  int64_t ldqkv = 0;
+  const int32_t* pos = nullptr;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  bool neox = false;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  bool v_renorm = false;
+  float eps = 1e-6f;
+  float* q = nullptr;
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+};
+Status rope_kv(const RopeKvArgs& a, cudaStream_t s);
+
+// Causal GQA attention of T queries at positions *pos .. *pos + T - 1 over the KV cache:
+// out[t, h*D:(h+1)*D] = softmax_j(scale * q_t,h . k_j,h/g) v_j,h/g for keys j in
+// [max(0, p_t + 1 - window), p_t] (window = 0: all earlier keys), g = n_head / n_head_kv; fp32
+// arithmetic, out rounded to dt. One CTA per (head, query) streams the keys twice (scores into
+// shared memory, then values): simple and correct, not FlashAttention (its cost is reported in the
+// engine profile). Errors: D <= 256, max_ctx <= 32768.
+struct AttentionArgs {
+  DType dt = DType::kBF16;
+  int T = 0, n_head = 0, n_head_kv = 0, D = 0, max_ctx = 0, window = 0;
+  float scale = 1.0f;
+  const int32_t* pos = nullptr;
+  const float* q = nullptr;
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  void* out = nullptr;  // [T, n_head * D] dt
+};
+Status attention(const AttentionArgs& a, cudaStream_t s);
+
+// Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
+// approximation of GELU (GeGLU, Gemma). gu: [T, 2F] dt (gate columns, then up); act: [T, F] dt.
+enum class GluKind { kSwiGLU, kGeGLU };
+Status glu(DType dt, GluKind kind, int T, int F, const void* gu, void* act, cudaStream_t s);
+
+// Samples one token from logits [vocab] dt, as the decode loop's last step: with p = *pos +
+// advance (the position of the sampled token), temperature == 0 gives argmax (lowest id on ties;
+// NaN never chosen) and temperature > 0 gives argmax_j(logit_j / temperature + G_j) with G_j
+// Gumbel(0, 1) noise from a counter-based hash of (seed, p, j) — an exact draw from
+// softmax(logit / T) (Gumbel-max trick). Writes the id to *token and to history[p] (when history
+// is set and p < history_len), then sets *pos = p. advance: the tokens of the forward pass (1 in
+// decode).
+Status sample_tokens(DType dt, int vocab, const void* logits, float temperature, uint64_t seed,
+                     int32_t* pos, int advance, int32_t* token, int32_t* history, int history_len,
+                     cudaStream_t s);
+
+}  // namespace flashnorm::kernels::cuda

