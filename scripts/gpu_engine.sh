@@ -12,8 +12,8 @@
 #        cp .cache/device/model2/* /tmp/fn_model/ && FN_COMMIT=... bash scripts/gpu_engine.sh
 # (call 2 must find the machine still warm, i.e. within 30 s: /tmp/fn_model lives only that long;
 # a later call on the same warm machine needs only the bundle).
-# Outputs under $OUT: gpu_engine.log, engine_tests.log, race.log, nojoin.log, sanitize.log,
-# verify_gpu.json, model_bench.json, generate.log.
+# Outputs under $OUT: gpu_engine.log (everything, generated text included), engine_tests.log,
+# race.log, nojoin.log, sanitize.log, verify_gpu_<dtype>.json, model_bench.json.
 set -uo pipefail
 OUT=${OUT:-/tmp/fn_out}
 mkdir -p "$OUT"
@@ -72,20 +72,21 @@ if has sanitize; then
 fi
 
 if has verify; then
-  stamp "equivalence: verify --device cuda (1024 teacher-forced positions)"
-  "$BIN/flashnorm" verify "$M" --device cuda --text /tmp/fn/data/GPL-3 --max-text-tokens 1026 \
-    --ctx 513 --tokens 128 --json "$OUT/verify_gpu.json" 2>&1 | grep -v "\r"
-  echo "verify rc=${PIPESTATUS[0]}"
+  for dt in ${VERIFY_DTYPES:-bf16}; do
+    stamp "equivalence: verify --device cuda --dtype $dt (1024 teacher-forced positions)"
+    "$BIN/flashnorm" verify "$M" --device cuda --dtype $dt --text /tmp/fn/data/GPL-3 \
+      --max-text-tokens 1026 --ctx 513 --tokens 128 --json "$OUT/verify_gpu_$dt.json" 2>&1 | grep -v $'\r'
+    echo "verify $dt rc=${PIPESTATUS[0]}"
+  done
 fi
 
 if has generate; then
   stamp "generate --device cuda"
   for norm in standard flashnorm; do
     "$BIN/flashnorm" generate -m "$M" --device cuda --norm $norm --chat -n 120 \
-      -p "Explain in three sentences why the sky is blue." >> "$OUT/generate.log" 2>&1
-    echo "generate $norm rc=$?" | tee -a "$OUT/generate.log"
+      -p "Explain in three sentences why the sky is blue." 2>&1
+    echo "generate $norm rc=$?"
   done
-  cat "$OUT/generate.log"
 fi
 
 if has bench; then

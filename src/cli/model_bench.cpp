@@ -1,5 +1,6 @@
 // `flashnorm bench --model FILE`: end-to-end decode benchmark of the CUDA engine (issue 4).
-// For each configuration (standard; flashnorm fused; flashnorm two-stream), interleaved over
+// For each configuration (standard; flashnorm fused; flashnorm two-stream; and, as a stronger
+// baseline, standard with the residual add and RMSNorm fused in one kernel), interleaved over
 // `runs` rounds: prompt tokens/s (one eager prefill of the prompt, host clock around forward(),
 // logits of the last token copied back) and decode tokens/s at batch 1 (CUDA-graph replays timed
 // with CUDA events over `decode` steps after the prompt, next token sampled on the GPU), medians
@@ -52,21 +53,25 @@ void run_model_bench(const ModelBenchArgs& a) {
     std::string name;
     NormMode mode;
     Deferred deferred;
+    bool fused_add;
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
   };
   std::vector<Config> cfgs;
-  cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, nullptr, {}, {}, {}});
-  cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, nullptr, {}, {}, {}});
-  cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, nullptr, {},
-                  {}, {}});
+  cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, false, nullptr, {}, {}, {}});
+  cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, false, nullptr, {}, {}, {}});
+  cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, false,
+                  nullptr, {}, {}, {}});
+  cfgs.push_back({"standard fused add+norm", NormMode::Standard, Deferred::kFused, true, nullptr,
+                  {}, {}, {}});
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
     CudaEngineOptions o;
     o.max_context = std::min(ctx, model.cfg.context);
     o.max_batch = a.prompt_tokens;
     o.deferred = c.deferred;
+    o.fused_add_norm = c.fused_add;
     c.e = std::make_unique<CudaEngine>(model, c.mode, o);
   }
   std::mt19937 rng(1234);
@@ -122,13 +127,13 @@ void run_model_bench(const ModelBenchArgs& a) {
   const double std_us = median(cfgs[0].decode_us);
   fmt::print("{} | {} | prompt {} tokens, decode {} tokens at batch 1, {} runs (medians)\n",
              prop.name, a.model, a.prompt_tokens, a.decode_tokens, a.runs);
-  fmt::print("{:<22} {:>12} {:>11} {:>9} {:>8} | {:>7} {:>9} {:>9} {:>9} {:>8} (us, eager)\n",
+  fmt::print("{:<24} {:>12} {:>11} {:>9} {:>8} | {:>7} {:>9} {:>9} {:>9} {:>8} (us, eager)\n",
              "config", "prompt tok/s", "decode tok/s", "us/step", "speedup", "norm",
              "normedproj", "otherproj", "attention", "other");
   for (auto& c : cfgs) {
     const double us = median(c.decode_us);
     const double tps = median(c.prompt_tps);
-    fmt::print("{:<22} {:>12.0f} {:>11.1f} {:>9.1f} {:>7.3f}x | {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
+    fmt::print("{:<24} {:>12.0f} {:>11.1f} {:>9.1f} {:>7.3f}x | {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
                "{:>8.1f}\n",
                c.name, tps, 1e6 / us, us, std_us / us, c.prof.norm_us, c.prof.normed_proj_us,
                c.prof.other_proj_us, c.prof.attention_us, c.prof.other_us);

@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "flashnorm/fold/fold.h"
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/kernels/cuda/device.h"
 #include "flashnorm/kernels/cuda/engine_ops.h"
@@ -67,11 +66,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-float half_bits_to_float(fk::DType dt, uint16_t b) {
-  return dt == fk::DType::kBF16 ? io::bf16_to_fp32(b) : io::fp16_to_fp32(b);
-}
 
 enum Cls { kNorm, kNormedProj, kOtherProj, kAttn, kOther, kClasses };
+
+// Decode attention splits the keys in chunks of kSplitKeys over CTAs (forward passes of at most
+// kSplitMaxT tokens); longer passes (prefill) have enough (head, query) CTAs without.
+constexpr int kSplitKeys = 128, kSplitMaxT = 16;
 
 }  // namespace
 
@@ -101,6 +101,7 @@ struct CudaEngine::Impl {
   CudaEngineOptions opt;
   fk::DType dt;
   int H, F, nq, nkv, nqkv, V, D, L, max_ctx, tmax;
+  int ldv;  // logits row stride: V rounded up to a multiple of 8 (the kernels' 16-byte rows)
   float emb_scale = 1.0f;
 
   struct Layer {
@@ -128,6 +129,8 @@ struct CudaEngine::Impl {
   uint64_t graph_seed = 0;
   bool warmed = false;   // one eager decode step has run (LinearContext buffers and plans exist)
   bool pos_stale = true; // d_pos does not hold pos
+  bool xn_ready = false;  // xn holds the next normed projection's input (fused_add_norm)
+  DeviceBuffer partials;  // split-key attention (decode)
   int pos = 0;
   // profiling
   bool profiling = false;
@@ -151,40 +154,61 @@ struct CudaEngine::Impl {
   }
 
   // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes).
-  void plain(const void* x, int M, int K, const void* w, int N, void* y) {
+  void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
+             bool y_f32 = false) {
+    if (ldy == 0) ldy = N;
     if (M <= fk::LinearContext::kAutoDecodeMaxM && !opt.cublas_plain) {
       fk::LinearArgs a;
       a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = K, a.w = w, a.ldw = K, a.y = y;
-      a.ldy = N, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>();
+      a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>(), a.y_f32 = y_f32;
       ok(ctx->run(a, fk::LinearImpl::kDecode, s()));
     } else {
-      ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, N, nullptr, s()));
+      ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, ldy, nullptr, s(), y_f32));
     }
   }
 
-  // y = normalized(x) W^T for a projection fed by an RMSNorm: Standard runs the norm then the
-  // plain projection; FlashNorm runs flashnorm_linear on raw x with the folded W.
-  void normed(const void* x, int M, const void* gain, const void* w, int N, void* y,
-              const uint8_t* mask, bool all_unscaled) {
+  // y = normalized(x) W^T for a projection fed by an RMSNorm, x = rows row0 .. row0+M-1 of xb.
+  // Standard runs the norm (unless the preceding residual add already wrote xn: fused_add_norm)
+  // then the plain projection; FlashNorm runs flashnorm_linear on raw x with the folded W.
+  void normed(int row0, int M, const void* gain, const void* w, int N, void* y,
+              const uint8_t* mask, bool all_unscaled, int ldy = 0, bool y_f32 = false) {
+    if (ldy == 0) ldy = N;
+    const void* x = static_cast<const char*>(xb.get()) + size_t(row0) * H * 2;
+    const void* xnr = static_cast<const char*>(xn.get()) + size_t(row0) * H * 2;
     if (mode == NormMode::Standard) {
-      op(kNorm, [&] {
-        fk::RmsNormArgs a;
-        a.dtype = dt, a.M = M, a.K = H, a.x = x, a.ldx = H, a.gain = gain, a.y = xn.get();
-        a.ldy = H, a.eps = cfg.eps;
-        ok(fk::rms_norm(a, s()));
-      });
-      op(kNormedProj, [&] { plain(xn.get(), M, H, w, N, y); });
+      if (!xn_ready) {
+        op(kNorm, [&] {
+          fk::RmsNormArgs a;
+          a.dtype = dt, a.M = M, a.K = H, a.x = x, a.ldx = H, a.gain = gain;
+          a.y = const_cast<void*>(xnr), a.ldy = H, a.eps = cfg.eps;
+          ok(fk::rms_norm(a, s()));
+        });
+      }
+      xn_ready = false;
+      op(kNormedProj, [&] { plain(xnr, M, H, w, N, y, ldy, y_f32); });
       return;
     }
     op(kNormedProj, [&] {
-      if (all_unscaled) return plain(x, M, H, w, N, y);  // dropped normalization: no reduction
+      if (all_unscaled) return plain(x, M, H, w, N, y, ldy, y_f32);  // dropped: no rstd at all
       fk::LinearArgs a;
       a.dtype = dt, a.M = M, a.N = N, a.K = H, a.x = x, a.ldx = H, a.w = w, a.ldw = H, a.y = y;
-      a.ldy = N, a.eps = cfg.eps, a.scale_mask = mask;
+      a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32;
       const fk::LinearImpl impl =
           opt.deferred == Deferred::kTwoStream ? fk::LinearImpl::kTwoStream : fk::LinearImpl::kAuto;
       ok(ctx->run(a, impl, s()));
     });
+  }
+
+  // x32 += sublayer output (post-norm for Gemma); xb = round(x32). With fused_add_norm (Standard
+  // mode) also xn = RMSNorm(x32) * next_gain, the input of the next normed projection.
+  void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain) {
+    const bool fuse = mode == NormMode::Standard && opt.fused_add_norm;
+    op(fuse ? kNorm : kOther, [&] {
+      ok(fk::residual_add(dt, T, H, proj.get(), has_post ? post.as<float>() : nullptr, cfg.eps,
+                          x32.as<float>(), xb.get(), s(), fuse ? next_gain : nullptr,
+                          fuse ? xn.get() : nullptr));
+    });
+    xn_ready = fuse;
   }
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
@@ -197,7 +221,7 @@ struct CudaEngine::Impl {
     });
     for (int l = 0; l < L; ++l) {
       Layer& ly = layers[l];
-      normed(xb.get(), T, ly.attn_gain.get(), ly.wqkv.get(), nqkv, qkv.get(),
+      normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), nqkv, qkv.get(),
              qkv_masked ? qkv_mask.as<uint8_t>() : nullptr, qkv_all_unscaled);
       op(kAttn, [&] {
         fk::RopeKvArgs a;
@@ -221,31 +245,28 @@ struct CudaEngine::Impl {
         a.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
         a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
         a.out = att.get();
+        if (T <= kSplitMaxT) a.split_keys = kSplitKeys, a.partials = partials.as<float>();
         ok(fk::attention(a, s()));
       });
       op(kOtherProj, [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get()); });
-      op(kOther, [&] {
-        ok(fk::residual_add(dt, T, H, proj.get(), ly.has_post ? ly.post_attn.as<float>() : nullptr,
-                            cfg.eps, x32.as<float>(), xb.get(), s()));
-      });
-      normed(xb.get(), T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false);
+      residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
+      normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false);
       op(kOther, [&] {
         ok(fk::glu(dt, hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
                    T, F, gu.get(), act.get(), s()));
       });
       op(kOtherProj, [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get()); });
-      op(kOther, [&] {
-        ok(fk::residual_add(dt, T, H, proj.get(), ly.has_post ? ly.post_ffn.as<float>() : nullptr,
-                            cfg.eps, x32.as<float>(), xb.get(), s()));
-      });
+      residual(T, ly.post_ffn, ly.has_post,
+               l + 1 < L ? layers[l + 1].attn_gain.get() : out_gain.get());
     }
     if (rows > 0) {
-      const char* x_last = static_cast<const char*>(xb.get()) + size_t(T - rows) * H * 2;
-      normed(x_last, rows, out_gain.get(), head_is_emb ? emb.get() : head.get(), V, logits.get(), nullptr, false);
+      normed(T - rows, rows, out_gain.get(), head_is_emb ? emb.get() : head.get(), V, logits.get(),
+             nullptr, false, ldv, /*y_f32=*/true);
     }
+    xn_ready = false;
     if (sample) {
       op(kOther, [&] {
-        ok(fk::sample_tokens(dt, V, static_cast<const char*>(logits.get()) + size_t(rows - 1) * V * 2,
+        ok(fk::sample_tokens(V, logits.as<float>() + size_t(rows - 1) * ldv,
                              temperature, seed, d_pos.as<int32_t>(), 1, d_tokens.as<int32_t>(),
                              d_history.as<int32_t>(), max_ctx + 1, s()));
       });
@@ -311,12 +332,14 @@ struct CudaEngine::Impl {
           cudaMemcpyAsync(d_pos.get(), h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
       run(n, rows, false, 0, 0);
       if (rows > 0) {
-        FN_CUDA_CHECK(cudaMemcpyAsync(h_logits.as<uint16_t>(), logits.get(), size_t(rows) * V * 2,
+        FN_CUDA_CHECK(cudaMemcpyAsync(h_logits.as<float>(), logits.get(), size_t(rows) * ldv * 4,
                                       cudaMemcpyDeviceToHost, s()));
       }
       FN_CUDA_CHECK(cudaStreamSynchronize(s()));
-      const uint16_t* hl = h_logits.as<uint16_t>();
-      for (size_t i = 0; i < size_t(rows) * V; ++i) out.push_back(half_bits_to_float(dt, hl[i]));
+      const float* hl = h_logits.as<float>();
+      for (size_t r = 0; r < size_t(rows); ++r) {
+        out.insert(out.end(), hl + r * ldv, hl + r * ldv + V);
+      }
       pos += n;
       pos_stale = true;
     }
@@ -339,6 +362,7 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   const ArchDescription& a = *m.arch;
   e.cfg = c, e.hooks = a.hooks, e.mode = mode, e.opt = opt, e.dt = opt.dtype;
   e.H = c.hidden, e.F = c.ffn, e.D = c.head_dim, e.L = c.n_layer, e.V = c.vocab;
+  e.ldv = (e.V + 7) / 8 * 8;
   e.nq = c.n_head * c.head_dim, e.nkv = c.n_head_kv * c.head_dim, e.nqkv = e.nq + 2 * e.nkv;
   e.max_ctx = opt.max_context > 0 ? opt.max_context : std::min(c.context, 8192);
   if (e.max_ctx > c.context || e.max_ctx > 32768) {
@@ -457,9 +481,15 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   e.xn = DeviceBuffer(T * e.H * 2), e.qkv = DeviceBuffer(T * e.nqkv * 2);
   e.q = DeviceBuffer(T * e.nq * 4), e.att = DeviceBuffer(T * e.nq * 2);
   e.proj = DeviceBuffer(T * e.H * 2), e.gu = DeviceBuffer(T * 2 * e.F * 2);
-  e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(T * e.V * 2);
+  e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(T * e.ldv * 4);
   e.h_tokens = kernels::cuda::PinnedBuffer(T * 4), e.h_pos = kernels::cuda::PinnedBuffer(4);
-  e.h_logits = kernels::cuda::PinnedBuffer(T * e.V * 2);
+  e.h_logits = kernels::cuda::PinnedBuffer(T * e.ldv * 4);
+  {
+    fk::AttentionArgs aa;
+    aa.max_ctx = e.max_ctx, aa.split_keys = kSplitKeys;
+    e.partials = DeviceBuffer(size_t(std::min<size_t>(T, kSplitMaxT)) * c.n_head *
+                              fk::attention_splits(aa) * (e.D + 2) * sizeof(float));
+  }
   FN_CUDA_CHECK(cudaMemset(e.kc.get(), 0, kv));
   FN_CUDA_CHECK(cudaMemset(e.vc.get(), 0, kv));
   e.ctx = std::make_unique<fk::LinearContext>();
@@ -479,11 +509,14 @@ NormMode CudaEngine::mode() const { return p_->mode; }
 
 std::string CudaEngine::describe() const {
   const Impl& e = *p_;
+  std::string variant;
+  if (e.mode == NormMode::FlashNorm) {
+    variant = e.opt.deferred == Deferred::kTwoStream ? " (two-stream)" : " (fused)";
+  } else if (e.opt.fused_add_norm) {
+    variant = " (residual add + RMSNorm fused)";
+  }
   return fmt::format("{} weights, norm {}{}, decode {}", e.dt == fk::DType::kBF16 ? "bf16" : "fp16",
-                     e.mode == NormMode::Standard ? "standard" : "flashnorm",
-                     e.mode == NormMode::FlashNorm
-                         ? (e.opt.deferred == Deferred::kTwoStream ? " (two-stream)" : " (fused)")
-                         : "",
+                     e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
                      e.opt.graph ? "CUDA graph" : "eager");
 }
 
@@ -502,12 +535,10 @@ std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all
   FN_CUDA_CHECK(cudaMemcpyAsync(e.d_tokens.get(), e.h_tokens.as<int32_t>(), 4,
                                 cudaMemcpyHostToDevice, e.s()));
   e.decode_step(0.0f, 0);
-  FN_CUDA_CHECK(cudaMemcpyAsync(e.h_logits.as<uint16_t>(), e.logits.get(), size_t(e.V) * 2,
+  FN_CUDA_CHECK(cudaMemcpyAsync(e.h_logits.as<float>(), e.logits.get(), size_t(e.V) * 4,
                                 cudaMemcpyDeviceToHost, e.s()));
   FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
-  std::vector<float> out(e.V);
-  for (int i = 0; i < e.V; ++i) out[i] = half_bits_to_float(e.dt, e.h_logits.as<uint16_t>()[i]);
-  return out;
+  return std::vector<float>(e.h_logits.as<float>(), e.h_logits.as<float>() + e.V);
 }
 
 std::vector<int32_t> CudaEngine::generate(std::span<const int32_t> prompt, int n,
@@ -525,7 +556,7 @@ std::vector<int32_t> CudaEngine::generate(std::span<const int32_t> prompt, int n
   e.prefill(prompt, false);
   // First token from the prompt's last logits (position pos - 1 advances to pos).
   e.set_pos_device(e.pos - 1);
-  ok(fk::sample_tokens(e.dt, e.V, e.logits.get(), temperature, seed, e.d_pos.as<int32_t>(), 1,
+  ok(fk::sample_tokens(e.V, e.logits.as<float>(), temperature, seed, e.d_pos.as<int32_t>(), 1,
                        e.d_tokens.as<int32_t>(), e.d_history.as<int32_t>(), e.max_ctx + 1, e.s()));
   const int first = e.pos;  // position of the first generated token
   int produced = 1;

@@ -28,6 +28,7 @@ struct Case {
   NormMode mode;
   Deferred deferred;
   fk::DType dt;
+  bool fused_add = false;  // Standard mode with the residual add + RMSNorm fused
 };
 
 std::string model_dir(bool gemma, bool tied) {
@@ -69,7 +70,7 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
   const std::string dir = model_dir(c.gemma, c.tied);
   CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
   CudaEngineOptions o;
-  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt;
+  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
   CudaEngine gpu(load_model(dir), c.mode, o);
   const std::vector<int32_t> seq = random_ids(96, cpu.config().vocab, 3);
   ComparisonStats st = compare_teacher_forced(cpu, &gpu, seq, 48);
@@ -86,7 +87,7 @@ TEST_P(CudaEngineVsCpu, DecodeStepsMatchPrefill) {
   const Case c = GetParam();
   const std::string dir = model_dir(c.gemma, c.tied);
   CudaEngineOptions o;
-  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt;
+  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
   CudaEngine gpu(load_model(dir), c.mode, o);
   const int V = gpu.config().vocab;
   const std::vector<int32_t> seq = random_ids(40, V, 9);
@@ -106,7 +107,7 @@ TEST_P(CudaEngineVsCpu, GpuGreedyGenerationMatchesHostArgmax) {
   const Case c = GetParam();
   const std::string dir = model_dir(c.gemma, c.tied);
   CudaEngineOptions o;
-  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt;
+  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
   CudaEngine gpu(load_model(dir), c.mode, o);
   const std::vector<int32_t> prompt = random_ids(12, gpu.config().vocab, 4);
   std::vector<int32_t> streamed;
@@ -133,6 +134,12 @@ const Case kCases[] = {
     {"gemma3_fn2s_bf16", true, true, NormMode::FlashNorm, Deferred::kTwoStream,
      fk::DType::kBF16},
     {"gemma3_fn_fp16", true, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kFP16},
+    {"llama_stdfused_bf16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16,
+     true},
+    {"gemma3_stdfused_bf16", true, false, NormMode::Standard, Deferred::kFused, fk::DType::kBF16,
+     true},
+    {"llama_stdfused_fp16", false, false, NormMode::Standard, Deferred::kFused, fk::DType::kFP16,
+     true},
 };
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineVsCpu, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });

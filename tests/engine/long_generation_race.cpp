@@ -45,6 +45,7 @@ struct Config {
   std::string name;
   NormMode mode;
   Deferred deferred;
+  bool fused_add = false;
 };
 
 }  // namespace
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--delay-cycles", delay, "two-stream: spin cycles before the rstd kernel")
       ->capture_default_str();
   app.add_option("--tol", tol, "per-step relative logit tolerance")->capture_default_str();
-  app.add_option("--only", only, "configurations: standard, flashnorm, two-stream");
+  app.add_option("--only", only,
+                 "configurations: standard, standard-fused-add, flashnorm, two-stream");
   app.add_flag("--no-join", no_join, "remove the two-stream join (the test must then FAIL)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -80,15 +82,17 @@ int main(int argc, char** argv) {
     std::vector<int32_t> ids = tok.encode(prompt, false);
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());
     std::vector<Config> cfgs = {{"standard", NormMode::Standard, Deferred::kFused},
+                                {"standard-fused-add", NormMode::Standard, Deferred::kFused, true},
                                 {"flashnorm", NormMode::FlashNorm, Deferred::kFused},
                                 {"two-stream", NormMode::FlashNorm, Deferred::kTwoStream}};
-    if (no_join) cfgs = {cfgs[2]};
+    if (no_join) cfgs = {cfgs[3]};
     int failed = 0;
     for (const Config& c : cfgs) {
       if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
       CudaEngineOptions o;
       o.max_context = static_cast<int>(ids.size()) + steps + 8;
       o.deferred = c.deferred;
+      o.fused_add_norm = c.fused_add;
       CudaEngineOptions ro = o;
       ro.graph = false;
       if (c.deferred == Deferred::kTwoStream) {

@@ -48,6 +48,9 @@ struct CudaEngineOptions {
   Deferred deferred = Deferred::kFused;
   bool graph = true;       // replay decode steps from a CUDA graph (false: eager launches)
   bool cublas_plain = false;  // plain projections through cuBLASLt at every M
+  // Standard mode: the residual add also writes the next RMSNorm's output (vLLM's
+  // fused_add_rms_norm), so no standalone norm kernel runs after the first layer's.
+  bool fused_add_norm = false;
   kernels::cuda::DebugHooks debug;  // race tests only (no_join, producer delays)
 };
 

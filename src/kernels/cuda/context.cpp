@@ -165,8 +165,8 @@ Status LinearContext::ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t
 }
 
 Status LinearContext::get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw,
-                               int64_t ldy, bool row_alpha, Plan** out) {
-  auto key = std::make_tuple(static_cast<int>(dt), M, N, K, ldx, ldw, ldy, row_alpha);
+                               int64_t ldy, bool row_alpha, bool y_f32, Plan** out) {
+  auto key = std::make_tuple(static_cast<int>(dt), M, N, K, ldx, ldw, ldy, row_alpha, y_f32);
   auto it = plans_.find(key);
   if (it != plans_.end()) {
     *out = it->second.get();
@@ -186,7 +186,7 @@ Status LinearContext::get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_
     FN_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     FN_LT(cublasLtMatrixLayoutCreate(&p->a, t, K, N, ldw));
     FN_LT(cublasLtMatrixLayoutCreate(&p->b, t, K, M, ldx));
-    FN_LT(cublasLtMatrixLayoutCreate(&p->c, t, N, M, ldy));
+    FN_LT(cublasLtMatrixLayoutCreate(&p->c, y_f32 ? CUDA_R_32F : t, N, M, ldy));
   } else {
     // per-token alpha needs D with rows = tokens: D(M x N) in row order. Layout combinations tried
     // in turn (the first for which cuBLASLt's heuristic returns an algorithm is kept, see
@@ -260,9 +260,10 @@ Status LinearContext::get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_
 
 Status LinearContext::gemm(DType dtype, int64_t M, int64_t N, int64_t K, const void* x, int64_t ldx,
                            const void* w, int64_t ldw, void* y, int64_t ldy,
-                           const float* alpha_rows, cudaStream_t stream) {
+                           const float* alpha_rows, cudaStream_t stream, bool y_f32) {
+  if (y_f32 && alpha_rows) return invalid("gemm: fp32 output with per-row alpha is not supported");
   Plan* p = nullptr;
-  Status st = get_plan(dtype, M, N, K, ldx, ldw, ldy, alpha_rows != nullptr, &p);
+  Status st = get_plan(dtype, M, N, K, ldx, ldw, ldy, alpha_rows != nullptr, y_f32, &p);
   if (!st.ok()) return st;
   static const float one = 1.f, zero = 0.f;
   if (!alpha_rows) {
@@ -400,7 +401,7 @@ Status LinearContext::run(const LinearArgs& a, LinearImpl impl, cudaStream_t str
 Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   detail::DecodeParams p{};
   p.x = a.x, p.ldx = a.ldx, p.w = a.w, p.ldw = a.ldw, p.y = a.y, p.ldy = a.ldy;
-  p.bias = a.bias, p.mask = a.scale_mask;
+  p.bias = a.bias, p.mask = a.scale_mask, p.y_f32 = a.y_f32 ? 1 : 0;
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
   p.eps = a.eps;
   const DecodeConfig c = decode_config(a.M, a.N, a.K);
@@ -450,7 +451,7 @@ Status LinearContext::run_prefill(const LinearArgs& a, cudaStream_t s) {
   FN_CUDA(detail::launch_rms_norm(r, s));  // x_s = x * rstd(x), fp32 sum of squares
   if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
   // Join: the GEMM is stream-ordered after the prescale kernel that wrote x_s.
-  st = gemm(a.dtype, a.M, a.N, a.K, xs_, a.K, a.w, a.ldw, a.y, a.ldy, nullptr, s);
+  st = gemm(a.dtype, a.M, a.N, a.K, xs_, a.K, a.w, a.ldw, a.y, a.ldy, nullptr, s, a.y_f32);
   if (st.ok()) last_prefill_path_ = "prescale";
   return st;
 }
@@ -468,7 +469,7 @@ Status LinearContext::run_two_stream(const LinearArgs& a, cudaStream_t s) {
   FN_CUDA(detail::launch_rstd(a.dtype, a.M, a.K, a.x, a.ldx, a.eps, rstd, side_));
   FN_CUDA(cudaEventRecord(ev_rstd_, side_));
   if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
-  st = gemm(a.dtype, a.M, a.N, a.K, a.x, a.ldx, a.w, a.ldw, a.y, a.ldy, nullptr, s);
+  st = gemm(a.dtype, a.M, a.N, a.K, a.x, a.ldx, a.w, a.ldw, a.y, a.ldy, nullptr, s, a.y_f32);
   if (!st.ok()) return st;
   FN_CUDA(cudaEventRecord(ev_gemm_, s));
   // the join: the post-scale waits on both producers' events
@@ -476,7 +477,8 @@ Status LinearContext::run_two_stream(const LinearArgs& a, cudaStream_t s) {
     FN_CUDA(cudaStreamWaitEvent(s, ev_rstd_, 0));
     FN_CUDA(cudaStreamWaitEvent(s, ev_gemm_, 0));
   }
-  FN_CUDA(detail::launch_postscale(a.dtype, a.M, a.N, a.y, a.ldy, rstd, a.bias, a.scale_mask, s));
+  FN_CUDA(detail::launch_postscale(a.dtype, a.M, a.N, a.y, a.ldy, rstd, a.bias, a.scale_mask, s,
+                                   a.y_f32));
   return {};
 }
 

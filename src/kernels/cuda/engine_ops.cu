@@ -2,6 +2,7 @@
 // cache write, attention, GLU, sampling. API and sources: include/flashnorm/kernels/cuda/engine_ops.h.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -68,7 +69,8 @@ __global__ void embed_kernel(const int32_t* tokens, const typename E::T* emb, in
 // ---- residual add (+ optional post-norm of the sublayer output) -----------------------------
 template <class E>
 __global__ void residual_kernel(const typename E::T* p, int H, const float* post_gain, float eps,
-                                float* x32, typename E::T* xb) {
+                                float* x32, typename E::T* xb, const typename E::T* next_gain,
+                                typename E::T* xn) {
   __shared__ float red[32];
   const int t = blockIdx.x;
   const typename E::T* pr = p + static_cast<int64_t>(t) * H;
@@ -84,6 +86,7 @@ __global__ void residual_kernel(const typename E::T* p, int H, const float* post
     r = rsqrtf(block_sum(ss, red) / H + eps);
   }
   float* xr = x32 + static_cast<int64_t>(t) * H;
+  float ss = 0.f;
   for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
     float f[8];
     detail::unpack8<E>(reinterpret_cast<const uint4*>(pr)[v], f);
@@ -91,10 +94,24 @@ __global__ void residual_kernel(const typename E::T* p, int H, const float* post
     float4 a = xo[0], b = xo[1];
     float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] += post_gain ? f[i] * r * post_gain[v * 8 + i] : f[i];
+    for (int i = 0; i < 8; ++i) {
+      x[i] += post_gain ? f[i] * r * post_gain[v * 8 + i] : f[i];
+      ss = fmaf(x[i], x[i], ss);
+    }
     xo[0] = make_float4(x[0], x[1], x[2], x[3]);
     xo[1] = make_float4(x[4], x[5], x[6], x[7]);
     reinterpret_cast<uint4*>(xb + static_cast<int64_t>(t) * H)[v] = detail::pack8<E>(x);
+  }
+  if (!xn) return;
+  const float rn = rsqrtf(block_sum(ss, red) / H + eps);  // barriers publish this thread's x32
+  for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
+    const float4* xo = reinterpret_cast<const float4*>(xr + v * 8);
+    const float4 a = xo[0], b = xo[1];
+    float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, g[8];
+    detail::unpack8<E>(reinterpret_cast<const uint4*>(next_gain)[v], g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] *= rn * g[i];
+    reinterpret_cast<uint4*>(xn + static_cast<int64_t>(t) * H)[v] = detail::pack8<E>(x);
   }
 }
 
@@ -143,29 +160,44 @@ __global__ void rope_kv_kernel(RopeKvArgs a) {
   dst[i1] = x1;
 }
 
-// ---- attention: one CTA per (head, query) -----------------------------------------------------
+// ---- attention: one CTA per (head, query, key split) ------------------------------------------
+// Scores of the CTA's keys into shared memory (one thread per key), softmax statistics by block
+// reductions, then P V with warp w taking keys w, w + 8, ... and lane l the dims l, l + 32, ...
+// (coalesced rows of V). Without splits the CTA writes the normalized output; with splits it writes
+// (max, sum, unnormalized output) for attention_combine_kernel.
 template <class E>
-__global__ void attention_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
   extern __shared__ float sm[];
   __shared__ float red[32];
-  const int h = blockIdx.x, t = blockIdx.y, D = a.D;
-  const int groups = blockDim.x / D;  // threads = D * groups
+  const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = a.D;
+  const int nw = blockDim.x / 32, lane = threadIdx.x & 31, w = threadIdx.x / 32;
   const int nq = a.n_head * D, nkv = a.n_head_kv * D, kh = h / (a.n_head / a.n_head_kv);
   const int visible = *a.pos + t + 1;  // keys 0 .. visible-1 are causal-visible
   const int first = a.window > 0 ? max(0, visible - a.window) : 0;
-  const int n = visible - first;
-  float* q = sm;                // [D]
-  float* part = sm + D;         // [groups][D]
-  float* sc = part + groups * D;  // [n]
-  for (int d = threadIdx.x; d < D; d += blockDim.x) q[d] = a.q[static_cast<int64_t>(t) * nq + h * D + d];
+  const int k0 = a.split_keys > 0 ? first + z * a.split_keys : first;
+  const int k1 = a.split_keys > 0 ? min(visible, k0 + a.split_keys) : visible;
+  float* ws = a.partials ? a.partials + ((static_cast<int64_t>(t) * a.n_head + h) * gridDim.z + z) *
+                                            (D + 2)
+                         : nullptr;
+  if (k0 >= k1) {  // an empty split (the grid covers max_ctx keys)
+    if (ws && threadIdx.x == 0) ws[0] = -INFINITY, ws[1] = 0.f;
+    return;
+  }
+  const int nk = k1 - k0;
+  float* q = sm;              // [D]
+  float* part = sm + D;       // [nw][D]
+  float* sc = part + nw * D;  // [nk]
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    q[d] = a.q[static_cast<int64_t>(t) * nq + h * D + d];
+  }
   __syncthreads();
   const float* kbase = a.k_cache + kh * D;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float4* kr = reinterpret_cast<const float4*>(kbase + static_cast<int64_t>(first + j) * nkv);
+  for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+    const float4* kr = reinterpret_cast<const float4*>(kbase + static_cast<int64_t>(k0 + j) * nkv);
     float s = 0.f;
     for (int d = 0; d < D / 4; ++d) {
-      float4 k = kr[d];
+      const float4 k = kr[d];
       s = fmaf(q[4 * d], k.x, s);
       s = fmaf(q[4 * d + 1], k.y, s);
       s = fmaf(q[4 * d + 2], k.z, s);
@@ -177,22 +209,61 @@ __global__ void attention_kernel(AttentionArgs a) {
   }
   mx = block_max(mx, red);
   float sum = 0.f;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+  for (int j = threadIdx.x; j < nk; j += blockDim.x) {
     const float e = __expf(sc[j] - mx);
     sc[j] = e;
     sum += e;
   }
   sum = block_sum(sum, red);  // its barriers also publish sc
-  const int d = threadIdx.x % D, g = threadIdx.x / D;
-  const float* vbase = a.v_cache + kh * D + d;
-  float acc = 0.f;
-  for (int j = g; j < n; j += groups) acc = fmaf(sc[j], vbase[static_cast<int64_t>(first + j) * nkv], acc);
-  part[g * D + d] = acc;
+  const float* vbase = a.v_cache + kh * D;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // dims lane + 32 i (D <= 256)
+#pragma unroll 4
+  for (int j = w; j < nk; j += nw) {
+    const float p = sc[j];
+    const float* vr = vbase + static_cast<int64_t>(k0 + j) * nkv;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) acc[i] = fmaf(p, vr[d], acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) part[w * D + d] = acc[i];
+  }
   __syncthreads();
-  if (g == 0) {
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.f;
-    for (int k = 0; k < groups; ++k) o += part[k * D + d];
-    static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] = E::from_f(o / sum);
+    for (int k = 0; k < nw; ++k) o += part[k * D + d];
+    if (ws) {
+      ws[2 + d] = o;
+    } else {
+      static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] =
+          E::from_f(o / sum);
+    }
+  }
+  if (ws && threadIdx.x == 0) ws[0] = mx, ws[1] = sum;
+}
+
+// Merges the key splits of one (head, query): out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+template <class E>
+__global__ void attention_combine_kernel(AttentionArgs a, int splits) {
+  const int h = blockIdx.x, t = blockIdx.y, D = a.D, d = threadIdx.x;
+  const float* base = a.partials + (static_cast<int64_t>(t) * a.n_head + h) * splits * (D + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, base[s * (D + 2)]);
+  float l = 0.f, o = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float* p = base + s * (D + 2);
+    if (p[1] == 0.f) continue;  // empty split
+    const float f = __expf(p[0] - m);
+    l = fmaf(p[1], f, l);
+    if (d < D) o = fmaf(p[2 + d], f, o);
+  }
+  if (d < D) {
+    static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * a.n_head * D + h * D + d] =
+        E::from_f(o / l);
   }
 }
 
@@ -223,8 +294,7 @@ __device__ uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
   return z ^ (z >> 31);
 }
 
-template <class E>
-__global__ void sample_kernel(const typename E::T* logits, int vocab, float temperature,
+__global__ void sample_kernel(const float* logits, int vocab, float temperature,
                               uint64_t seed, int32_t* pos, int advance, int32_t* token,
                               int32_t* history, int history_len) {
   __shared__ float bv[32];
@@ -233,7 +303,7 @@ __global__ void sample_kernel(const typename E::T* logits, int vocab, float temp
   float best = -INFINITY;
   int idx = INT32_MAX;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    float v = E::to_f(logits[j]);
+    float v = logits[j];
     if (temperature > 0.f) {
       const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(p) * 0x9e3779b97f4a7c15ull +
                                             static_cast<uint64_t>(j)));
@@ -283,14 +353,18 @@ Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, co
 }
 
 Status residual_add(DType dt, int T, int H, const void* p, const float* post_gain, float eps,
-                    float* x32, void* xb, cudaStream_t s) {
+                    float* x32, void* xb, cudaStream_t s, const void* next_gain, void* xn) {
   if (T < 1 || H < 8 || H % 8) return invalid("residual_add: T >= 1, H % 8 == 0");
   if (!p || !x32 || !xb || !aligned16(p) || !aligned16(x32) || !aligned16(xb))
     return invalid("residual_add: null or misaligned pointer");
+  if ((xn == nullptr) != (next_gain == nullptr) || !aligned16(xn) || !aligned16(next_gain))
+    return invalid("residual_add: next_gain and xn go together, 16-byte aligned");
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
-    residual_kernel<E><<<T, 256, 0, s>>>(static_cast<const typename E::T*>(p), H, post_gain, eps,
-                                         x32, static_cast<typename E::T*>(xb));
+    using T_ = typename E::T;
+    residual_kernel<E><<<T, 256, 0, s>>>(static_cast<const T_*>(p), H, post_gain, eps, x32,
+                                         static_cast<T_*>(xb), static_cast<const T_*>(next_gain),
+                                         static_cast<T_*>(xn));
     return launched("residual_kernel");
   });
 }
@@ -309,22 +383,35 @@ Status rope_kv(const RopeKvArgs& a, cudaStream_t s) {
   });
 }
 
+int attention_splits(const AttentionArgs& a) {
+  return a.split_keys > 0 ? (a.max_ctx + a.split_keys - 1) / a.split_keys : 1;
+}
+
 Status attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.D < 4 ||
-      a.D % 4 || a.D > 256 || a.max_ctx < 1 || a.max_ctx > 32768 || a.window < 0)
+      a.D % 4 || a.D > 256 || a.max_ctx < 1 || a.max_ctx > 32768 || a.window < 0 ||
+      a.split_keys < 0)
     return invalid("attention: D % 4 == 0 and <= 256, max_ctx <= 32768, heads divide");
   if (!a.pos || !a.q || !a.k_cache || !a.v_cache || !a.out) return invalid("attention: null pointer");
-  const int groups = std::max(1, 256 / a.D);
-  const int threads = a.D * groups;
-  if (threads % 32) return invalid("attention: D * (256 / D) must be a multiple of 32");
-  const size_t smem = sizeof(float) * (a.D + static_cast<size_t>(groups) * a.D + a.max_ctx);
+  if (a.split_keys > 0 && !a.partials) return invalid("attention: split_keys needs partials");
+  const int threads = 256, splits = attention_splits(a);
+  const int keys = a.split_keys > 0 ? std::min(a.split_keys, a.max_ctx) : a.max_ctx;
+  const size_t smem = sizeof(float) * (a.D + static_cast<size_t>(threads / 32) * a.D + keys);
+  if (smem > 227 * 1024) return invalid("attention: shared memory for the scores exceeds 227 KiB");
+  AttentionArgs k = a;
+  if (a.split_keys == 0) k.partials = nullptr;
   return by_dtype(a.dt, [&](auto e) {
-    auto k = attention_kernel<decltype(e)>;
+    using E = decltype(e);
+    auto kern = attention_kernel<E>;
     if (smem > 48 * 1024) {
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
     }
-    k<<<dim3(a.n_head, a.T), threads, smem, s>>>(a);
-    return launched("attention_kernel");
+    kern<<<dim3(a.n_head, a.T, splits), threads, smem, s>>>(k);
+    Status st = launched("attention_kernel");
+    if (!st.ok() || a.split_keys == 0) return st;
+    attention_combine_kernel<E><<<dim3(a.n_head, a.T), (a.D + 31) / 32 * 32, 0, s>>>(k, splits);
+    return launched("attention_combine_kernel");
   });
 }
 
@@ -340,18 +427,14 @@ Status glu(DType dt, GluKind kind, int T, int F, const void* gu, void* act, cuda
   });
 }
 
-Status sample_tokens(DType dt, int vocab, const void* logits, float temperature, uint64_t seed,
+Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed,
                      int32_t* pos, int advance, int32_t* token, int32_t* history, int history_len,
                      cudaStream_t s) {
   if (vocab < 1 || !logits || !pos || !token || !(temperature >= 0.f) || advance < 0)
     return invalid("sample_tokens: vocab >= 1, temperature >= 0, non-null logits/pos/token");
-  return by_dtype(dt, [&](auto e) {
-    using E = decltype(e);
-    sample_kernel<E><<<1, 1024, 0, s>>>(static_cast<const typename E::T*>(logits), vocab,
-                                        temperature, seed, pos, advance, token, history,
-                                        history_len);
-    return launched("sample_kernel");
-  });
+  sample_kernel<<<1, 1024, 0, s>>>(logits, vocab, temperature, seed, pos, advance, token, history,
+                                   history_len);
+  return launched("sample_kernel");
 }
 
 }  // namespace flashnorm::kernels::cuda

@@ -145,6 +145,20 @@ __global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, f
 
 // ---- post-scale (two-stream scheme, prefill fallback)
 // ---------------------------------------------
+// fp32 output (LM-head logits): y[m, n] = (mask[n] ? y * rstd[m] : y) + bias[n].
+template <class E>
+__global__ void postscale_f32_kernel(float* y, int64_t ldy, int M, int N, const float* rstd,
+                                     const typename E::T* bias, const uint8_t* mask) {
+  const int64_t total = static_cast<int64_t>(M) * N;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int m = static_cast<int>(i / N), n = static_cast<int>(i % N);
+    float& v = y[static_cast<int64_t>(m) * ldy + n];
+    const bool sc = mask ? mask[n] != 0 : true;
+    v = (sc ? v * rstd[m] : v) + (bias ? E::to_f(bias[n]) : 0.f);
+  }
+}
+
 template <class E>
 __global__ void postscale_kernel(typename E::T* y, int64_t ldy, int M, int N, const float* rstd,
                                  const typename E::T* bias, const uint8_t* mask) {
@@ -363,7 +377,11 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
     const bool sc = p.mask ? p.mask[n] != 0 : true;
     float o = sc ? v * rstd : v;
     if (bias) o += E::to_f(bias[n]);
-    y[static_cast<int64_t>(m) * p.ldy + n] = E::from_f(o);
+    if (p.y_f32) {
+      static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ldy + n] = o;
+    } else {
+      y[static_cast<int64_t>(m) * p.ldy + n] = E::from_f(o);
+    }
   };
 
   if (gridDim.y == 1) {
@@ -508,9 +526,22 @@ cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t l
 
 cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ldy,
                              const float* rstd, const void* bias, const uint8_t* mask,
-                             cudaStream_t s) {
+                             cudaStream_t s, bool y_f32) {
   const int64_t total = M * ((N + 7) / 8);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 132 * 16));
+  if (y_f32) {
+    const int64_t n = M * N;
+    const unsigned b = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 132 * 16));
+    if (dt == DType::kBF16)
+      postscale_f32_kernel<BF16><<<b, 256, 0, s>>>(static_cast<float*>(y), ldy, static_cast<int>(M),
+                                                   static_cast<int>(N), rstd,
+                                                   static_cast<const __nv_bfloat16*>(bias), mask);
+    else
+      postscale_f32_kernel<FP16><<<b, 256, 0, s>>>(static_cast<float*>(y), ldy, static_cast<int>(M),
+                                                   static_cast<int>(N), rstd,
+                                                   static_cast<const __half*>(bias), mask);
+    return cudaGetLastError();
+  }
   if (dt == DType::kBF16)
     postscale_kernel<BF16><<<blocks, 256, 0, s>>>(static_cast<__nv_bfloat16*>(y), ldy,
                                                   static_cast<int>(M), static_cast<int>(N), rstd,

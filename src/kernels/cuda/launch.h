@@ -25,6 +25,7 @@ struct DecodeParams {
   int64_t ldy;
   const void* bias;
   const uint8_t* mask;
+  int y_f32;  // 1: y is fp32
   int M, N, K;
   float eps;
   int rw, kw;          // row-warps (1, 2, 4) and k-warps per CTA
@@ -45,9 +46,10 @@ cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s);
 cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
                         float* rstd, cudaStream_t s);
 // y[m, n] = (mask ? (mask[n] ? y*rstd[m] : y) : y*rstd[m]) + bias[n], in place.
+// y_f32: y is fp32 (bias stays in dt).
 cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ldy,
                              const float* rstd, const void* bias, const uint8_t* mask,
-                             cudaStream_t s);
+                             cudaStream_t s, bool y_f32 = false);
 // One thread spinning for `cycles` SM clocks (race tests delay a producer with it).
 cudaError_t launch_spin(long long cycles, cudaStream_t s);
 

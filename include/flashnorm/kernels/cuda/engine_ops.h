@@ -27,9 +27,12 @@ Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, co
 
 // Residual add of a sublayer output: x32[t, :] += post_gain ? RMSNorm(p[t, :]) * post_gain
 // : p[t, :], then xb[t, :] = round_dt(x32[t, :]). p: [T, H] dt; post_gain: [H] fp32 multiplier
-// (Gemma's post-attention / post-FFN norm; eps inside the square root) or null. H % 8 == 0.
+// (Gemma's post-attention / post-FFN norm; eps inside the square root) or null. With next_gain
+// ([H] dt) and xn ([T, H] dt) set, also xn[t, :] = round_dt(x32 * rstd(x32) * next_gain): the next
+// RMSNorm fused into the add (vLLM's fused_add_rms_norm; fp32 sum of squares). H % 8 == 0.
 Status residual_add(DType dt, int T, int H, const void* p, const float* post_gain, float eps,
-                    float* x32, void* xb, cudaStream_t s);
+                    float* x32, void* xb, cudaStream_t s, const void* next_gain = nullptr,
+                    void* xn = nullptr);
 
 // Queries, keys and values of T tokens from the fused projection qkv [T, ldqkv] dt (q heads, then
 // k heads, then v heads, each head_dim wide): per-head RMSNorm with gain for q / k where q_norm /
@@ -59,9 +62,11 @@ Status rope_kv(const RopeKvArgs& a, cudaStream_t s);
 // Causal GQA attention of T queries at positions *pos .. *pos + T - 1 over the KV cache:
 // out[t, h*D:(h+1)*D] = softmax_j(scale * q_t,h . k_j,h/g) v_j,h/g for keys j in
 // [max(0, p_t + 1 - window), p_t] (window = 0: all earlier keys), g = n_head / n_head_kv; fp32
-// arithmetic, out rounded to dt. One CTA per (head, query) streams the keys twice (scores into
-// shared memory, then values): simple and correct, not FlashAttention (its cost is reported in the
-// engine profile). Errors: D <= 256, max_ctx <= 32768.
+// arithmetic, out rounded to dt. One CTA per (head, query) — or, with split_keys > 0 (decode),
+// per (head, query, chunk of split_keys keys) over ceil(max_ctx / split_keys) chunks (empty ones
+// exit at once), merged by a second kernel from `partials` (flash-decoding). Scores go through
+// shared memory; not a tiled FlashAttention (its cost is reported in the engine profile).
+// Errors: D % 4 == 0, D <= 256, max_ctx <= 32768, partials set when split_keys > 0.
 struct AttentionArgs {
   DType dt = DType::kBF16;
   int T = 0, n_head = 0, n_head_kv = 0, D = 0, max_ctx = 0, window = 0;
@@ -71,7 +76,11 @@ struct AttentionArgs {
   const float* k_cache = nullptr;
   const float* v_cache = nullptr;
   void* out = nullptr;  // [T, n_head * D] dt
+  int split_keys = 0;   // 0: one CTA per (head, query)
+  float* partials = nullptr;  // [T][n_head][attention_splits()][D + 2] fp32 when split_keys > 0
 };
+// Key chunks per (head, query): ceil(max_ctx / split_keys), or 1.
+int attention_splits(const AttentionArgs& a);
 Status attention(const AttentionArgs& a, cudaStream_t s);
 
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
@@ -79,14 +88,14 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 enum class GluKind { kSwiGLU, kGeGLU };
 Status glu(DType dt, GluKind kind, int T, int F, const void* gu, void* act, cudaStream_t s);
 
-// Samples one token from logits [vocab] dt, as the decode loop's last step: with p = *pos +
+// Samples one token from logits [vocab] fp32, as the decode loop's last step: with p = *pos +
 // advance (the position of the sampled token), temperature == 0 gives argmax (lowest id on ties;
 // NaN never chosen) and temperature > 0 gives argmax_j(logit_j / temperature + G_j) with G_j
 // Gumbel(0, 1) noise from a counter-based hash of (seed, p, j) — an exact draw from
 // softmax(logit / T) (Gumbel-max trick). Writes the id to *token and to history[p] (when history
 // is set and p < history_len), then sets *pos = p. advance: the tokens of the forward pass (1 in
 // decode).
-Status sample_tokens(DType dt, int vocab, const void* logits, float temperature, uint64_t seed,
+Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed,
                      int32_t* pos, int advance, int32_t* token, int32_t* history, int history_len,
                      cudaStream_t s);
 

@@ -81,6 +81,8 @@ struct LinearArgs {
   float eps = 1e-6f;
   const void* bias = nullptr;
   const uint8_t* scale_mask = nullptr;
+  // y (and ldy) in fp32 instead of dtype, e.g. the logits of an LM head: every implementation.
+  bool y_f32 = false;
   // kDecode only: launch with programmatic dependent launch (PDL, sm_90). The kernel starts
   // streaming W before the preceding kernel on the stream has finished and waits for it
   // (griddepcontrol.wait: full completion and memory flush) before it reads x or writes y or any
@@ -142,9 +144,10 @@ class LinearContext {
   // Plain cuBLASLt GEMM y = x W^T (bf16/fp16 in/out, fp32 accumulation): the "bare" baseline and
   // the GEMM of the unfused and two-stream paths. alpha_rows (nullable, fp32 [M] on the device):
   // per-row scale in the epilogue (row-order plan); returns kUnsupported when cuBLASLt has none.
+  // y_f32: y is fp32 (not with alpha_rows).
   Status gemm(DType dtype, int64_t M, int64_t N, int64_t K, const void* x, int64_t ldx,
               const void* w, int64_t ldw, void* y, int64_t ldy, const float* alpha_rows,
-              cudaStream_t stream);
+              cudaStream_t stream, bool y_f32 = false);
 
   // Which path the last kPrefill call took: "prescale" or "two_stream_fallback".
   const std::string& last_prefill_path() const { return last_prefill_path_; }
@@ -170,7 +173,7 @@ class LinearContext {
   Status run_two_stream(const LinearArgs& a, cudaStream_t s);
   Status ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s, const char* what);
   Status get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy,
-                  bool row_alpha, Plan** out);
+                  bool row_alpha, bool y_f32, Plan** out);
 
   void* lt_ = nullptr;  // cublasLtHandle_t
   void* ws_ = nullptr;  // cuBLASLt workspace
@@ -185,7 +188,7 @@ class LinearContext {
   size_t part_cap_ = 0;
   unsigned* counters_ = nullptr;  // decode split-K arrival counters (self-resetting)
   int num_sms_ = 132;
-  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>,
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>,
            std::unique_ptr<Plan>>
       plans_;
   std::string last_prefill_path_;
