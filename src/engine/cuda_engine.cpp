@@ -161,6 +161,7 @@ struct CudaEngine::Impl {
       fk::LinearArgs a;
       a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = K, a.w = w, a.ldw = K, a.y = y;
       a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>(), a.y_f32 = y_f32;
+      a.pdl = opt.pdl;
       ok(ctx->run(a, fk::LinearImpl::kDecode, s()));
     } else {
       ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, ldy, nullptr, s(), y_f32));
@@ -193,6 +194,7 @@ struct CudaEngine::Impl {
       fk::LinearArgs a;
       a.dtype = dt, a.M = M, a.N = N, a.K = H, a.x = x, a.ldx = H, a.w = w, a.ldw = H, a.y = y;
       a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32;
+      a.pdl = opt.pdl && M <= fk::LinearContext::kAutoDecodeMaxM;  // kDecode's option
       const fk::LinearImpl impl =
           opt.deferred == Deferred::kTwoStream ? fk::LinearImpl::kTwoStream : fk::LinearImpl::kAuto;
       ok(ctx->run(a, impl, s()));
@@ -204,7 +206,7 @@ struct CudaEngine::Impl {
   void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain) {
     const bool fuse = mode == NormMode::Standard && opt.fused_add_norm;
     op(fuse ? kNorm : kOther, [&] {
-      ok(fk::residual_add(dt, T, H, proj.get(), has_post ? post.as<float>() : nullptr, cfg.eps,
+      ok(fk::residual_add(dt, T, H, proj.as<float>(), has_post ? post.as<float>() : nullptr, cfg.eps,
                           x32.as<float>(), xb.get(), s(), fuse ? next_gain : nullptr,
                           fuse ? xn.get() : nullptr));
     });
@@ -222,11 +224,11 @@ struct CudaEngine::Impl {
     for (int l = 0; l < L; ++l) {
       Layer& ly = layers[l];
       normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), nqkv, qkv.get(),
-             qkv_masked ? qkv_mask.as<uint8_t>() : nullptr, qkv_all_unscaled);
+             qkv_masked ? qkv_mask.as<uint8_t>() : nullptr, qkv_all_unscaled, 0, true);
       op(kAttn, [&] {
         fk::RopeKvArgs a;
         a.dt = dt, a.T = T, a.n_head = cfg.n_head, a.n_head_kv = cfg.n_head_kv, a.D = D;
-        a.max_ctx = max_ctx, a.qkv = qkv.get(), a.ldqkv = nqkv, a.pos = d_pos.as<int32_t>();
+        a.max_ctx = max_ctx, a.qkv = qkv.as<float>(), a.ldqkv = nqkv, a.pos = d_pos.as<int32_t>();
         a.cos = (ly.local ? cos_l : cos_g).as<float>();
         a.sin = (ly.local ? sin_l : sin_g).as<float>();
         a.neox = cfg.rope == RopeLayout::Neox;
@@ -248,14 +250,14 @@ struct CudaEngine::Impl {
         if (T <= kSplitMaxT) a.split_keys = kSplitKeys, a.partials = partials.as<float>();
         ok(fk::attention(a, s()));
       });
-      op(kOtherProj, [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get()); });
+      op(kOtherProj, [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get(), 0, true); });
       residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
-      normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false);
+      normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false, 0, true);
       op(kOther, [&] {
         ok(fk::glu(dt, hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
-                   T, F, gu.get(), act.get(), s()));
+                   T, F, gu.as<float>(), act.get(), s()));
       });
-      op(kOtherProj, [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get()); });
+      op(kOtherProj, [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true); });
       residual(T, ly.post_ffn, ly.has_post,
                l + 1 < L ? layers[l + 1].attn_gain.get() : out_gain.get());
     }
@@ -478,9 +480,9 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   e.d_tokens = DeviceBuffer(T * 4), e.d_pos = DeviceBuffer(4);
   e.d_history = DeviceBuffer((size_t(e.max_ctx) + 1) * 4);
   e.x32 = DeviceBuffer(T * e.H * 4), e.xb = DeviceBuffer(T * e.H * 2);
-  e.xn = DeviceBuffer(T * e.H * 2), e.qkv = DeviceBuffer(T * e.nqkv * 2);
+  e.xn = DeviceBuffer(T * e.H * 2), e.qkv = DeviceBuffer(T * e.nqkv * 4);
   e.q = DeviceBuffer(T * e.nq * 4), e.att = DeviceBuffer(T * e.nq * 2);
-  e.proj = DeviceBuffer(T * e.H * 2), e.gu = DeviceBuffer(T * 2 * e.F * 2);
+  e.proj = DeviceBuffer(T * e.H * 4), e.gu = DeviceBuffer(T * 2 * e.F * 4);
   e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(T * e.ldv * 4);
   e.h_tokens = kernels::cuda::PinnedBuffer(T * 4), e.h_pos = kernels::cuda::PinnedBuffer(4);
   e.h_logits = kernels::cuda::PinnedBuffer(T * e.ldv * 4);

@@ -1,7 +1,8 @@
 // CUDA inference engine (Hopper, sm_90a) for the llama and gemma3 architectures: the CPU engine's
 // forward pass (engine/cpu_engine.h) with weights in bf16 (or fp16) on the GPU, dequantized and,
-// in FlashNorm mode, folded at load in fp32 and rounded once. Residual stream, queries, KV cache and
-// attention in fp32; GEMM inputs and outputs in the weight dtype with fp32 accumulation.
+// in FlashNorm mode, folded at load in fp32 and rounded once. Residual stream, queries, KV cache,
+// attention and every GEMM output (q|k|v, o, gate|up, down, logits) in fp32; GEMM inputs (the
+// normed or raw x, the attention output, the GLU output) in the weight dtype; fp32 accumulation.
 //
 // Per layer: embed -> [norm + q|k|v] -> RoPE/QK-norm/KV write -> attention -> o -> residual add ->
 // [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> sampling on the GPU.
@@ -51,6 +52,9 @@ struct CudaEngineOptions {
   // Standard mode: the residual add also writes the next RMSNorm's output (vLLM's
   // fused_add_rms_norm), so no standalone norm kernel runs after the first layer's.
   bool fused_add_norm = false;
+  // Launch the decode GEMV kernel (plain and fused, both modes) with programmatic dependent launch:
+  // it streams its weights while the preceding kernel finishes (kernels.h, LinearArgs::pdl).
+  bool pdl = true;
   kernels::cuda::DebugHooks debug;  // race tests only (no_join, producer delays)
 };
 

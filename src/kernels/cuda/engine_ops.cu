@@ -68,18 +68,19 @@ __global__ void embed_kernel(const int32_t* tokens, const typename E::T* emb, in
 
 // ---- residual add (+ optional post-norm of the sublayer output) -----------------------------
 template <class E>
-__global__ void residual_kernel(const typename E::T* p, int H, const float* post_gain, float eps,
+__global__ void residual_kernel(const float* p, int H, const float* post_gain, float eps,
                                 float* x32, typename E::T* xb, const typename E::T* next_gain,
                                 typename E::T* xn) {
   __shared__ float red[32];
   const int t = blockIdx.x;
-  const typename E::T* pr = p + static_cast<int64_t>(t) * H;
+  const float* pr = p + static_cast<int64_t>(t) * H;
   float r = 1.f;
   if (post_gain) {
     float ss = 0.f;
     for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
-      float f[8];
-      detail::unpack8<E>(reinterpret_cast<const uint4*>(pr)[v], f);
+      const float4 u = reinterpret_cast<const float4*>(pr)[2 * v];
+      const float4 w = reinterpret_cast<const float4*>(pr)[2 * v + 1];
+      const float f[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
 #pragma unroll
       for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
     }
@@ -88,8 +89,9 @@ __global__ void residual_kernel(const typename E::T* p, int H, const float* post
   float* xr = x32 + static_cast<int64_t>(t) * H;
   float ss = 0.f;
   for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
-    float f[8];
-    detail::unpack8<E>(reinterpret_cast<const uint4*>(pr)[v], f);
+    const float4 u = reinterpret_cast<const float4*>(pr)[2 * v];
+    const float4 w = reinterpret_cast<const float4*>(pr)[2 * v + 1];
+    const float f[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
     float4* xo = reinterpret_cast<float4*>(xr + v * 8);
     float4 a = xo[0], b = xo[1];
     float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -133,9 +135,8 @@ __global__ void rope_kv_kernel(RopeKvArgs a) {
     kind = 2, col0 = nq + nkv + (hh - a.n_head - a.n_head_kv) * a.D;
   }
   const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
-  const typename E::T* src =
-      static_cast<const typename E::T*>(a.qkv) + static_cast<int64_t>(t) * a.ldqkv + col0;
-  float x0 = live ? E::to_f(src[i0]) : 0.f, x1 = live ? E::to_f(src[i1]) : 0.f;
+  const float* src = a.qkv + static_cast<int64_t>(t) * a.ldqkv + col0;
+  float x0 = live ? src[i0] : 0.f, x1 = live ? src[i1] : 0.f;
   const float* gain = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
   if (gain || (kind == 2 && a.v_renorm)) {
     const float r = rsqrtf(block_sum(x0 * x0 + x1 * x1, red) / a.D + a.eps);
@@ -269,13 +270,12 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
 
 // ---- gated linear unit ------------------------------------------------------------------------
 template <class E>
-__global__ void glu_kernel(GluKind kind, int T, int F, const typename E::T* gu,
-                           typename E::T* act) {
+__global__ void glu_kernel(GluKind kind, int T, int F, const float* gu, typename E::T* act) {
   const int64_t n = static_cast<int64_t>(T) * F;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = e / F, i = e % F;
-    const float g = E::to_f(gu[t * 2 * F + i]), u = E::to_f(gu[t * 2 * F + F + i]);
+    const float g = gu[t * 2 * F + i], u = gu[t * 2 * F + F + i];
     float f;
     if (kind == GluKind::kSwiGLU) {
       f = g / (1.f + __expf(-g));
@@ -352,7 +352,7 @@ Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, co
   });
 }
 
-Status residual_add(DType dt, int T, int H, const void* p, const float* post_gain, float eps,
+Status residual_add(DType dt, int T, int H, const float* p, const float* post_gain, float eps,
                     float* x32, void* xb, cudaStream_t s, const void* next_gain, void* xn) {
   if (T < 1 || H < 8 || H % 8) return invalid("residual_add: T >= 1, H % 8 == 0");
   if (!p || !x32 || !xb || !aligned16(p) || !aligned16(x32) || !aligned16(xb))
@@ -362,7 +362,7 @@ Status residual_add(DType dt, int T, int H, const void* p, const float* post_gai
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
     using T_ = typename E::T;
-    residual_kernel<E><<<T, 256, 0, s>>>(static_cast<const T_*>(p), H, post_gain, eps, x32,
+    residual_kernel<E><<<T, 256, 0, s>>>(p, H, post_gain, eps, x32,
                                          static_cast<T_*>(xb), static_cast<const T_*>(next_gain),
                                          static_cast<T_*>(xn));
     return launched("residual_kernel");
@@ -415,14 +415,13 @@ Status attention(const AttentionArgs& a, cudaStream_t s) {
   });
 }
 
-Status glu(DType dt, GluKind kind, int T, int F, const void* gu, void* act, cudaStream_t s) {
+Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s) {
   if (T < 1 || F < 1 || !gu || !act) return invalid("glu: T, F >= 1 and non-null pointers");
   const int64_t n = static_cast<int64_t>(T) * F;
   const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
-    glu_kernel<E><<<blocks, 256, 0, s>>>(kind, T, F, static_cast<const typename E::T*>(gu),
-                                         static_cast<typename E::T*>(act));
+    glu_kernel<E><<<blocks, 256, 0, s>>>(kind, T, F, gu, static_cast<typename E::T*>(act));
     return launched("glu_kernel");
   });
 }

@@ -26,15 +26,15 @@ Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, co
                     float scale, float* x32, void* xb, cudaStream_t s);
 
 // Residual add of a sublayer output: x32[t, :] += post_gain ? RMSNorm(p[t, :]) * post_gain
-// : p[t, :], then xb[t, :] = round_dt(x32[t, :]). p: [T, H] dt; post_gain: [H] fp32 multiplier
+// : p[t, :], then xb[t, :] = round_dt(x32[t, :]). p: [T, H] fp32; post_gain: [H] fp32 multiplier
 // (Gemma's post-attention / post-FFN norm; eps inside the square root) or null. With next_gain
 // ([H] dt) and xn ([T, H] dt) set, also xn[t, :] = round_dt(x32 * rstd(x32) * next_gain): the next
 // RMSNorm fused into the add (vLLM's fused_add_rms_norm; fp32 sum of squares). H % 8 == 0.
-Status residual_add(DType dt, int T, int H, const void* p, const float* post_gain, float eps,
+Status residual_add(DType dt, int T, int H, const float* p, const float* post_gain, float eps,
                     float* x32, void* xb, cudaStream_t s, const void* next_gain = nullptr,
                     void* xn = nullptr);
 
-// Queries, keys and values of T tokens from the fused projection qkv [T, ldqkv] dt (q heads, then
+// Queries, keys and values of T tokens from the fused projection qkv [T, ldqkv] fp32 (q heads, then
 // k heads, then v heads, each head_dim wide): per-head RMSNorm with gain for q / k where q_norm /
 // k_norm is set (QK-norm; fp32 [D]), unit RMSNorm of v heads where v_renorm, RoPE on q and k with
 // the tables cos/sin [max_ctx][D/2] fp32 (pairs (2i, 2i+1) or, neox, (i, i + D/2)); writes
@@ -43,7 +43,7 @@ Status residual_add(DType dt, int T, int H, const void* p, const float* post_gai
 struct RopeKvArgs {
   DType dt = DType::kBF16;
   int T = 0, n_head = 0, n_head_kv = 0, D = 0, max_ctx = 0;
-  const void* qkv = nullptr;
+  const float* qkv = nullptr;
   int64_t ldqkv = 0;
   const int32_t* pos = nullptr;
   const float* cos = nullptr;
@@ -84,9 +84,9 @@ int attention_splits(const AttentionArgs& a);
 Status attention(const AttentionArgs& a, cudaStream_t s);
 
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
-// approximation of GELU (GeGLU, Gemma). gu: [T, 2F] dt (gate columns, then up); act: [T, F] dt.
+// approximation of GELU (GeGLU, Gemma). gu: [T, 2F] fp32 (gate columns, then up); act: [T, F] dt.
 enum class GluKind { kSwiGLU, kGeGLU };
-Status glu(DType dt, GluKind kind, int T, int F, const void* gu, void* act, cudaStream_t s);
+Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s);
 
 // Samples one token from logits [vocab] fp32, as the decode loop's last step: with p = *pos +
 // advance (the position of the sampled token), temperature == 0 gives argmax (lowest id on ties;
