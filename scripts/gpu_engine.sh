@@ -12,13 +12,14 @@
 #        cp .cache/device/model2/* /tmp/fn_model/ && FN_COMMIT=... bash scripts/gpu_engine.sh
 # (call 2 must find the machine still warm, i.e. within 30 s: /tmp/fn_model lives only that long;
 # a later call on the same warm machine needs only the bundle).
-# Outputs under $OUT: gpu_engine.log (everything, generated text included), engine_tests.log,
-# race.log, nojoin.log, sanitize.log, verify_gpu_<dtype>.json, model_bench.json.
+# Outputs under $OUT (8 files at most come back): gpu_engine.log (everything, generated text and
+# sanitizer summaries included), engine_tests.log, race.log (with the --no-join run),
+# verify_gpu_<dtype>.json, model_bench.json, ncu_<norm>.csv.
 set -uo pipefail
 OUT=${OUT:-/tmp/fn_out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_engine.log") 2>&1
-STAGES=${STAGES:-"tests race nojoin sanitize verify generate bench"}
+STAGES=${STAGES:-"tests race nojoin sanitize ncu verify generate bench"}
 STEPS=${STEPS:-2048}
 COMMIT=${FN_COMMIT:-unknown}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -55,21 +56,41 @@ fi
 
 if has nojoin; then
   stamp "long-generation race test --no-join (must FAIL)"
-  "$BIN/engine_race_test" --model "$M" --steps "$STEPS" --no-join > "$OUT/nojoin.log" 2>&1
-  echo "engine_race_test --no-join rc=$? (1 expected)"
-  grep -vE "^  text:" "$OUT/nojoin.log"
+  echo "=== --no-join (must FAIL)" >> "$OUT/race.log"
+  "$BIN/engine_race_test" --model "$M" --steps "$STEPS" --no-join > /tmp/nojoin.log 2>&1
+  echo "engine_race_test --no-join rc=$? (1 expected)" | tee -a /tmp/nojoin.log
+  cat /tmp/nojoin.log >> "$OUT/race.log"
+  grep -vE "^  text:" /tmp/nojoin.log
 fi
 
 if has sanitize; then
-  stamp "compute-sanitizer (short generation)"
+  # compute-sanitizer slows every launch ~100x: a small random model (3 layers) generating through
+  # the graph-replayed decode loop in each mode, plus 2 steps of SmolLM2 in flashnorm mode.
+  stamp "compute-sanitizer (short generations)"
+  F='Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/*_bf16'
   for tool in memcheck racecheck synccheck; do
-    echo "--- $tool" >> "$OUT/sanitize.log"
+    echo "--- $tool" >> /tmp/sanitize.log
     timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/engine_race_test" --model "$M" --steps 6 --check-every 3 --only flashnorm \
-      --only two-stream >> "$OUT/sanitize.log" 2>&1
-    echo "sanitizer $tool rc=$?" | tee -a "$OUT/sanitize.log"
+      "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
+    echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log
+    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/engine_race_test" --model "$M" --steps 2 --check-every 2 --only flashnorm \
+      >> /tmp/sanitize.log 2>&1
+    echo "sanitizer $tool (SmolLM2, 2 steps) rc=$?" | tee -a /tmp/sanitize.log
   done
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=" "$OUT/sanitize.log"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanitize.log | sort | uniq -c
+fi
+
+if has ncu && command -v ncu > /dev/null; then
+  # GPU time of every kernel of a 1-token prompt and 3 decode steps (all four passes take the
+  # decode path), per normalization mode; summarized by bench/engine_profile.py.
+  stamp "ncu: kernels of a decode step"
+  for norm in standard flashnorm; do
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+      "$BIN/flashnorm" generate -m "$M" --device cuda --norm $norm -p "Hi" -n 4 \
+      > "$OUT/ncu_$norm.csv" 2>/dev/null
+    echo "ncu $norm rc=$? ($(grep -c gpu__time_duration "$OUT/ncu_$norm.csv") kernels)"
+  done
 fi
 
 if has verify; then
