@@ -63,24 +63,6 @@ if has nojoin; then
   grep -vE "^  text:" /tmp/nojoin.log
 fi
 
-if has sanitize; then
-  # compute-sanitizer slows every launch ~100x: a small random model (3 layers) generating through
-  # the graph-replayed decode loop in each mode, plus 2 steps of SmolLM2 in flashnorm mode.
-  stamp "compute-sanitizer (short generations)"
-  F='Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/*_bf16'
-  for tool in memcheck racecheck synccheck; do
-    echo "--- $tool" >> /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
-    echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/engine_race_test" --model "$M" --steps 2 --check-every 2 --only flashnorm \
-      >> /tmp/sanitize.log 2>&1
-    echo "sanitizer $tool (SmolLM2, 2 steps) rc=$?" | tee -a /tmp/sanitize.log
-  done
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanitize.log | sort | uniq -c
-fi
-
 if has ncu && command -v ncu > /dev/null; then
   # GPU time of every kernel of a 1-token prompt and 3 decode steps (all four passes take the
   # decode path), per normalization mode; summarized by bench/engine_profile.py.
@@ -117,4 +99,23 @@ if has bench; then
     --driver "$DRIVER" ${FN_DIRTY:+--dirty} ${MODEL_BENCH_ARGS:-}
   echo "bench rc=$?"
 fi
+# last: the slowest stage (a sanitizer timeout must not cost the other results)
+if has sanitize; then
+  # compute-sanitizer slows every launch ~100x: a small random model (3 layers) generating through
+  # the graph-replayed decode loop in each mode, plus 2 steps of SmolLM2 in flashnorm mode.
+  stamp "compute-sanitizer (short generations)"
+  F='Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/llama_*_bf16'
+  for tool in memcheck racecheck synccheck; do
+    echo "--- $tool" >> /tmp/sanitize.log
+    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
+    echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log
+    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/engine_race_test" --model "$M" --steps 2 --check-every 2 --only flashnorm \
+      >> /tmp/sanitize.log 2>&1
+    echo "sanitizer $tool (SmolLM2, 2 steps) rc=$?" | tee -a /tmp/sanitize.log
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanitize.log | sort | uniq -c
+fi
+
 stamp "done"

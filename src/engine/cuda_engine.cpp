@@ -275,6 +275,41 @@ struct CudaEngine::Impl {
     }
   }
 
+  // Autotunes the decode kernel's launch configuration for each one-token projection shape over
+  // the layers' own weights (LinearContext::tune_decode); the results stay in ctx.
+  void tune_gemvs() {
+    struct Shape {
+      int N, K, ldy;
+      const void* x;
+      std::vector<const void*> w;
+    };
+    std::vector<Shape> shapes = {{nqkv, H, nqkv, xb.get(), {}},
+                                 {H, nq, H, att.get(), {}},
+                                 {2 * F, H, 2 * F, xb.get(), {}},
+                                 {H, F, H, act.get(), {}},
+                                 {V, H, ldv, xb.get(), {head_is_emb ? emb.get() : head.get()}}};
+    for (const Layer& l : layers) {
+      shapes[0].w.push_back(l.wqkv.get()), shapes[1].w.push_back(l.wo.get());
+      shapes[2].w.push_back(l.wgu.get()), shapes[3].w.push_back(l.wdown.get());
+    }
+    FN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.bytes(), s()));
+    FN_CUDA_CHECK(cudaMemsetAsync(att.get(), 0, att.bytes(), s()));
+    FN_CUDA_CHECK(cudaMemsetAsync(act.get(), 0, act.bytes(), s()));
+    for (const Shape& sh : shapes) {
+      std::vector<fk::LinearArgs> sets;
+      for (const void* w : sh.w) {
+        fk::LinearArgs a;
+        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = sh.K, a.w = w;
+        a.ldw = sh.K, a.y = logits.get(), a.ldy = sh.ldy, a.eps = cfg.eps, a.y_f32 = true;
+        a.scale_mask = zero_mask.as<uint8_t>(), a.pdl = opt.pdl;
+        sets.push_back(a);
+      }
+      fk::Status st;
+      ctx->tune_decode(sets.data(), static_cast<int>(sets.size()), s(), &st);
+      ok(st);
+    }
+  }
+
   void set_pos_device(int p) {
     *h_pos.as<int32_t>() = p;
     FN_CUDA_CHECK(cudaMemcpyAsync(d_pos.get(), h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
@@ -496,6 +531,7 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   FN_CUDA_CHECK(cudaMemset(e.vc.get(), 0, kv));
   e.ctx = std::make_unique<fk::LinearContext>();
   e.ctx->debug = opt.debug;
+  if (opt.tune) e.tune_gemvs();
   FN_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

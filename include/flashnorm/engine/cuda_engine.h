@@ -55,6 +55,9 @@ struct CudaEngineOptions {
   // Launch the decode GEMV kernel (plain and fused, both modes) with programmatic dependent launch:
   // it streams its weights while the preceding kernel finishes (kernels.h, LinearArgs::pdl).
   bool pdl = true;
+  // At load, autotune the decode GEMV's launch configuration (CTA shape, split-K) for each
+  // one-token projection shape over the layers' own weights (LinearContext::tune_decode).
+  bool tune = true;
   kernels::cuda::DebugHooks debug;  // race tests only (no_join, producer delays)
 };
 
