@@ -127,6 +127,7 @@ struct CudaEngine::Impl {
   fk::GraphExec graph;
   float graph_temp = -1;
   uint64_t graph_seed = 0;
+  uint64_t graph_generation = 0;  // LinearContext workspaces the graph was captured with
   bool warmed = false;   // one eager decode step has run (LinearContext buffers and plans exist)
   bool pos_stale = true; // d_pos does not hold pos
   bool xn_ready = false;  // xn holds the next normed projection's input (fused_add_norm)
@@ -327,7 +328,8 @@ struct CudaEngine::Impl {
       run(1, 1, true, temperature, seed);
       warmed = true;
     } else {
-      if (graph.empty() || graph_temp != temperature || graph_seed != seed) {
+      if (graph.empty() || graph_temp != temperature || graph_seed != seed ||
+          graph_generation != ctx->workspace_generation()) {
         cudaGraph_t g = nullptr;
         FN_CUDA_CHECK(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
         try {
@@ -340,6 +342,7 @@ struct CudaEngine::Impl {
         FN_CUDA_CHECK(cudaStreamEndCapture(s(), &g));
         graph.set(g);
         graph_temp = temperature, graph_seed = seed;
+        graph_generation = ctx->workspace_generation();
       }
       graph.launch(s());
     }
@@ -518,7 +521,8 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   e.xn = DeviceBuffer(T * e.H * 2), e.qkv = DeviceBuffer(T * e.nqkv * 4);
   e.q = DeviceBuffer(T * e.nq * 4), e.att = DeviceBuffer(T * e.nq * 2);
   e.proj = DeviceBuffer(T * e.H * 4), e.gu = DeviceBuffer(T * 2 * e.F * 4);
-  e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(T * e.ldv * 4);
+  e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(  // also the scratch output of tune_gemvs
+      std::max(T * e.ldv, size_t(std::max({e.nqkv, 2 * e.F, e.H}))) * 4);
   e.h_tokens = kernels::cuda::PinnedBuffer(T * 4), e.h_pos = kernels::cuda::PinnedBuffer(4);
   e.h_logits = kernels::cuda::PinnedBuffer(T * e.ldv * 4);
   {

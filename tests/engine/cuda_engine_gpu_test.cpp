@@ -180,6 +180,30 @@ TEST(CudaEngine, ChunkedPrefillMatchesOnePass) {
   EXPECT_EQ(a.position(), 50);
 }
 
+// A prefill longer than any before it grows LinearContext's workspaces (two-stream: the rstd buffer)
+// after the decode graph was captured; the next replay must use the new buffers (the engine
+// recaptures), giving the same logits as an eager engine.
+TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
+  const std::string dir = model_dir(false, true);
+  CudaEngineOptions o;
+  o.max_context = 128, o.deferred = Deferred::kTwoStream, o.tune = false;
+  CudaEngine g(load_model(dir), NormMode::FlashNorm, o);
+  CudaEngineOptions eo = o;
+  eo.graph = false;
+  CudaEngine ref(load_model(dir), NormMode::FlashNorm, eo);
+  const std::vector<int32_t> ids = random_ids(60, g.config().vocab, 6);
+  std::span<const int32_t> all(ids);
+  g.forward(all.subspan(0, 8));
+  g.forward(all.subspan(8, 1));  // eager warm-up step
+  g.forward(all.subspan(9, 1));  // captured and replayed
+  g.reset();
+  g.forward(all.subspan(0, 40));  // M = 40 > 8: the rstd buffer is reallocated
+  const std::vector<float> lg = g.forward(all.subspan(40, 1));
+  ref.forward(all.subspan(0, 40));
+  const std::vector<float> lr = ref.forward(all.subspan(40, 1));
+  EXPECT_LT(rel_diff(lr, lg), 1e-6);
+}
+
 TEST(CudaEngine, RefusesBadTokensAndFullCache) {
   CudaEngineOptions o;
   o.max_context = 16;

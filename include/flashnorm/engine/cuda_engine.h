@@ -63,7 +63,7 @@ struct CudaEngineOptions {
 
 // Per-step time by kernel class from an eager, event-bracketed decode step (median of reps).
 struct StepProfile {
-  double norm_us = 0;         // standalone RMSNorm kernels (Standard mode only)
+  double norm_us = 0;  // RMSNorm kernels (Standard mode; with fused_add_norm, the add+norm kernels)
   double normed_proj_us = 0;  // q|k|v, gate|up and LM-head projections (FlashNorm: incl. rstd)
   double other_proj_us = 0;   // o and down projections
   double attention_us = 0;    // RoPE/KV write + attention
@@ -88,8 +88,8 @@ class CudaEngine final : public Engine {
   const ModelConfig& config() const override;
   NormMode mode() const override;
   const char* device() const override { return "cuda"; }
-  // Logits are computed in the weight dtype and widened to fp32. One-token calls replay the
-  // decode graph (when options.graph).
+  // Logits come from the LM head in fp32. One-token calls replay the decode graph (when
+  // options.graph).
   std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
 
   // Generation on the GPU: feeds `prompt`, then produces n tokens, each sampled on the device
@@ -100,11 +100,13 @@ class CudaEngine final : public Engine {
                                 uint64_t seed,
                                 const std::function<bool(int32_t)>& on_token = {});
 
-  // Microseconds per decode step at the current position: median of `reps` graph replays (or
-  // eager steps when options.graph is false). Advances the position by reps (tokens are fed from
-  // the greedy sampler); the caller resets afterwards.
+  // Microseconds per decode step at the current position: the mean of `reps` back-to-back graph
+  // replays (or eager steps when options.graph is false), timed with CUDA events after 2 warm-up
+  // steps. Advances the position by reps + 2 (tokens fed from the greedy sampler) and needs that
+  // much room in the KV cache; the caller resets afterwards.
   double time_decode_steps(int reps);
-  // The same decode step split by kernel class (eager launches, CUDA events around each kernel).
+  // The same decode step split by kernel class (eager launches, CUDA events around each kernel,
+  // median over reps). Advances the position by reps + 1.
   StepProfile profile_decode_step(int reps);
 
   // Human-readable description: dtype, mode, deferred variant, graph on/off.

@@ -156,6 +156,7 @@ Status LinearContext::ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t
                 what, bytes)};
   FN_CUDA(cudaStreamSynchronize(s));
   FN_CUDA(cudaStreamSynchronize(side_));
+  ++workspace_generation_;  // graphs captured before now point at the buffer freed here
   cudaFree(*buf);
   *buf = nullptr;
   *cap = 0;

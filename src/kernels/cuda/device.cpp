@@ -63,9 +63,11 @@ void GraphExec::reset() {
 }
 void GraphExec::set(cudaGraph_t g) {
   reset();
-  cudaError_t e = cudaGraphInstantiate(&e_, g, 0);
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   FN_CUDA_CHECK(e);
+  e_ = exec;
 }
 void GraphExec::launch(cudaStream_t s) const { FN_CUDA_CHECK(cudaGraphLaunch(e_, s)); }
 

@@ -307,7 +307,8 @@ __global__ void sample_kernel(const float* logits, int vocab, float temperature,
     if (temperature > 0.f) {
       const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(p) * 0x9e3779b97f4a7c15ull +
                                             static_cast<uint64_t>(j)));
-      const float u = (static_cast<float>(h >> 40) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
+      // 23 random bits: u in [2^-24, 1 - 2^-24], exact in fp32, so log(-log(u)) is finite
+      const float u = (static_cast<float>(h >> 41) + 0.5f) * 0x1p-23f;
       v = v / temperature - logf(-logf(u));
     }
     if (v > best || (v == best && j < idx)) best = v, idx = j;  // NaN never compares greater

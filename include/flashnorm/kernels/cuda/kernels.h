@@ -166,6 +166,10 @@ class LinearContext {
 
   DebugHooks debug;
 
+  // Bumped whenever a workspace buffer is reallocated: a CUDA graph captured before a change holds
+  // pointers to freed memory and must be captured again.
+  uint64_t workspace_generation() const { return workspace_generation_; }
+
  private:
   struct Plan;
   Status run_decode(const LinearArgs& a, cudaStream_t s);
@@ -192,6 +196,7 @@ class LinearContext {
            std::unique_ptr<Plan>>
       plans_;
   std::string last_prefill_path_;
+  uint64_t workspace_generation_ = 0;
   std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
 };
 
