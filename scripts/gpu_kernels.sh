@@ -46,6 +46,8 @@ if has build; then
   $CX -c src/kernels/cuda/bench.cpp -o "$B/bench.o" & pids+=($!)
   $CX -c src/kernels/cpu/reference.cpp -o "$B/reference.o" & pids+=($!)
   $CX -c src/cli/cmd_bench.cpp -o "$B/cmd_bench.o" & pids+=($!)
+  $CX -c src/io/atomic_file.cpp -o "$B/atomic_file.o" & pids+=($!)
+  $CX -c src/io/error.cpp -o "$B/error.o" & pids+=($!)
   $CX -c src/kernels/cuda/kbench_main.cpp -o "$B/kbench_main.o" & pids+=($!)
   for t in kernels_gpu_test kernels_race_test gpu_main; do
     $CX -Itests/kernels -c tests/kernels/$t.cpp -o "$B/$t.o" & pids+=($!)
@@ -53,7 +55,8 @@ if has build; then
   for p in "${pids[@]}"; do wait "$p" || { echo "BUILD FAILED (compile)"; cat "$B/ptxas.txt" | grep -i error; exit 1; }; done
   LIBS="-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib -lcudart -lcublasLt -lpthread -ldl -lrt"
   OBJS="$B/kernels.o $B/context.o $B/bench.o $B/reference.o"
-  g++ -o "$B/flashnorm_kbench" "$B/kbench_main.o" "$B/cmd_bench.o" $OBJS $LIBS &&
+  g++ -o "$B/flashnorm_kbench" "$B/kbench_main.o" "$B/cmd_bench.o" "$B/atomic_file.o" "$B/error.o" \
+    $OBJS $LIBS &&
   g++ -o "$B/kernels_gpu_test" "$B/kernels_gpu_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
   g++ -o "$B/kernels_race_test" "$B/kernels_race_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS ||
     { echo "BUILD FAILED"; exit 1; }

@@ -4,12 +4,12 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
 #if defined(FLASHNORM_MODEL_BENCH)
 #include "model_bench.h"
@@ -103,9 +103,11 @@ void register_bench(CLI::App& app) {
     }
     const std::filesystem::path p(out);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-    std::ofstream f(out);
-    f << j.dump(1) << "\n";
-    if (!f) throw Error(fmt::format("bench: cannot write {}", out));
+    const std::string text = j.dump(1) + "\n";
+    const std::vector<std::filesystem::path> inputs = {o->shapes};
+    io::AtomicFile f(p, inputs);  // temporary file + rename; never over the shapes file
+    f.write(text.data(), text.size());
+    f.commit();
     std::printf("wrote %s\n", out.c_str());
 #endif
   });
