@@ -46,7 +46,9 @@ void register_bench(CLI::App& app) {
                          "eager medians, W rotated past the L2; prints a table and writes JSON.");
   sub->add_option("--shapes", o->shapes, "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
       ->capture_default_str();
-  sub->add_option("--out", o->out, "JSON output path (default bench/results/kernels_<date>.json)");
+  sub->add_option("--out", o->out,
+                  "JSON output path (default bench/results/kernels_<date>.json, with --model "
+                  "bench/results/model_<date>.json)");
   sub->add_option("--M", o->Ms, "override the M list");
   sub->add_option("--only", o->only, "only these shape names");
   sub->add_option("--graph-reps", o->graph_reps, "graph replays per variant")

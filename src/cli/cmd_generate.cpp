@@ -45,7 +45,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--system", a->system, "system message for --chat");
   cmd->add_flag("--no-cancel", a->no_cancel,
                 "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
-  cmd->add_option("--ctx", a->ctx, "KV cache length (default: model context, at most 8192)");
+  cmd->add_option("--ctx", a->ctx, "KV cache length (0: model context, at most 8192)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
   add_device_options(cmd, a->dev);
   cmd->callback([a] {
@@ -64,12 +65,12 @@ void register_generate(CLI::App& app) {
     Sampler sampler(a->s);
     std::unique_ptr<Engine> eng =
         make_engine(load_model(a->model), parse_norm_mode(a->norm), a->dev, a->ctx, !a->no_cancel);
-    std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
-                 ids.size());
     if (ids.size() + size_t(a->n) > size_t(eng->max_context())) {
       throw Error(fmt::format("prompt ({} tokens) + -n {} exceeds the context of {}", ids.size(),
                               a->n, eng->max_context()));
     }
+    std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
+                 ids.size());
     if (!a->chat) std::fputs(a->prompt.c_str(), stdout);
     std::string pending;
     int produced = 0;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -44,13 +45,13 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-void write_json(const std::string& path, const nlohmann::json& j,
-                const std::vector<std::filesystem::path>& inputs) {
-  if (path.empty()) return;
-  std::string s = j.dump(2) + "\n";
-  io::AtomicFile f(path, inputs);
-  f.write(s.data(), s.size());
-  f.commit();
+// Writes j (generated text may end inside a UTF-8 sequence: invalid bytes become U+FFFD) to the
+// output opened before the run, if any.
+void write_json(std::optional<io::AtomicFile>& f, const nlohmann::json& j) {
+  if (!f) return;
+  const std::string s = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  f->write(s.data(), s.size());
+  f->commit();
 }
 
 // The CUDA engine's equivalence run: GPU engines (standard; flashnorm fused and two-stream on the
@@ -193,11 +194,19 @@ void register_verify(CLI::App& app) {
     for (const auto& f : a->folded) inputs.push_back(f);
     if (!a->tokenizer.empty()) inputs.push_back(a->tokenizer);
     if (!a->json.empty()) io::refuse_overwrite(a->json, inputs);
+    // The output is opened (as its temporary) before any work, so a path that cannot be written
+    // fails at once rather than after a run of minutes.
+    std::optional<io::AtomicFile> json_out;
+    if (!a->json.empty()) json_out.emplace(a->json, inputs);
     io::GgufFile vocab = open_vocab(a->original, a->tokenizer);
     Tokenizer tok = Tokenizer::from_gguf(vocab);
     std::vector<int32_t> text = tok.encode(read_text(a->text), /*parse_special=*/false);
     if (a->max_text_tokens > 0 && text.size() > size_t(a->max_text_tokens)) {
       text.resize(a->max_text_tokens);
+    }
+    if (text.size() < 2) {
+      throw Error(fmt::format("--text {}: {} token(s); the comparison needs at least 2", a->text,
+                              text.size()));
     }
     std::vector<std::string> prompts = a->prompts;
     if (prompts.empty()) prompts.assign(std::begin(kDefaultPrompts), std::end(kDefaultPrompts));
@@ -216,7 +225,7 @@ void register_verify(CLI::App& app) {
       nlohmann::json out = verify_on_gpu(a->original, a->folded, a->dev, text, a->ctx, prompt_ids,
                                          a->tokens, bos, !a->no_cancel, tok);
       out["text"] = a->text;
-      write_json(a->json, out, inputs);
+      write_json(json_out, out);
       return;
     }
     CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
@@ -314,7 +323,7 @@ void register_verify(CLI::App& app) {
                                 {"greedy_identical_prompts", identical_prompts},
                                 {"greedy", greedy}});
     }
-    write_json(a->json, out, inputs);
+    write_json(json_out, out);
   });
 }
 

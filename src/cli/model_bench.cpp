@@ -48,6 +48,22 @@ void run_model_bench(const ModelBenchArgs& a) {
   if (a.prompt_tokens < 2 || a.decode_tokens < 8 || a.runs < 1) {
     throw Error("bench --model: need --prompt-tokens >= 2, --decode-tokens >= 8, --runs >= 1");
   }
+  std::string why;
+  if (!cuda_device_available(&why)) {
+    throw Error("bench --model: no usable NVIDIA GPU (" + why + ")");
+  }
+  std::string out = a.out;
+  const std::time_t now = std::time(nullptr);
+  if (out.empty()) {
+    char d[32];
+    std::strftime(d, sizeof d, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+    out = fmt::format("bench/results/model_{}.json", d);
+  }
+  // Opened (as its temporary) before the run so that an unwritable path fails at once.
+  const std::filesystem::path outp(out);
+  if (outp.has_parent_path()) std::filesystem::create_directories(outp.parent_path());
+  const std::vector<std::filesystem::path> inputs = {a.model};
+  io::AtomicFile f(outp, inputs);
   const Model model = load_model(a.model);
   struct Config {
     std::string name;
@@ -105,7 +121,6 @@ void run_model_bench(const ModelBenchArgs& a) {
   cudaGetDevice(&dev);
   cudaGetDeviceProperties(&prop, dev);
   char date[32];
-  const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   nlohmann::json j = {{"gpu", prop.name},
                       {"driver", a.driver},
@@ -157,15 +172,7 @@ void run_model_bench(const ModelBenchArgs& a) {
   fmt::print("norm share of a decode step (eager profile): standard {:.1f}% (rms_norm kernels); "
              "flashnorm {:+.1f}% (its normed projections minus standard's plain ones)\n",
              100 * before, 100 * after);
-  std::string out = a.out;
-  if (out.empty()) {
-    char d[32];
-    std::strftime(d, sizeof d, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
-    out = fmt::format("bench/results/model_{}.json", d);
-  }
   const std::string s = j.dump(1) + "\n";
-  const std::vector<std::filesystem::path> inputs = {a.model};
-  io::AtomicFile f(out, inputs);
   f.write(s.data(), s.size());
   f.commit();
   fmt::print("wrote {}\n", out);
