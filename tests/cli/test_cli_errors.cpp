@@ -133,5 +133,27 @@ TEST(CliErrors, DeviceSelection) {
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }
 
+// verify: a --json path that cannot be written fails before any model is run; a text of fewer
+// than 2 tokens is refused up front; greedy text that ends inside a UTF-8 sequence is still
+// written (as U+FFFD) instead of failing after the run.
+TEST(CliErrors, VerifyOutputAndTextChecks) {
+  const fs::path d = testing::fresh_dir("cli_verify_out");
+  const std::string m = testing::smollm2_path();
+  std::ofstream(d / "one.txt") << "x";
+  std::ofstream(d / "t.txt") << "hello world, this is a short test text";
+  expect_one_line_error(run_cli("verify " + m + " " + m + " --text " + (d / "t.txt").string() +
+                                " --json " + (d / "missing" / "o.json").string()),
+                        "cannot create");
+  expect_one_line_error(run_cli("verify " + m + " " + m + " --text " + (d / "one.txt").string()),
+                        "at least 2");
+  auto r = run_cli("verify " + m + " " + m + " --prompt \"日本語の文章\" --text " +
+                   (d / "t.txt").string() + " --ctx 4 --tokens 2 --json " +
+                   (d / "o.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(d / "o.json");
+  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"greedy\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace flashnorm
