@@ -80,7 +80,11 @@ bool cuda_device_available(std::string* why) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
     cudaGetLastError();
-    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+    if (why) {
+      *why = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || n == 0
+                 ? std::string("no NVIDIA GPU with a CUDA 13 driver found")
+                 : std::string("CUDA: ") + cudaGetErrorString(e);
+    }
     return false;
   }
   int dev = 0, major = 0;
