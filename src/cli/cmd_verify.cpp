@@ -229,6 +229,10 @@ void register_verify(CLI::App& app) {
       return;
     }
     CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
+    if (orig.config().folded) {
+      std::fprintf(stderr, "note: %s is itself folded: this compares folded with folded\n",
+                   a->original.c_str());
+    }
     std::vector<std::unique_ptr<CpuEngine>> engines;
     std::vector<Engine*> ptrs;
     for (const auto& folded : a->folded) {

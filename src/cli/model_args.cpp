@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "flashnorm/io/error.h"
@@ -42,6 +43,12 @@ std::string resolve_device(const std::string& device) {
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track) {
   const std::string dev = resolve_device(d.device);
+  if (dev == "cpu" && (d.dtype != "bf16" || d.deferred != "fused" || d.eager)) {
+    std::fprintf(stderr, "note: --dtype, --deferred and --eager apply to the CUDA engine only; "
+                         "the CPU engine runs fp32\n");
+  } else if (mode == NormMode::Standard && d.deferred != "fused") {
+    std::fprintf(stderr, "note: --deferred applies to --norm flashnorm only\n");
+  }
 #if defined(FLASHNORM_HAVE_CUDA)
   if (dev == "cuda") {
     CudaEngineOptions o;

@@ -23,7 +23,8 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.
 std::string resolve_device(const std::string& device);
 // An engine on the resolved device. ctx: KV cache length (0: default); cancel / track as in
-// CpuEngine (track: CPU only).
+// CpuEngine (track: CPU only). Options that do not apply (CUDA-only flags on the CPU, --deferred
+// in standard mode) get a one-line note on stderr.
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track = false);
 // One line describing the engine ("cpu fp32" or the CUDA engine's describe()).
