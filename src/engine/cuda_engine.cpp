@@ -222,6 +222,7 @@ struct CudaEngine::Impl {
   // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
   // (decode-loop step: d_tokens[0] and d_pos advance).
   void run(int T, int rows, bool sample, float temperature, uint64_t seed) {
+    xn_ready = false;  // never carried over from a pass that threw
     op(kOther, [&] {
       ok(fk::embed_tokens(dt, T, H, V, d_tokens.as<int32_t>(), emb.get(), emb_scale,
                           x32.as<float>(), xb.get(), s()));
