@@ -44,6 +44,7 @@ if has build; then
   $NV -Xptxas -v -c src/kernels/cuda/kernels.cu -o "$B/kernels.o" > "$B/ptxas.txt" 2>&1 & pids+=($!)
   $CX -c src/kernels/cuda/context.cpp -o "$B/context.o" & pids+=($!)
   $CX -c src/kernels/cuda/bench.cpp -o "$B/bench.o" & pids+=($!)
+  $CX -c src/kernels/cuda/device.cpp -o "$B/device.o" & pids+=($!)
   $CX -c src/kernels/cpu/reference.cpp -o "$B/reference.o" & pids+=($!)
   $CX -c src/cli/cmd_bench.cpp -o "$B/cmd_bench.o" & pids+=($!)
   $CX -c src/io/atomic_file.cpp -o "$B/atomic_file.o" & pids+=($!)
@@ -54,7 +55,7 @@ if has build; then
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "BUILD FAILED (compile)"; cat "$B/ptxas.txt" | grep -i error; exit 1; }; done
   LIBS="-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib -lcudart -lcublasLt -lpthread -ldl -lrt"
-  OBJS="$B/kernels.o $B/context.o $B/bench.o $B/reference.o"
+  OBJS="$B/kernels.o $B/context.o $B/bench.o $B/device.o $B/reference.o"
   g++ -o "$B/flashnorm_kbench" "$B/kbench_main.o" "$B/cmd_bench.o" "$B/atomic_file.o" "$B/error.o" \
     $OBJS $LIBS &&
   g++ -o "$B/kernels_gpu_test" "$B/kernels_gpu_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&

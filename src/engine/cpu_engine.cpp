@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/model/audit.h"
 
@@ -56,19 +57,6 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }
 
-void rope_tables(int n_pos, int D, float base, std::vector<float>& cs, std::vector<float>& sn) {
-  const int half = D / 2;
-  cs.resize(size_t(n_pos) * half);
-  sn.resize(cs.size());
-  for (int p = 0; p < n_pos; ++p) {
-    for (int i = 0; i < half; ++i) {
-      double theta = p * std::pow(double(base), -2.0 * i / D);
-      cs[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
-      sn[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
-    }
-  }
-}
-
 }  // namespace
 
 CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
@@ -101,34 +89,20 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
     }
     return out;
   };
-  // The attention norm's consumers and what renormalizes their outputs.
-  const NormSite* attn_site = nullptr;
-  for (const auto& s : a.layer_norms) {
-    if (s.norm == "blk.{L}.attn_norm.weight") attn_site = &s;
-  }
-  if (!attn_site || attn_site->consumers.size() != 3) {
-    throw Error(fmt::format("architecture {}: attn_norm must feed q, k and v", a.name));
-  }
-  for (int l = 0; l < c.n_layer; ++l) {
-    auto n = [&](std::string_view p) { return expand_layer(p, l); };
+  for (const LayerPlan& p : plan_layers(m_)) {
     Layer L;
-    L.attn_gain = gains(n("blk.{L}.attn_norm.weight"));
-    L.ffn_gain = gains(n("blk.{L}.ffn_norm.weight"));
-    const auto& cons = attn_site->consumers;
-    if (cons[0].renorm && !cons[0].renorm->empty()) L.q_norm = gains(n(*cons[0].renorm));
-    if (cons[1].renorm && !cons[1].renorm->empty()) L.k_norm = gains(n(*cons[1].renorm));
-    L.v_renorm = cons[2].renorm.has_value();
-    if (cons[2].renorm && !cons[2].renorm->empty()) {
-      throw Error("a v renorm with a gain is not supported by the CPU engine");
-    }
-    L.wqkv = fuse({n(cons[0].tensor), n(cons[1].tensor), n(cons[2].tensor)}, L.attn_gain);
-    L.wgu = fuse({n("blk.{L}.ffn_gate.weight"), n("blk.{L}.ffn_up.weight")}, L.ffn_gain);
-    L.wo = m_.get(n("blk.{L}.attn_output.weight")).data.data();
-    L.wdown = m_.get(n("blk.{L}.ffn_down.weight")).data.data();
-    if (!a.hooks.post_attn_norm.empty()) L.post_attn = gains(n(a.hooks.post_attn_norm));
-    if (!a.hooks.post_ffn_norm.empty()) L.post_ffn = gains(n(a.hooks.post_ffn_norm));
-    const int pat = a.hooks.sliding_window_pattern;
-    L.local = pat > 0 && c.sliding_window > 0 && (l + 1) % pat != 0;
+    L.attn_gain = gains(p.attn_norm);
+    L.ffn_gain = gains(p.ffn_norm);
+    if (!p.q_norm.empty()) L.q_norm = gains(p.q_norm);
+    if (!p.k_norm.empty()) L.k_norm = gains(p.k_norm);
+    L.v_renorm = p.v_renorm;
+    L.wqkv = fuse({p.qkv[0], p.qkv[1], p.qkv[2]}, L.attn_gain);
+    L.wgu = fuse({p.gate, p.up}, L.ffn_gain);
+    L.wo = m_.get(p.attn_output).data.data();
+    L.wdown = m_.get(p.down).data.data();
+    if (!p.post_attn.empty()) L.post_attn = gains(p.post_attn);
+    if (!p.post_ffn.empty()) L.post_ffn = gains(p.post_ffn);
+    L.local = p.local;
     layers_.push_back(std::move(L));
   }
   // Dropped normalization: the whole reduction goes when q, k and v are all renormalized.

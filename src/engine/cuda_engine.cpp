@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/kernels/cuda/device.h"
@@ -47,18 +48,6 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
-void rope_table(int n_pos, int D, float base, std::vector<float>& cs, std::vector<float>& sn) {
-  const int half = D / 2;
-  cs.resize(size_t(n_pos) * half);
-  sn.resize(cs.size());
-  for (int p = 0; p < n_pos; ++p) {
-    for (int i = 0; i < half; ++i) {
-      const double theta = p * std::pow(double(base), -2.0 * i / D);
-      cs[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
-      sn[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
-    }
-  }
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -434,51 +423,33 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   auto gain_f32 = [&](const std::vector<double>& g) {
     return upload(std::vector<float>(g.begin(), g.end()));
   };
-  const NormSite* attn_site = nullptr;
-  for (const auto& s : a.layer_norms) {
-    if (s.norm == "blk.{L}.attn_norm.weight") attn_site = &s;
-  }
-  if (!attn_site || attn_site->consumers.size() != 3) {
-    throw Error(fmt::format("architecture {}: attn_norm must feed q, k and v", a.name));
-  }
-  for (int l = 0; l < e.L; ++l) {
-    auto n = [&](std::string_view p) { return expand_layer(p, l); };
+  for (const LayerPlan& p : plan_layers(m)) {
     Impl::Layer ly;
-    const std::vector<double> ag = gain_of(n("blk.{L}.attn_norm.weight"));
-    const std::vector<double> fg = gain_of(n("blk.{L}.ffn_norm.weight"));
+    const std::vector<double> ag = gain_of(p.attn_norm), fg = gain_of(p.ffn_norm);
     ly.attn_gain = gain_dt(ag);
     ly.ffn_gain = gain_dt(fg);
-    const auto& cons = attn_site->consumers;
-    if (cons[0].renorm && !cons[0].renorm->empty()) {
-      ly.q_norm = gain_f32(gain_of(n(*cons[0].renorm))), ly.has_q_norm = true;
-    }
-    if (cons[1].renorm && !cons[1].renorm->empty()) {
-      ly.k_norm = gain_f32(gain_of(n(*cons[1].renorm))), ly.has_k_norm = true;
-    }
-    ly.v_renorm = cons[2].renorm.has_value();
-    if (cons[2].renorm && !cons[2].renorm->empty()) {
-      throw Error("a v renorm with a gain is not supported by the CUDA engine");
-    }
+    if (!p.q_norm.empty()) ly.q_norm = gain_f32(gain_of(p.q_norm)), ly.has_q_norm = true;
+    if (!p.k_norm.empty()) ly.k_norm = gain_f32(gain_of(p.k_norm)), ly.has_k_norm = true;
+    ly.v_renorm = p.v_renorm;
     std::vector<uint16_t> w;
-    for (int k = 0; k < 3; ++k) append_rows(dt, m.get(n(cons[k].tensor)), fold ? &ag : nullptr, w);
+    for (const std::string& t : p.qkv) append_rows(dt, m.get(t), fold ? &ag : nullptr, w);
     ly.wqkv = upload(w);
     w.clear();
-    append_rows(dt, m.get(n("blk.{L}.ffn_gate.weight")), fold ? &fg : nullptr, w);
-    append_rows(dt, m.get(n("blk.{L}.ffn_up.weight")), fold ? &fg : nullptr, w);
+    append_rows(dt, m.get(p.gate), fold ? &fg : nullptr, w);
+    append_rows(dt, m.get(p.up), fold ? &fg : nullptr, w);
     ly.wgu = upload(w);
     w.clear();
-    append_rows(dt, m.get(n("blk.{L}.attn_output.weight")), nullptr, w);
+    append_rows(dt, m.get(p.attn_output), nullptr, w);
     ly.wo = upload(w);
     w.clear();
-    append_rows(dt, m.get(n("blk.{L}.ffn_down.weight")), nullptr, w);
+    append_rows(dt, m.get(p.down), nullptr, w);
     ly.wdown = upload(w);
-    if (!a.hooks.post_attn_norm.empty()) {
-      ly.post_attn = gain_f32(gain_of(n(a.hooks.post_attn_norm)));
-      ly.post_ffn = gain_f32(gain_of(n(a.hooks.post_ffn_norm)));
+    if (!p.post_attn.empty()) {
+      ly.post_attn = gain_f32(gain_of(p.post_attn));
+      ly.post_ffn = gain_f32(gain_of(p.post_ffn));
       ly.has_post = true;
     }
-    const int pat = a.hooks.sliding_window_pattern;
-    ly.local = pat > 0 && c.sliding_window > 0 && (l + 1) % pat != 0;
+    ly.local = p.local;
     e.layers.push_back(std::move(ly));
   }
   // q|k|v columns whose rstd cancels (QK-norm renormalizes them): scale mask 0 there.
@@ -509,10 +480,10 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
     }
   }
   std::vector<float> cs, sn;
-  rope_table(e.max_ctx, e.D, c.rope_base, cs, sn);
+  rope_tables(e.max_ctx, e.D, c.rope_base, cs, sn);
   e.cos_g = upload(cs), e.sin_g = upload(sn);
   if (a.hooks.sliding_window_pattern > 0) {
-    rope_table(e.max_ctx, e.D, c.rope_local_base, cs, sn);
+    rope_tables(e.max_ctx, e.D, c.rope_local_base, cs, sn);
     e.cos_l = upload(cs), e.sin_l = upload(sn);
   } else {
     e.cos_l = upload(std::vector<float>(1)), e.sin_l = upload(std::vector<float>(1));

@@ -19,6 +19,15 @@ double log_prob(std::span<const float> logits, int32_t target) {
   return double(logits[target]) - mx - std::log(sum);
 }
 
+double max_rel_diff(std::span<const float> ref, std::span<const float> got) {
+  double scale = 0, diff = 0;
+  for (size_t j = 0; j < ref.size(); ++j) {
+    scale = std::max(scale, std::fabs(double(ref[j])));
+    diff = std::max(diff, std::fabs(double(ref[j]) - got[j]));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
 std::vector<ComparisonStats> compare_teacher_forced(
     Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens, int ctx,
     const std::function<void(size_t, size_t)>& progress, std::optional<int32_t> bos) {
@@ -55,12 +64,7 @@ std::vector<ComparisonStats> compare_teacher_forced(
       for (size_t t = 0; t + 1 < len; ++t) {
         std::span<const float> ra(&la[t * V], V), rb(&lb[t * V], V);
         s.nll_b -= log_prob(rb, span[t + 1]);
-        double scale = 0, diff = 0;
-        for (size_t j = 0; j < V; ++j) {
-          scale = std::max(scale, std::fabs(double(ra[j])));
-          diff = std::max(diff, std::fabs(double(ra[j]) - rb[j]));
-        }
-        s.max_rel_logit_diff = std::max(s.max_rel_logit_diff, diff / std::max(scale, 1e-30));
+        s.max_rel_logit_diff = std::max(s.max_rel_logit_diff, max_rel_diff(ra, rb));
         s.top1_agree += argmax(ra) == argmax(rb);
       }
     }

@@ -53,16 +53,6 @@ std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
   return v;
 }
 
-// max_j |a_j - b_j| / max_j |a_j| over one row.
-double rel_diff(std::span<const float> a, std::span<const float> b) {
-  double s = 0, d = 0;
-  for (size_t j = 0; j < a.size(); ++j) {
-    s = std::max(s, std::fabs(double(a[j])));
-    d = std::max(d, std::fabs(double(a[j]) - b[j]));
-  }
-  return d / std::max(s, 1e-30);
-}
-
 class CudaEngineVsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
@@ -97,7 +87,7 @@ TEST_P(CudaEngineVsCpu, DecodeStepsMatchPrefill) {
   double worst = 0;
   for (size_t t = 8; t < seq.size(); ++t) {  // graph-replayed steps from the 3rd on
     const std::vector<float> l = gpu.forward(std::span<const int32_t>(&seq[t], 1));
-    worst = std::max(worst, rel_diff(std::span<const float>(&all[t * V], V), l));
+    worst = std::max(worst, max_rel_diff(std::span<const float>(&all[t * V], V), l));
   }
   std::printf("[%s] decode vs prefill: max rel logit diff %.3e\n", c.name, worst);
   EXPECT_LT(worst, c.dt == fk::DType::kBF16 ? 3e-2 : 4e-3);
@@ -172,7 +162,7 @@ TEST(CudaEngine, ChunkedPrefillMatchesOnePass) {
   const int V = a.config().vocab;
   double worst = 0;
   for (size_t t = 0; t < seq.size(); ++t) {
-    worst = std::max(worst, rel_diff(std::span<const float>(&lb[t * V], V),
+    worst = std::max(worst, max_rel_diff(std::span<const float>(&lb[t * V], V),
                                      std::span<const float>(&la[t * V], V)));
   }
   std::printf("chunked (7) vs one pass: max rel logit diff %.3e\n", worst);
@@ -201,7 +191,7 @@ TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
   const std::vector<float> lg = g.forward(all.subspan(40, 1));
   ref.forward(all.subspan(0, 40));
   const std::vector<float> lr = ref.forward(all.subspan(40, 1));
-  EXPECT_LT(rel_diff(lr, lg), 1e-6);
+  EXPECT_LT(max_rel_diff(lr, lg), 1e-6);
 }
 
 TEST(CudaEngine, RefusesBadTokensAndFullCache) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "flashnorm/engine/cuda_engine.h"
+#include "flashnorm/engine/evaluate.h"
 #include "flashnorm/engine/sampler.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/gguf.h"
@@ -30,12 +31,9 @@ struct Diff {
 };
 Diff compare(std::span<const float> ref, std::span<const float> got, double tie_tol) {
   Diff d;
-  double s = 0, m = 0;
-  for (size_t j = 0; j < ref.size(); ++j) {
-    s = std::max(s, std::fabs(double(ref[j])));
-    m = std::max(m, std::fabs(double(ref[j]) - got[j]));
-  }
-  d.rel = m / std::max(s, 1e-30);
+  double s = 0;
+  for (float v : ref) s = std::max(s, std::fabs(double(v)));
+  d.rel = max_rel_diff(ref, got);
   d.a = argmax(ref), d.b = argmax(got);
   if (d.a != d.b) d.top1 = ref[d.a] - ref[d.b] <= tie_tol * s;  // near tie: rounding may flip it
   return d;

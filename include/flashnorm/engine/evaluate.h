@@ -44,6 +44,10 @@ std::vector<ComparisonStats> compare_teacher_forced(
 // models are compared over the full length). Resets the engine first.
 std::vector<int32_t> greedy_tokens(Engine& e, std::span<const int32_t> prompt, int n);
 
+// Largest absolute difference relative to the logit scale: max_j |ref_j - got_j| / max_j |ref_j|
+// (fp64; spans of equal length).
+double max_rel_diff(std::span<const float> ref, std::span<const float> got);
+
 // log-softmax of logits[target] in fp64.
 double log_prob(std::span<const float> logits, int32_t target);
 

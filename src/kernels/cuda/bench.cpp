@@ -14,6 +14,7 @@
 
 #include "flashnorm/io/error.h"
 #include "flashnorm/kernels/cpu/reference.h"
+#include "flashnorm/kernels/cuda/device.h"
 #include "flashnorm/kernels/cuda/kernels.h"
 #include "launch.h"
 
@@ -25,13 +26,7 @@ void ck(cudaError_t e, const char* what) {
 }
 #define CK(call) ck((call), #call)
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { CK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
+using DevBuf = DeviceBuffer;  // device.h
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -136,14 +131,14 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
   {
     const size_t bytes = 1ull << 30;
     DevBuf a(bytes), b(bytes);
-    CK(cudaMemset(a.p, 1, bytes));
+    CK(cudaMemset(a.get(), 1, bytes));
     std::vector<double> ts;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     for (int r = 0; r < 12; ++r) {
       CK(cudaEventRecord(e0, s));
-      CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s));
+      CK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
       CK(cudaEventRecord(e1, s));
       CK(cudaEventSynchronize(e1));
       float ms;
@@ -153,12 +148,12 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
     copy_bw = 2.0 * bytes / (median(ts) * 1e-3);  // bytes read + written per second
     const int64_t G = 8192;
     DevBuf x(G * G * 2), w(G * G * 2), y(G * G * 2);
-    CK(detail::launch_fill_random(dt, x.p, G * G, 11, 1.f, 0, 0, s));
-    CK(detail::launch_fill_random(dt, w.p, G * G, 12, 1.f, 0, 0, s));
+    CK(detail::launch_fill_random(dt, x.get(), G * G, 11, 1.f, 0, 0, s));
+    CK(detail::launch_fill_random(dt, w.get(), G * G, 12, 1.f, 0, 0, s));
     ts.clear();
     for (int r = 0; r < 12; ++r) {
       CK(cudaEventRecord(e0, s));
-      throw_if_error(ctx.gemm(dt, G, G, G, x.p, G, w.p, G, y.p, G, nullptr, s));
+      throw_if_error(ctx.gemm(dt, G, G, G, x.get(), G, w.get(), G, y.get(), G, nullptr, s));
       CK(cudaEventRecord(e1, s));
       CK(cudaEventSynchronize(e1));
       float ms;
@@ -184,14 +179,14 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
     std::vector<std::unique_ptr<DevBuf>> W;
     for (int i = 0; i < nrot; ++i) {
       W.push_back(std::make_unique<DevBuf>(wbytes));
-      CK(detail::launch_fill_random(dt, W.back()->p, N * K, 1000 + i, 0.05f, 0, 0, s));
+      CK(detail::launch_fill_random(dt, W.back()->get(), N * K, 1000 + i, 0.05f, 0, 0, s));
     }
     DevBuf gain(K * 2);
-    CK(detail::launch_fill_random(dt, gain.p, K, 7, 0.1f, 0, 0, s));
+    CK(detail::launch_fill_random(dt, gain.get(), K, 7, 0.1f, 0, 0, s));
     {  // gain = 1 + 0.1 u : use the (1 + w) form of rms_norm instead of rewriting the buffer
     }
     std::vector<float> w0;
-    if (opt.check) w0 = to_host_float(W[0]->p, static_cast<size_t>(N) * K);
+    if (opt.check) w0 = to_host_float(W[0]->get(), static_cast<size_t>(N) * K);
 
     for (int M : Ms) {
       const size_t xb = static_cast<size_t>(M) * K * 2, yb = static_cast<size_t>(M) * N * 2;
@@ -200,21 +195,21 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         X.push_back(std::make_unique<DevBuf>(xb));
         Y.push_back(std::make_unique<DevBuf>(yb));
         XN.push_back(std::make_unique<DevBuf>(xb));
-        CK(detail::launch_fill_random(dt, X.back()->p, static_cast<size_t>(M) * K,
+        CK(detail::launch_fill_random(dt, X.back()->get(), static_cast<size_t>(M) * K,
                                       5000 + i * 131 + M, 3.f, K, 2.f, s));
       }
       CK(cudaStreamSynchronize(s));
       auto largs = [&](int i) {
         LinearArgs a;
-        a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = X[i]->p, a.ldx = K, a.w = W[i]->p, a.ldw = K;
-        a.y = Y[i]->p, a.ldy = N, a.eps = eps;
+        a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = X[i]->get(), a.ldx = K, a.w = W[i]->get(), a.ldw = K;
+        a.y = Y[i]->get(), a.ldy = N, a.eps = eps;
         return a;
       };
       auto rms_args = [&](int i) {
         RmsNormArgs r;
-        r.dtype = dt, r.M = M, r.K = K, r.x = X[i]->p, r.ldx = K, r.gain = gain.p,
+        r.dtype = dt, r.M = M, r.K = K, r.x = X[i]->get(), r.ldx = K, r.gain = gain.get(),
         r.gain_one_plus = true;
-        r.y = XN[i]->p, r.ldy = K, r.eps = eps;
+        r.y = XN[i]->get(), r.ldy = K, r.eps = eps;
         return r;
       };
       std::vector<std::pair<std::string, Step>> variants;
@@ -222,12 +217,12 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           {"rms_norm", [&](int i, cudaStream_t st) { throw_if_error(rms_norm(rms_args(i), st)); }});
       variants.push_back({"unfused", [&](int i, cudaStream_t st) {
                             throw_if_error(rms_norm(rms_args(i), st));
-                            throw_if_error(ctx.gemm(dt, M, N, K, XN[i]->p, K, W[i]->p, K, Y[i]->p,
+                            throw_if_error(ctx.gemm(dt, M, N, K, XN[i]->get(), K, W[i]->get(), K, Y[i]->get(),
                                                     N, nullptr, st));
                           }});
       variants.push_back(
           {"bare", [&](int i, cudaStream_t st) {
-             throw_if_error(ctx.gemm(dt, M, N, K, X[i]->p, K, W[i]->p, K, Y[i]->p, N, nullptr, st));
+             throw_if_error(ctx.gemm(dt, M, N, K, X[i]->get(), K, W[i]->get(), K, Y[i]->get(), N, nullptr, st));
            }});
       std::vector<LinearImpl> impls = {LinearImpl::kPrefill, LinearImpl::kTwoStream};
       if (M <= 64) impls.insert(impls.begin(), LinearImpl::kDecode);
@@ -290,12 +285,12 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         v["eager_us"] = time_eager(step, nrot, opt.eager_reps, s);
         if (vname == "fn_prefill") v["path"] = ctx.last_prefill_path();
         if (opt.check && vname.rfind("fn_", 0) == 0) {
-          CK(cudaMemsetAsync(Y[0]->p, 0xff, yb, s));  // poison (NaN in bf16)
+          CK(cudaMemsetAsync(Y[0]->get(), 0xff, yb, s));  // poison (NaN in bf16)
           step(0, s);
           CK(cudaStreamSynchronize(s));
           const int rows_to_check = std::min(M, 8);
-          std::vector<float> x0 = to_host_float(X[0]->p, static_cast<size_t>(M) * K);
-          std::vector<float> y0 = to_host_float(Y[0]->p, static_cast<size_t>(M) * N);
+          std::vector<float> x0 = to_host_float(X[0]->get(), static_cast<size_t>(M) * K);
+          std::vector<float> y0 = to_host_float(Y[0]->get(), static_cast<size_t>(M) * N);
           double worst = 0;
           for (int c = 0; c < rows_to_check; ++c) {
             const int64_t m =

@@ -4,8 +4,6 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "flashnorm/io/error.h"
 
 namespace flashnorm::kernels::cuda {
@@ -16,35 +14,10 @@ void cuda_check(cudaError_t e, const char* what) {
   }
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
-  FN_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(bytes, 16)));
-}
-DeviceBuffer::~DeviceBuffer() {
-  if (p_) cudaFree(p_);
-}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    if (p_) cudaFree(p_);
-    p_ = std::exchange(o.p_, nullptr);
-    n_ = o.n_;
-  }
-  return *this;
-}
-
-PinnedBuffer::PinnedBuffer(size_t bytes) : n_(bytes) {
-  FN_CUDA_CHECK(cudaMallocHost(&p_, std::max<size_t>(bytes, 16)));
-}
-PinnedBuffer::~PinnedBuffer() {
-  if (p_) cudaFreeHost(p_);
-}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
-  if (this != &o) {
-    if (p_) cudaFreeHost(p_);
-    p_ = std::exchange(o.p_, nullptr);
-    n_ = o.n_;
-  }
-  return *this;
-}
+cudaError_t DeviceAlloc::alloc(void** p, size_t n) { return cudaMalloc(p, n); }
+void DeviceAlloc::free(void* p) { cudaFree(p); }
+cudaError_t PinnedAlloc::alloc(void** p, size_t n) { return cudaMallocHost(p, n); }
+void PinnedAlloc::free(void* p) { cudaFreeHost(p); }
 
 Stream::Stream() { FN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
 Stream::~Stream() {

@@ -14,17 +14,29 @@ namespace flashnorm::kernels::cuda {
 void cuda_check(cudaError_t e, const char* what);
 #define FN_CUDA_CHECK(call) ::flashnorm::kernels::cuda::cuda_check((call), #call)
 
-// cudaMalloc'ed bytes (at least 16, so every pointer is valid and 256-byte aligned); freed on
-// destruction. Movable, not copyable.
-class DeviceBuffer {
+// Owned bytes from one CUDA allocator (Alloc: DeviceAlloc or PinnedAlloc below), at least 16 so
+// that every pointer is valid and aligned; freed on destruction. Movable, not copyable.
+template <class Alloc>
+class OwnedBytes {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  OwnedBytes() = default;
+  explicit OwnedBytes(size_t bytes) : n_(bytes) {
+    cuda_check(Alloc::alloc(&p_, bytes < 16 ? 16 : bytes), Alloc::name);
+  }
+  ~OwnedBytes() {
+    if (p_) Alloc::free(p_);
+  }
+  OwnedBytes(OwnedBytes&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+  OwnedBytes& operator=(OwnedBytes&& o) noexcept {
+    if (this != &o) {
+      if (p_) Alloc::free(p_);
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = o.n_;
+    }
+    return *this;
+  }
+  OwnedBytes(const OwnedBytes&) = delete;
+  OwnedBytes& operator=(const OwnedBytes&) = delete;
   void* get() const { return p_; }
   template <class T>
   T* as() const {
@@ -37,27 +49,21 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-// cudaMallocHost'ed (page-locked) host bytes, so that copies inside a CUDA graph can read or write
-// them when the graph runs.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
+// cudaMalloc / cudaFree: device memory (256-byte aligned).
+struct DeviceAlloc {
+  static constexpr const char* name = "cudaMalloc";
+  static cudaError_t alloc(void** p, size_t n);
+  static void free(void* p);
 };
+// cudaMallocHost / cudaFreeHost: page-locked host memory, so that copies inside a CUDA graph can
+// read or write it when the graph runs.
+struct PinnedAlloc {
+  static constexpr const char* name = "cudaMallocHost";
+  static cudaError_t alloc(void** p, size_t n);
+  static void free(void* p);
+};
+using DeviceBuffer = OwnedBytes<DeviceAlloc>;
+using PinnedBuffer = OwnedBytes<PinnedAlloc>;
 
 // A non-blocking stream.
 class Stream {

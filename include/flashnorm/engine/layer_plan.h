@@ -1,0 +1,37 @@
+// What an engine needs to know about each transformer layer, resolved once from the architecture
+// description (model/arch.h) and shared by the CPU and CUDA engines: the tensors of the attention
+// norm's q/k/v consumers and of the FFN, which consumers are renormalized (QK-norm, Gemma-4-style v
+// norm), Gemma's post-norms, and whether the layer uses sliding-window attention. Also the RoPE
+// tables both engines use.
+// Source: HF modeling_llama.py / modeling_gemma3.py (sliding-window pattern, local RoPE base).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "flashnorm/model/model.h"
+
+namespace flashnorm {
+
+// Tensor names of one layer ("" where the architecture has none).
+struct LayerPlan {
+  std::string attn_norm, ffn_norm;      // RMSNorm gains
+  std::array<std::string, 3> qkv;       // q, k, v projections, in that order
+  std::string q_norm, k_norm;           // per-head renorm gains (QK-norm)
+  bool v_renorm = false;                // v renormalized without a gain (Gemma-4 style)
+  std::string gate, up, attn_output, down;
+  std::string post_attn, post_ffn;      // Gemma post-attention / post-FFN norms
+  bool local = false;                   // sliding-window layer: (l + 1) % pattern != 0
+};
+
+// One plan per layer of `m` (only names and flags; no tensor data is touched).
+// Errors: flashnorm::Error when the attention norm does not feed exactly q, k and v, or v is
+// renormalized with a gain (no engine supports it).
+std::vector<LayerPlan> plan_layers(const Model& m);
+
+// RoPE tables cos/sin [n_pos][D/2] for base `base`: theta(p, i) = p * base^(-2i/D), formed in fp64
+// and rounded to fp32 (RoFormer, Su et al. 2021, eq. 34).
+void rope_tables(int n_pos, int D, float base, std::vector<float>& cos, std::vector<float>& sin);
+
+}  // namespace flashnorm

@@ -1,0 +1,63 @@
+// Per-layer tensor plan and RoPE tables shared by the engines: include/flashnorm/engine/layer_plan.h.
+#include "flashnorm/engine/layer_plan.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "flashnorm/io/error.h"
+
+namespace flashnorm {
+
+std::vector<LayerPlan> plan_layers(const Model& m) {
+  const ArchDescription& a = *m.arch;
+  const ModelConfig& c = m.cfg;
+  // The attention norm's consumers and what renormalizes their outputs.
+  const NormSite* attn_site = nullptr;
+  for (const auto& s : a.layer_norms) {
+    if (s.norm == "blk.{L}.attn_norm.weight") attn_site = &s;
+  }
+  if (!attn_site || attn_site->consumers.size() != 3) {
+    throw Error(fmt::format("architecture {}: attn_norm must feed q, k and v", a.name));
+  }
+  const auto& cons = attn_site->consumers;
+  if (cons[2].renorm && !cons[2].renorm->empty()) {
+    throw Error("a v renorm with a gain is not supported by the engines");
+  }
+  std::vector<LayerPlan> plans;
+  for (int l = 0; l < c.n_layer; ++l) {
+    auto n = [&](std::string_view p) { return p.empty() ? std::string() : expand_layer(p, l); };
+    LayerPlan p;
+    p.attn_norm = n("blk.{L}.attn_norm.weight");
+    p.ffn_norm = n("blk.{L}.ffn_norm.weight");
+    for (int k = 0; k < 3; ++k) p.qkv[k] = n(cons[k].tensor);
+    if (cons[0].renorm) p.q_norm = n(*cons[0].renorm);
+    if (cons[1].renorm) p.k_norm = n(*cons[1].renorm);
+    p.v_renorm = cons[2].renorm.has_value();
+    p.gate = n("blk.{L}.ffn_gate.weight");
+    p.up = n("blk.{L}.ffn_up.weight");
+    p.attn_output = n("blk.{L}.attn_output.weight");
+    p.down = n("blk.{L}.ffn_down.weight");
+    p.post_attn = n(a.hooks.post_attn_norm);
+    p.post_ffn = n(a.hooks.post_ffn_norm);
+    const int pat = a.hooks.sliding_window_pattern;
+    p.local = pat > 0 && c.sliding_window > 0 && (l + 1) % pat != 0;
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+void rope_tables(int n_pos, int D, float base, std::vector<float>& cs, std::vector<float>& sn) {
+  const int half = D / 2;
+  cs.resize(size_t(n_pos) * half);
+  sn.resize(cs.size());
+  for (int p = 0; p < n_pos; ++p) {
+    for (int i = 0; i < half; ++i) {
+      const double theta = p * std::pow(double(base), -2.0 * i / D);
+      cs[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
+      sn[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
+    }
+  }
+}
+
+}  // namespace flashnorm
