@@ -10,7 +10,7 @@ out="${FLASHNORM_CACHE:-$HOME/.cache/flashnorm}/folded"
 mkdir -p "$out"
 folded="$out/SmolLM2-135M-Instruct.folded-f32.gguf"
 rm -f "$folded"
-$fn inspect "$FLASHNORM_SMOLLM2_GGUF" | head -n 20
+$fn inspect "$FLASHNORM_SMOLLM2_GGUF" | sed -n 1,20p  # sed reads it all: no SIGPIPE under pipefail
 $fn fold "$FLASHNORM_SMOLLM2_GGUF" -o "$folded"
 for mode in standard flashnorm; do
   echo "== --norm $mode on the folded model"
