@@ -13,13 +13,13 @@
 # (call 2 must find the machine still warm, i.e. within 30 s: /tmp/fn_model lives only that long;
 # a later call on the same warm machine needs only the bundle).
 # Outputs under $OUT (8 files at most come back): gpu_engine.log (everything, generated text and
-# sanitizer summaries included), engine_tests.log, race.log (with the --no-join run),
+# sanitizer summaries included), kernel_tests.log, engine_tests.log, race.log (with the --no-join run),
 # verify_gpu_<dtype>.json, model_bench.json, ncu_<norm>.csv.
 set -uo pipefail
 OUT=${OUT:-/tmp/fn_out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_engine.log") 2>&1
-STAGES=${STAGES:-"tests race nojoin sanitize ncu verify generate bench"}
+STAGES=${STAGES:-"ktests tests race nojoin verify generate bench sanitize"}
 STEPS=${STEPS:-2048}
 COMMIT=${FN_COMMIT:-unknown}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -40,6 +40,12 @@ if [[ ! -f "$M" ]]; then
 fi
 ( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send both halves"; exit 3; }
 "$BIN/flashnorm" --help > /dev/null || { echo "flashnorm does not start here"; ldd "$BIN/flashnorm"; exit 4; }
+
+if has ktests; then
+  stamp "kernel GPU tests (small suites: RMSNorm, flashnorm_linear incl. the fused epilogues)"
+  "$BIN/kernels_gpu_test" --gtest_filter='*Small*' 2>&1 | tee "$OUT/kernel_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -40
+  echo "kernels_gpu_test rc=${PIPESTATUS[0]}"
+fi
 
 if has tests; then
   stamp "CUDA engine GPU tests"

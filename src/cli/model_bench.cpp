@@ -1,12 +1,14 @@
 // `flashnorm bench --model FILE`: end-to-end decode benchmark of the CUDA engine (issue 4).
-// For each configuration (standard; flashnorm fused; flashnorm two-stream; and, as a stronger
-// baseline, standard with the residual add and RMSNorm fused in one kernel), interleaved over
+// For each configuration (standard; flashnorm fused; flashnorm two-stream; as a stronger
+// baseline, standard with the residual add and RMSNorm fused in one kernel; and, as an ablation,
+// both modes with the residual adds and GLU as separate kernels), interleaved over
 // `runs` rounds: prompt tokens/s (one eager prefill of the prompt, host clock around forward(),
 // logits of the last token copied back) and decode tokens/s at batch 1 (CUDA-graph replays timed
 // with CUDA events over `decode` steps after the prompt, next token sampled on the GPU), medians
 // over the rounds; then the decode step split by kernel class (eager, CUDA events around each
 // kernel, median of 20 steps). Prompt ids are a fixed pseudo-random sequence (timing does not
-// depend on the text). Prints a table and writes JSON (GPU, driver, commit, date, every figure).
+// depend on the text). Prints a table and writes JSON (GPU, driver, commit, date, every figure,
+// and each engine's tuned GEMV configurations with their times).
 #include "model_bench.h"
 
 #include <fmt/format.h>
@@ -38,9 +40,12 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 nlohmann::json profile_json(const StepProfile& p) {
-  return {{"norm_us", p.norm_us},         {"normed_proj_us", p.normed_proj_us},
-          {"other_proj_us", p.other_proj_us}, {"attention_us", p.attention_us},
-          {"other_us", p.other_us},       {"total_us", p.total_us()}};
+  return {{"norm_us", p.norm_us},
+          {"normed_proj_us", p.normed_proj_us},
+          {"other_proj_us", p.other_proj_us},
+          {"attention_us", p.attention_us},
+          {"other_us", p.other_us},
+          {"total_us", p.total_us()}};
 }
 }  // namespace
 
@@ -70,17 +75,21 @@ void run_model_bench(const ModelBenchArgs& a) {
     NormMode mode;
     Deferred deferred;
     bool fused_add;
+    bool fuse_epilogues;
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
   };
   std::vector<Config> cfgs;
-  cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, false, nullptr, {}, {}, {}});
-  cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, false, nullptr, {}, {}, {}});
-  cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, false,
-                  nullptr, {}, {}, {}});
-  cfgs.push_back({"standard fused add+norm", NormMode::Standard, Deferred::kFused, true, nullptr,
-                  {}, {}, {}});
+  cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, false, true});
+  cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, false, true});
+  cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, false, true});
+  cfgs.push_back({"standard fused add+norm", NormMode::Standard, Deferred::kFused, true, true});
+  // Ablation: residual adds and GLU as separate kernels (CudaEngineOptions::fuse_epilogues off).
+  cfgs.push_back(
+      {"standard, unfused epilogues", NormMode::Standard, Deferred::kFused, false, false});
+  cfgs.push_back(
+      {"flashnorm, unfused epilogues", NormMode::FlashNorm, Deferred::kFused, false, false});
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
     CudaEngineOptions o;
@@ -88,6 +97,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.max_batch = a.prompt_tokens;
     o.deferred = c.deferred;
     o.fused_add_norm = c.fused_add;
+    o.fuse_epilogues = c.fuse_epilogues;
     c.e = std::make_unique<CudaEngine>(model, c.mode, o);
   }
   std::mt19937 rng(1234);
@@ -143,15 +153,16 @@ void run_model_bench(const ModelBenchArgs& a) {
   fmt::print("{} | {} | prompt {} tokens, decode {} tokens at batch 1, {} runs (medians)\n",
              prop.name, a.model, a.prompt_tokens, a.decode_tokens, a.runs);
   fmt::print("{:<24} {:>12} {:>11} {:>9} {:>8} | {:>7} {:>9} {:>9} {:>9} {:>8} (us, eager)\n",
-             "config", "prompt tok/s", "decode tok/s", "us/step", "speedup", "norm",
-             "normedproj", "otherproj", "attention", "other");
+             "config", "prompt tok/s", "decode tok/s", "us/step", "speedup", "norm", "normedproj",
+             "otherproj", "attention", "other");
   for (auto& c : cfgs) {
     const double us = median(c.decode_us);
     const double tps = median(c.prompt_tps);
-    fmt::print("{:<24} {:>12.0f} {:>11.1f} {:>9.1f} {:>7.3f}x | {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
-               "{:>8.1f}\n",
-               c.name, tps, 1e6 / us, us, std_us / us, c.prof.norm_us, c.prof.normed_proj_us,
-               c.prof.other_proj_us, c.prof.attention_us, c.prof.other_us);
+    fmt::print(
+        "{:<24} {:>12.0f} {:>11.1f} {:>9.1f} {:>7.3f}x | {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
+        "{:>8.1f}\n",
+        c.name, tps, 1e6 / us, us, std_us / us, c.prof.norm_us, c.prof.normed_proj_us,
+        c.prof.other_proj_us, c.prof.attention_us, c.prof.other_us);
     j["configs"].push_back({{"name", c.name},
                             {"engine", c.e->describe()},
                             {"prompt_tokens_per_s", tps},
@@ -160,7 +171,21 @@ void run_model_bench(const ModelBenchArgs& a) {
                             {"decode_us_per_step_runs", c.decode_us},
                             {"decode_tokens_per_s", 1e6 / us},
                             {"decode_speedup_vs_standard", std_us / us},
-                            {"profile", profile_json(c.prof)}});
+                            {"profile", profile_json(c.prof)},
+                            {"gemv_tuning", nlohmann::json::array()}});
+    std::string tl;
+    for (const GemvTuning& t : c.e->gemv_tuning()) {
+      j["configs"].back()["gemv_tuning"].push_back({{"projection", t.name},
+                                                    {"N", t.N},
+                                                    {"K", t.K},
+                                                    {"row_warps", t.config.rw},
+                                                    {"k_warps", t.config.kw},
+                                                    {"split_k", t.config.ks},
+                                                    {"us_per_call", t.us}});
+      tl += fmt::format(" {} {:.1f}us ({}x{}x{})", t.name, t.us, t.config.rw, t.config.kw,
+                        t.config.ks);
+    }
+    fmt::print("{:<24}   GEMVs as tuned:{}\n", "", tl);
   }
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,
   // what FlashNorm's normed projections cost beyond Standard's plain ones (can be negative).
@@ -169,9 +194,10 @@ void run_model_bench(const ModelBenchArgs& a) {
   const double after = (pf.normed_proj_us - ps.normed_proj_us) / pf.total_us();
   j["norm_share_standard"] = before;
   j["norm_share_flashnorm"] = after;
-  fmt::print("norm share of a decode step (eager profile): standard {:.1f}% (rms_norm kernels); "
-             "flashnorm {:+.1f}% (its normed projections minus standard's plain ones)\n",
-             100 * before, 100 * after);
+  fmt::print(
+      "norm share of a decode step (eager profile): standard {:.1f}% (rms_norm kernels); "
+      "flashnorm {:+.1f}% (its normed projections minus standard's plain ones)\n",
+      100 * before, 100 * after);
   const std::string s = j.dump(1) + "\n";
   f.write(s.data(), s.size());
   f.commit();

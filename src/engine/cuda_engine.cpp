@@ -48,15 +48,19 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-
 enum Cls { kNorm, kNormedProj, kOtherProj, kAttn, kOther, kClasses };
+
+// The decode path's fused epilogues of a plain projection (CudaEngineOptions::fuse_epilogues).
+struct Fuse {
+  bool glu = false;       // x is the fp32 gate|up output (gu, 2K wide); GLU applied on load
+  bool residual = false;  // x32 += result, xb = round(x32) (y, ldy, y_f32 ignored)
+};
 
 // Decode attention splits the keys in chunks of kSplitKeys over CTAs (forward passes of at most
 // kSplitMaxT tokens); longer passes (prefill) have enough (head, query) CTAs without.
@@ -80,8 +84,8 @@ bool cuda_device_available(std::string* why) {
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (major != 9) {
-    if (why) *why = fmt::format("device {} has compute capability {}.x; the kernels need 9.0", dev,
-                                major);
+    if (why)
+      *why = fmt::format("device {} has compute capability {}.x; the kernels need 9.0", dev, major);
     return false;
   }
   return true;
@@ -121,10 +125,11 @@ struct CudaEngine::Impl {
   float graph_temp = -1;
   uint64_t graph_seed = 0;
   uint64_t graph_generation = 0;  // LinearContext workspaces the graph was captured with
-  bool warmed = false;   // one eager decode step has run (LinearContext buffers and plans exist)
-  bool pos_stale = true; // d_pos does not hold pos
+  bool warmed = false;    // one eager decode step has run (LinearContext buffers and plans exist)
+  bool pos_stale = true;  // d_pos does not hold pos
   bool xn_ready = false;  // xn holds the next normed projection's input (fused_add_norm)
   DeviceBuffer partials;  // split-key attention (decode)
+  std::vector<GemvTuning> tuning;
   int pos = 0;
   // profiling
   bool profiling = false;
@@ -147,17 +152,30 @@ struct CudaEngine::Impl {
     event_cls.push_back(c);
   }
 
-  // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes).
+  // Plain projections of M tokens go through the decode kernel (M <= 16 and not cublas_plain).
+  bool decode_path(int M) const {
+    return M <= fk::LinearContext::kAutoDecodeMaxM && !opt.cublas_plain;
+  }
+
+  // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes). `fuse` needs
+  // decode_path(M).
   void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
-             bool y_f32 = false) {
+             bool y_f32 = false, Fuse fuse = {}) {
     if (ldy == 0) ldy = N;
-    if (M <= fk::LinearContext::kAutoDecodeMaxM && !opt.cublas_plain) {
+    if (decode_path(M)) {
       fk::LinearArgs a;
-      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = K, a.w = w, a.ldw = K, a.y = y;
-      a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>(), a.y_f32 = y_f32;
-      a.pdl = opt.pdl;
+      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = fuse.glu ? 2 * K : K, a.w = w;
+      a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>();
+      a.y_f32 = y_f32, a.pdl = opt.pdl;
+      a.x_glu = fuse.glu;
+      a.glu_kind = hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
+      if (fuse.residual) {
+        a.y = x32.get(), a.ldy = H, a.y_f32 = true, a.accumulate = true, a.y_rounded = xb.get();
+      }
       ok(ctx->run(a, fk::LinearImpl::kDecode, s()));
     } else {
+      if (fuse.glu || fuse.residual)
+        throw Error("internal: fused epilogue outside the decode path");
       ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, ldy, nullptr, s(), y_f32));
     }
   }
@@ -165,8 +183,8 @@ struct CudaEngine::Impl {
   // y = normalized(x) W^T for a projection fed by an RMSNorm, x = rows row0 .. row0+M-1 of xb.
   // Standard runs the norm (unless the preceding residual add already wrote xn: fused_add_norm)
   // then the plain projection; FlashNorm runs flashnorm_linear on raw x with the folded W.
-  void normed(int row0, int M, const void* gain, const void* w, int N, void* y,
-              const uint8_t* mask, bool all_unscaled, int ldy = 0, bool y_f32 = false) {
+  void normed(int row0, int M, const void* gain, const void* w, int N, void* y, const uint8_t* mask,
+              bool all_unscaled, int ldy = 0, bool y_f32 = false) {
     if (ldy == 0) ldy = N;
     const void* x = static_cast<const char*>(xb.get()) + size_t(row0) * H * 2;
     const void* xnr = static_cast<const char*>(xn.get()) + size_t(row0) * H * 2;
@@ -175,7 +193,7 @@ struct CudaEngine::Impl {
         op(kNorm, [&] {
           fk::RmsNormArgs a;
           a.dtype = dt, a.M = M, a.K = H, a.x = x, a.ldx = H, a.gain = gain;
-          a.y = const_cast<void*>(xnr), a.ldy = H, a.eps = cfg.eps;
+          a.y = const_cast<void*>(xnr), a.ldy = H, a.eps = cfg.eps, a.pdl = opt.pdl;
           ok(fk::rms_norm(a, s()));
         });
       }
@@ -200,9 +218,9 @@ struct CudaEngine::Impl {
   void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain) {
     const bool fuse = mode == NormMode::Standard && opt.fused_add_norm;
     op(fuse ? kNorm : kOther, [&] {
-      ok(fk::residual_add(dt, T, H, proj.as<float>(), has_post ? post.as<float>() : nullptr, cfg.eps,
-                          x32.as<float>(), xb.get(), s(), fuse ? next_gain : nullptr,
-                          fuse ? xn.get() : nullptr));
+      ok(fk::residual_add(dt, T, H, proj.as<float>(), has_post ? post.as<float>() : nullptr,
+                          cfg.eps, x32.as<float>(), xb.get(), s(), fuse ? next_gain : nullptr,
+                          fuse ? xn.get() : nullptr, opt.pdl));
     });
     xn_ready = fuse;
   }
@@ -214,7 +232,7 @@ struct CudaEngine::Impl {
     xn_ready = false;  // never carried over from a pass that threw
     op(kOther, [&] {
       ok(fk::embed_tokens(dt, T, H, V, d_tokens.as<int32_t>(), emb.get(), emb_scale,
-                          x32.as<float>(), xb.get(), s()));
+                          x32.as<float>(), xb.get(), s(), opt.pdl));
     });
     for (int l = 0; l < L; ++l) {
       Layer& ly = layers[l];
@@ -232,6 +250,7 @@ struct CudaEngine::Impl {
         a.v_renorm = ly.v_renorm, a.eps = cfg.eps, a.q = q.as<float>();
         a.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
         a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
+        a.pdl = opt.pdl;
         ok(fk::rope_kv(a, s()));
       });
       op(kAttn, [&] {
@@ -243,18 +262,32 @@ struct CudaEngine::Impl {
         a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
         a.out = att.get();
         if (T <= kSplitMaxT) a.split_keys = kSplitKeys, a.partials = partials.as<float>();
+        a.pdl = opt.pdl;
         ok(fk::attention(a, s()));
       });
-      op(kOtherProj, [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get(), 0, true); });
-      residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
-      normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false, 0, true);
-      op(kOther, [&] {
-        ok(fk::glu(dt, hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
-                   T, F, gu.as<float>(), act.get(), s()));
+      const bool fuse_glu = opt.fuse_epilogues && decode_path(T);
+      const bool fuse_res =
+          fuse_glu && !ly.has_post && !(mode == NormMode::Standard && opt.fused_add_norm);
+      op(kOtherProj, [&] {
+        plain(att.get(), T, nq, ly.wo.get(), H, proj.get(), 0, true, {false, fuse_res});
       });
-      op(kOtherProj, [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true); });
-      residual(T, ly.post_ffn, ly.has_post,
-               l + 1 < L ? layers[l + 1].attn_gain.get() : out_gain.get());
+      if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
+      normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false, 0, true);
+      if (!fuse_glu) {
+        op(kOther, [&] {
+          ok(fk::glu(dt,
+                     hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
+                     T, F, gu.as<float>(), act.get(), s(), opt.pdl));
+        });
+      }
+      op(kOtherProj, [&] {
+        plain(fuse_glu ? gu.get() : act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true,
+              {fuse_glu, fuse_res});
+      });
+      if (!fuse_res) {
+        residual(T, ly.post_ffn, ly.has_post,
+                 l + 1 < L ? layers[l + 1].attn_gain.get() : out_gain.get());
+      }
     }
     if (rows > 0) {
       normed(T - rows, rows, out_gain.get(), head_is_emb ? emb.get() : head.get(), V, logits.get(),
@@ -263,9 +296,9 @@ struct CudaEngine::Impl {
     xn_ready = false;
     if (sample) {
       op(kOther, [&] {
-        ok(fk::sample_tokens(V, logits.as<float>() + size_t(rows - 1) * ldv,
-                             temperature, seed, d_pos.as<int32_t>(), 1, d_tokens.as<int32_t>(),
-                             d_history.as<int32_t>(), max_ctx + 1, s()));
+        ok(fk::sample_tokens(V, logits.as<float>() + size_t(rows - 1) * ldv, temperature, seed,
+                             d_pos.as<int32_t>(), 1, d_tokens.as<int32_t>(),
+                             d_history.as<int32_t>(), max_ctx + 1, s(), opt.pdl));
       });
     }
   }
@@ -274,15 +307,19 @@ struct CudaEngine::Impl {
   // the layers' own weights (LinearContext::tune_decode); the results stay in ctx.
   void tune_gemvs() {
     struct Shape {
+      const char* name;
       int N, K, ldy;
       const void* x;
       std::vector<const void*> w;
+      bool glu = false;
     };
-    std::vector<Shape> shapes = {{nqkv, H, nqkv, xb.get(), {}},
-                                 {H, nq, H, att.get(), {}},
-                                 {2 * F, H, 2 * F, xb.get(), {}},
-                                 {H, F, H, act.get(), {}},
-                                 {V, H, ldv, xb.get(), {head_is_emb ? emb.get() : head.get()}}};
+    const bool glu_in = opt.fuse_epilogues && decode_path(1);
+    std::vector<Shape> shapes = {
+        {"q|k|v", nqkv, H, nqkv, xb.get(), {}},
+        {"o", H, nq, H, att.get(), {}},
+        {"gate|up", 2 * F, H, 2 * F, xb.get(), {}},
+        {"down", H, F, H, glu_in ? gu.get() : act.get(), {}, glu_in},
+        {"lm_head", V, H, ldv, xb.get(), {head_is_emb ? emb.get() : head.get()}}};
     for (const Layer& l : layers) {
       shapes[0].w.push_back(l.wqkv.get()), shapes[1].w.push_back(l.wo.get());
       shapes[2].w.push_back(l.wgu.get()), shapes[3].w.push_back(l.wdown.get());
@@ -290,24 +327,31 @@ struct CudaEngine::Impl {
     FN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.bytes(), s()));
     FN_CUDA_CHECK(cudaMemsetAsync(att.get(), 0, att.bytes(), s()));
     FN_CUDA_CHECK(cudaMemsetAsync(act.get(), 0, act.bytes(), s()));
+    FN_CUDA_CHECK(cudaMemsetAsync(gu.get(), 0, gu.bytes(), s()));
     for (const Shape& sh : shapes) {
       std::vector<fk::LinearArgs> sets;
       for (const void* w : sh.w) {
         fk::LinearArgs a;
-        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = sh.K, a.w = w;
+        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = sh.glu ? 2 * sh.K : sh.K;
+        a.w = w, a.x_glu = sh.glu;
+        a.glu_kind = hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
         a.ldw = sh.K, a.y = logits.get(), a.ldy = sh.ldy, a.eps = cfg.eps, a.y_f32 = true;
         a.scale_mask = zero_mask.as<uint8_t>(), a.pdl = opt.pdl;
         sets.push_back(a);
       }
       fk::Status st;
-      ctx->tune_decode(sets.data(), static_cast<int>(sets.size()), s(), &st);
+      double us = 0;
+      const fk::DecodeConfig c =
+          ctx->tune_decode(sets.data(), static_cast<int>(sets.size()), s(), &st, &us);
       ok(st);
+      tuning.push_back({sh.name, sh.N, sh.K, c, us});
     }
   }
 
   void set_pos_device(int p) {
     *h_pos.as<int32_t>() = p;
-    FN_CUDA_CHECK(cudaMemcpyAsync(d_pos.get(), h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
+    FN_CUDA_CHECK(
+        cudaMemcpyAsync(d_pos.get(), h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
     FN_CUDA_CHECK(cudaStreamSynchronize(s()));  // h_pos is reused by the next call
     pos_stale = false;
   }
@@ -345,8 +389,8 @@ struct CudaEngine::Impl {
 
   void check_capacity(size_t n) const {
     if (size_t(pos) + n > size_t(max_ctx)) {
-      throw Error(fmt::format("context full: {} + {} tokens exceed the KV cache of {}", pos, n,
-                              max_ctx));
+      throw Error(
+          fmt::format("context full: {} + {} tokens exceed the KV cache of {}", pos, n, max_ctx));
     }
   }
 
@@ -400,15 +444,17 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   e.nq = c.n_head * c.head_dim, e.nkv = c.n_head_kv * c.head_dim, e.nqkv = e.nq + 2 * e.nkv;
   e.max_ctx = opt.max_context > 0 ? opt.max_context : std::min(c.context, 8192);
   if (e.max_ctx > c.context || e.max_ctx > 32768) {
-    throw Error(fmt::format("a KV cache of {} positions exceeds the model's context length {} "
-                            "(or the CUDA engine's 32768)",
-                            e.max_ctx, c.context));
+    throw Error(
+        fmt::format("a KV cache of {} positions exceeds the model's context length {} "
+                    "(or the CUDA engine's 32768)",
+                    e.max_ctx, c.context));
   }
   e.tmax = std::clamp(opt.max_batch, 1, e.max_ctx);
   if (e.H % 8 || e.F % 8 || e.nq % 8 || e.nkv % 8 || e.D % 4 || e.D > 256) {
-    throw Error(fmt::format("the CUDA engine needs hidden, ffn and head widths that are multiples "
-                            "of 8 and head_dim <= 256 (hidden {}, ffn {}, head_dim {})",
-                            e.H, e.F, e.D));
+    throw Error(
+        fmt::format("the CUDA engine needs hidden, ffn and head widths that are multiples "
+                    "of 8 and head_dim <= 256 (hidden {}, ffn {}, head_dim {})",
+                    e.H, e.F, e.D));
   }
   e.emb_scale = a.hooks.embed_scale_sqrt_hidden ? std::sqrt(float(e.H)) : 1.0f;
   const bool fold = mode == NormMode::FlashNorm;
@@ -497,7 +543,8 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   e.xn = DeviceBuffer(T * e.H * 2), e.qkv = DeviceBuffer(T * e.nqkv * 4);
   e.q = DeviceBuffer(T * e.nq * 4), e.att = DeviceBuffer(T * e.nq * 2);
   e.proj = DeviceBuffer(T * e.H * 4), e.gu = DeviceBuffer(T * 2 * e.F * 4);
-  e.act = DeviceBuffer(T * e.F * 2), e.logits = DeviceBuffer(  // also the scratch output of tune_gemvs
+  e.act = DeviceBuffer(T * e.F * 2),
+  e.logits = DeviceBuffer(  // also the scratch output of tune_gemvs
       std::max(T * e.ldv, size_t(std::max({e.nqkv, 2 * e.F, e.H}))) * 4);
   e.h_tokens = kernels::cuda::PinnedBuffer(T * 4), e.h_pos = kernels::cuda::PinnedBuffer(4);
   e.h_logits = kernels::cuda::PinnedBuffer(T * e.ldv * 4);
@@ -514,6 +561,8 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   if (opt.tune) e.tune_gemvs();
   FN_CUDA_CHECK(cudaDeviceSynchronize());
 }
+
+const std::vector<GemvTuning>& CudaEngine::gemv_tuning() const { return p_->tuning; }
 
 CudaEngine::~CudaEngine() {
   if (p_) cudaStreamSynchronize(p_->s());
@@ -533,9 +582,11 @@ std::string CudaEngine::describe() const {
   } else if (e.opt.fused_add_norm) {
     variant = " (residual add + RMSNorm fused)";
   }
-  return fmt::format("{} weights, norm {}{}, decode {}", e.dt == fk::DType::kBF16 ? "bf16" : "fp16",
+  return fmt::format("{} weights, norm {}{}, decode {}{}{}",
+                     e.dt == fk::DType::kBF16 ? "bf16" : "fp16",
                      e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
-                     e.opt.graph ? "CUDA graph" : "eager");
+                     e.opt.graph ? "CUDA graph" : "eager", e.opt.pdl ? " + PDL" : "",
+                     e.opt.fuse_epilogues ? ", residual add + GLU fused into the GEMVs" : "");
 }
 
 std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {
@@ -559,8 +610,8 @@ std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all
   return std::vector<float>(e.h_logits.as<float>(), e.h_logits.as<float>() + e.V);
 }
 
-std::vector<int32_t> CudaEngine::generate(std::span<const int32_t> prompt, int n,
-                                          float temperature, uint64_t seed,
+std::vector<int32_t> CudaEngine::generate(std::span<const int32_t> prompt, int n, float temperature,
+                                          uint64_t seed,
                                           const std::function<bool(int32_t)>& on_token) {
   Impl& e = *p_;
   if (prompt.empty()) throw Error("generate: empty prompt");

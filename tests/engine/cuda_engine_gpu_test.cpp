@@ -1,9 +1,9 @@
 // GPU tests of the CUDA engine (need an H100/H200; not registered with ctest, run by
-// scripts/gpu_engine.sh on the device machine). Small random Llama and Gemma 3 checkpoints (QK-norm,
-// post norms, GeGLU, sliding window, tied and untied heads) run on the CUDA engine in every mode and
-// are compared with the CPU fp32 engine on the same unfolded checkpoint: teacher-forced logits and
-// top-1; decode steps (graph replay) against prefill logits; GPU-sampled generation against a host
-// argmax loop; seeded sampling; chunked prefill; error paths.
+// scripts/gpu_engine.sh on the device machine). Small random Llama and Gemma 3 checkpoints
+// (QK-norm, post norms, GeGLU, sliding window, tied and untied heads) run on the CUDA engine in
+// every mode and are compared with the CPU fp32 engine on the same unfolded checkpoint:
+// teacher-forced logits and top-1; decode steps (graph replay) against prefill logits; GPU-sampled
+// generation against a host argmax loop; seeded sampling; chunked prefill; error paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,7 +36,8 @@ std::string model_dir(bool gemma, bool tied) {
   static std::map<std::string, std::string> made;
   if (!made.count(name)) {
     const auto dir = testing::fresh_dir("cuda_engine_" + name);
-    testing::RandomLlamaOptions o = gemma ? testing::small_gemma3_options(11) : testing::RandomLlamaOptions{};
+    testing::RandomLlamaOptions o =
+        gemma ? testing::small_gemma3_options(11) : testing::RandomLlamaOptions{};
     o.tied = tied;
     if (!gemma) o.n_layer = 3, o.seed = 5;
     testing::write_random_llama(dir, o);
@@ -66,8 +67,9 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
   ComparisonStats st = compare_teacher_forced(cpu, &gpu, seq, 48);
   const double top1 = double(st.top1_agree) / st.positions;
   const double tol = c.dt == fk::DType::kBF16 ? 3e-2 : 4e-3;
-  std::printf("[%s] positions %zu top-1 %.4f max rel logit diff %.3e (tol %.0e) ppl cpu %.4f gpu %.4f\n",
-              c.name, st.positions, top1, st.max_rel_logit_diff, tol, st.ppl_a(), st.ppl_b());
+  std::printf(
+      "[%s] positions %zu top-1 %.4f max rel logit diff %.3e (tol %.0e) ppl cpu %.4f gpu %.4f\n",
+      c.name, st.positions, top1, st.max_rel_logit_diff, tol, st.ppl_a(), st.ppl_b());
   EXPECT_LT(st.max_rel_logit_diff, tol);
   EXPECT_GE(top1, 0.9);
   EXPECT_NEAR(st.ppl_b() / st.ppl_a(), 1.0, 0.01);
@@ -116,14 +118,12 @@ const Case kCases[] = {
     {"llama_std_bf16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16},
     {"llama_fn_bf16", false, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
     {"llama_fn2s_bf16", false, true, NormMode::FlashNorm, Deferred::kTwoStream, fk::DType::kBF16},
-    {"llama_untied_fn_bf16", false, false, NormMode::FlashNorm, Deferred::kFused,
-     fk::DType::kBF16},
+    {"llama_untied_fn_bf16", false, false, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
     {"llama_fn_fp16", false, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kFP16},
     {"llama_std_fp16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kFP16},
     {"gemma3_std_bf16", true, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16},
     {"gemma3_fn_bf16", true, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
-    {"gemma3_fn2s_bf16", true, true, NormMode::FlashNorm, Deferred::kTwoStream,
-     fk::DType::kBF16},
+    {"gemma3_fn2s_bf16", true, true, NormMode::FlashNorm, Deferred::kTwoStream, fk::DType::kBF16},
     {"gemma3_fn_fp16", true, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kFP16},
     {"llama_stdfused_bf16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16,
      true},
@@ -163,15 +163,15 @@ TEST(CudaEngine, ChunkedPrefillMatchesOnePass) {
   double worst = 0;
   for (size_t t = 0; t < seq.size(); ++t) {
     worst = std::max(worst, max_rel_diff(std::span<const float>(&lb[t * V], V),
-                                     std::span<const float>(&la[t * V], V)));
+                                         std::span<const float>(&la[t * V], V)));
   }
   std::printf("chunked (7) vs one pass: max rel logit diff %.3e\n", worst);
   EXPECT_LT(worst, 3e-2);
   EXPECT_EQ(a.position(), 50);
 }
 
-// A prefill longer than any before it grows LinearContext's workspaces (two-stream: the rstd buffer)
-// after the decode graph was captured; the next replay must use the new buffers (the engine
+// A prefill longer than any before it grows LinearContext's workspaces (two-stream: the rstd
+// buffer) after the decode graph was captured; the next replay must use the new buffers (the engine
 // recaptures), giving the same logits as an eager engine.
 TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
   const std::string dir = model_dir(false, true);
@@ -192,6 +192,34 @@ TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
   ref.forward(all.subspan(0, 40));
   const std::vector<float> lr = ref.forward(all.subspan(40, 1));
   EXPECT_LT(max_rel_diff(lr, lg), 1e-6);
+}
+
+// The decode path's fused epilogues (residual add in the o/down GEMV, GLU in the down GEMV's loads)
+// and PDL change where the arithmetic runs, not the arithmetic: logits bitwise equal to an engine
+// with separate residual-add/GLU kernels and plain launches, for SwiGLU (Llama) and GeGLU with post
+// norms (Gemma 3, where only the GLU fuses), in both modes, over a short prompt (<= 16 tokens: also
+// the decode path) and graph-replayed steps. Heuristic GEMV configurations in both (tune = false),
+// so the summation order is the same.
+TEST(CudaEngine, FusedEpiloguesAndPdlMatchSeparateKernelsBitwise) {
+  for (bool gemma : {false, true})
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+      SCOPED_TRACE(::testing::Message() << (gemma ? "gemma3 " : "llama ")
+                                        << (mode == NormMode::Standard ? "standard" : "flashnorm"));
+      const std::string dir = model_dir(gemma, true);
+      CudaEngineOptions fused;
+      fused.max_context = 128, fused.tune = false;
+      CudaEngineOptions sep = fused;
+      sep.fuse_epilogues = false, sep.pdl = false;
+      CudaEngine a(load_model(dir), mode, fused), b(load_model(dir), mode, sep);
+      const std::vector<int32_t> ids = random_ids(40, a.config().vocab, 12);
+      std::span<const int32_t> all(ids);
+      const auto pa = a.forward(all.subspan(0, 12), true), pb = b.forward(all.subspan(0, 12), true);
+      EXPECT_EQ(max_rel_diff(pa, pb), 0.0) << "12-token prompt";
+      for (size_t t = 12; t < ids.size(); ++t) {
+        const auto la = a.forward(all.subspan(t, 1)), lb = b.forward(all.subspan(t, 1));
+        ASSERT_EQ(max_rel_diff(la, lb), 0.0) << "decode step at position " << t;
+      }
+    }
 }
 
 TEST(CudaEngine, RefusesBadTokensAndFullCache) {

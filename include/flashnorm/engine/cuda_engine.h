@@ -6,11 +6,12 @@
 //
 // Per layer: embed -> [norm + q|k|v] -> RoPE/QK-norm/KV write -> attention -> o -> residual add ->
 // [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> sampling on the GPU.
+// (Decode fuses the residual adds and the GLU into the o/down projections: fuse_epilogues.)
 // The bracketed "normed projections" are where the modes differ (design notes sections 1-3):
 //   Standard:  rms_norm (kernels.h, gain in the weight dtype) then the plain projection.
 //   FlashNorm: flashnorm_linear on the raw x with folded weights (kDecode's fused kernel for
-//              decode, kPrefill for prompts; Deferred::kTwoStream: the seed's two-stream scheme with
-//              its event join), QK-norm-cancelled columns unscaled (scale_mask) when `cancel`.
+//              decode, kPrefill for prompts; Deferred::kTwoStream: the seed's two-stream scheme
+//              with its event join), QK-norm-cancelled columns unscaled (scale_mask) when `cancel`.
 // Plain projections (o, down, and the Standard mode's normed ones) use the same kernel in both
 // modes: the decode kernel with every column unscaled for M <= 16 tokens, cuBLASLt above, so that
 // the modes differ by the normalization alone.
@@ -42,19 +43,26 @@ enum class Deferred {
 };
 
 struct CudaEngineOptions {
-  int max_context = 0;     // KV cache positions; 0: min(model context, 8192); at most 32768
-  int max_batch = 512;     // largest number of tokens in one forward pass (longer ones are split)
-  bool cancel = true;      // FlashNorm mode: drop the rstd that QK-norm cancels
+  int max_context = 0;  // KV cache positions; 0: min(model context, 8192); at most 32768
+  int max_batch = 512;  // largest number of tokens in one forward pass (longer ones are split)
+  bool cancel = true;   // FlashNorm mode: drop the rstd that QK-norm cancels
   kernels::cuda::DType dtype = kernels::cuda::DType::kBF16;
   Deferred deferred = Deferred::kFused;
-  bool graph = true;       // replay decode steps from a CUDA graph (false: eager launches)
+  bool graph = true;          // replay decode steps from a CUDA graph (false: eager launches)
   bool cublas_plain = false;  // plain projections through cuBLASLt at every M
   // Standard mode: the residual add also writes the next RMSNorm's output (vLLM's
   // fused_add_rms_norm), so no standalone norm kernel runs after the first layer's.
   bool fused_add_norm = false;
-  // Launch the decode GEMV kernel (plain and fused, both modes) with programmatic dependent launch:
-  // it streams its weights while the preceding kernel finishes (kernels.h, LinearArgs::pdl).
+  // Launch every kernel of a forward pass with programmatic dependent launch (both modes): each
+  // may start while the preceding one finishes and waits for it before touching memory; the decode
+  // GEMV streams its weights during the wait (kernels.h, LinearArgs::pdl).
   bool pdl = true;
+  // Forward passes of at most 16 tokens (decode): the residual add runs in the epilogue of the o
+  // and down projections (layers without a post-norm; not with fused_add_norm, whose add carries
+  // the next norm), and the GLU in the down projection's input loads (LinearArgs::accumulate,
+  // x_glu). Same arithmetic and rounding as the separate kernels, in both modes; three fewer
+  // launches per layer.
+  bool fuse_epilogues = true;
   // At load, autotune the decode GEMV's launch configuration (CTA shape, split-K) for each
   // one-token projection shape over the layers' own weights (LinearContext::tune_decode).
   bool tune = true;
@@ -71,6 +79,16 @@ struct StepProfile {
   double total_us() const {
     return norm_us + normed_proj_us + other_proj_us + attention_us + other_us;
   }
+};
+
+// The decode GEMV launch configuration chosen at load for one one-token projection shape
+// (options.tune), with its time per call in microseconds (graph replay, weights rotated over the
+// layers; LinearContext::tune_decode).
+struct GemvTuning {
+  std::string name;  // "q|k|v", "o", "gate|up", "down", "lm_head"
+  int N = 0, K = 0;
+  kernels::cuda::DecodeConfig config;
+  double us = 0;
 };
 
 class CudaEngine final : public Engine {
@@ -97,8 +115,7 @@ class CudaEngine final : public Engine {
   // without a host round trip. on_token (optional) is called with each token as it is produced —
   // which synchronizes every step; return false from it to stop early. Returns the tokens.
   std::vector<int32_t> generate(std::span<const int32_t> prompt, int n, float temperature,
-                                uint64_t seed,
-                                const std::function<bool(int32_t)>& on_token = {});
+                                uint64_t seed, const std::function<bool(int32_t)>& on_token = {});
 
   // Microseconds per decode step at the current position: the mean of `reps` back-to-back graph
   // replays (or eager steps when options.graph is false), timed with CUDA events after 2 warm-up
@@ -108,6 +125,9 @@ class CudaEngine final : public Engine {
   // The same decode step split by kernel class (eager launches, CUDA events around each kernel,
   // median over reps). Advances the position by reps + 1.
   StepProfile profile_decode_step(int reps);
+
+  // The tuned decode GEMV configurations (empty when options.tune is off).
+  const std::vector<GemvTuning>& gemv_tuning() const;
 
   // Human-readable description: dtype, mode, deferred variant, graph on/off.
   std::string describe() const;

@@ -45,4 +45,20 @@ __device__ __forceinline__ uint4 pack8(const float f[8]) {
   return make_uint4(E::pack2(f[0], f[1]), E::pack2(f[2], f[3]), E::pack2(f[4], f[5]),
                     E::pack2(f[6], f[7]));
 }
+
+// Gate activation of a gated linear unit times the up value, in fp32: SiLU (SwiGLU, Llama) or the
+// tanh approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh). The one definition behind both
+// the standalone GLU kernel and the decode GEMV's fused GLU input, so the two round identically.
+template <bool kGelu>
+__device__ __forceinline__ float glu_value(float g, float u) {
+  float f;
+  if constexpr (!kGelu) {
+    f = g / (1.f + __expf(-g));
+  } else {
+    const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    f = 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g)));
+  }
+  return f * u;
+}
+
 }  // namespace flashnorm::kernels::cuda::detail

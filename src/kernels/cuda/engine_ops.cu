@@ -1,5 +1,6 @@
 // The CUDA engine's non-GEMM kernels: embedding, residual add (+ post-norm), RoPE + QK-norm + KV
-// cache write, attention, GLU, sampling. API and sources: include/flashnorm/kernels/cuda/engine_ops.h.
+// cache write, attention, GLU, sampling. API and sources:
+// include/flashnorm/kernels/cuda/engine_ops.h.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,19 +9,24 @@
 
 #include "elements.cuh"
 #include "flashnorm/kernels/cuda/engine_ops.h"
+#include "pdl.cuh"
 
 namespace flashnorm::kernels::cuda {
 namespace {
 
 using detail::BF16;
 using detail::FP16;
+using detail::launch_ex;
+using detail::pdl_begin;
 
 Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
-Status launched(const char* what) {
+// Status of a launch: its returned error, else the last error (cleared).
+Status launched(const char* what, cudaError_t launch_error = cudaSuccess) {
   cudaError_t e = cudaGetLastError();
+  if (launch_error != cudaSuccess) e = launch_error;
   if (e == cudaSuccess) return {};
-  return {Code::kCudaError, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                                cudaGetErrorString(e) + ")"};
+  return {Code::kCudaError,
+          std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
 }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -50,6 +56,7 @@ __device__ float block_max(float v, float* red) {
 template <class E>
 __global__ void embed_kernel(const int32_t* tokens, const typename E::T* emb, int H, int vocab,
                              float scale, float* x32, typename E::T* xb) {
+  pdl_begin();
   const int t = blockIdx.x;
   const int id = tokens[t];
   const bool ok = id >= 0 && id < vocab;
@@ -71,6 +78,7 @@ template <class E>
 __global__ void residual_kernel(const float* p, int H, const float* post_gain, float eps,
                                 float* x32, typename E::T* xb, const typename E::T* next_gain,
                                 typename E::T* xn) {
+  pdl_begin();
   __shared__ float red[32];
   const int t = blockIdx.x;
   const float* pr = p + static_cast<int64_t>(t) * H;
@@ -120,6 +128,7 @@ __global__ void residual_kernel(const float* p, int H, const float* post_gain, f
 // ---- RoPE + QK-norm + KV cache write: one CTA (D/2 threads, rounded up to a warp) per (t, head)
 template <class E>
 __global__ void rope_kv_kernel(RopeKvArgs a) {
+  pdl_begin();
   __shared__ float red[32];
   const int t = blockIdx.x, hh = blockIdx.y, half = a.D / 2, i = threadIdx.x;
   const bool live = i < half;
@@ -168,6 +177,7 @@ __global__ void rope_kv_kernel(RopeKvArgs a) {
 // (max, sum, unnormalized output) for attention_combine_kernel.
 template <class E>
 __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
+  pdl_begin();
   extern __shared__ float sm[];
   __shared__ float red[32];
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = a.D;
@@ -177,9 +187,9 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
   const int first = a.window > 0 ? max(0, visible - a.window) : 0;
   const int k0 = a.split_keys > 0 ? first + z * a.split_keys : first;
   const int k1 = a.split_keys > 0 ? min(visible, k0 + a.split_keys) : visible;
-  float* ws = a.partials ? a.partials + ((static_cast<int64_t>(t) * a.n_head + h) * gridDim.z + z) *
-                                            (D + 2)
-                         : nullptr;
+  float* ws =
+      a.partials ? a.partials + ((static_cast<int64_t>(t) * a.n_head + h) * gridDim.z + z) * (D + 2)
+                 : nullptr;
   if (k0 >= k1) {  // an empty split (the grid covers max_ctx keys)
     if (ws && threadIdx.x == 0) ws[0] = -INFINITY, ws[1] = 0.f;
     return;
@@ -250,6 +260,7 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
 // Merges the key splits of one (head, query): out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
 template <class E>
 __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
+  pdl_begin();
   const int h = blockIdx.x, t = blockIdx.y, D = a.D, d = threadIdx.x;
   const float* base = a.partials + (static_cast<int64_t>(t) * a.n_head + h) * splits * (D + 2);
   float m = -INFINITY;
@@ -271,19 +282,14 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
 // ---- gated linear unit ------------------------------------------------------------------------
 template <class E>
 __global__ void glu_kernel(GluKind kind, int T, int F, const float* gu, typename E::T* act) {
+  pdl_begin();
   const int64_t n = static_cast<int64_t>(T) * F;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = e / F, i = e % F;
     const float g = gu[t * 2 * F + i], u = gu[t * 2 * F + F + i];
-    float f;
-    if (kind == GluKind::kSwiGLU) {
-      f = g / (1.f + __expf(-g));
-    } else {
-      const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-      f = 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g)));
-    }
-    act[e] = E::from_f(f * u);
+    act[e] = E::from_f(kind == GluKind::kSwiGLU ? detail::glu_value<false>(g, u)
+                                                : detail::glu_value<true>(g, u));
   }
 }
 
@@ -294,9 +300,10 @@ __device__ uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
   return z ^ (z >> 31);
 }
 
-__global__ void sample_kernel(const float* logits, int vocab, float temperature,
-                              uint64_t seed, int32_t* pos, int advance, int32_t* token,
-                              int32_t* history, int history_len) {
+__global__ void sample_kernel(const float* logits, int vocab, float temperature, uint64_t seed,
+                              int32_t* pos, int advance, int32_t* token, int32_t* history,
+                              int history_len) {
+  pdl_begin();
   __shared__ float bv[32];
   __shared__ int bi[32];
   const int p = *pos + advance;
@@ -341,20 +348,22 @@ Status by_dtype(DType dt, F&& f) {
 }  // namespace
 
 Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, const void* emb,
-                    float scale, float* x32, void* xb, cudaStream_t s) {
+                    float scale, float* x32, void* xb, cudaStream_t s, bool pdl) {
   if (T < 1 || H < 8 || H % 8 || vocab < 1) return invalid("embed_tokens: T >= 1, H % 8 == 0");
   if (!tokens || !emb || !x32 || !xb || !aligned16(emb) || !aligned16(x32) || !aligned16(xb))
     return invalid("embed_tokens: null or misaligned pointer");
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
-    embed_kernel<E><<<T, 128, 0, s>>>(tokens, static_cast<const typename E::T*>(emb), H, vocab,
-                                      scale, x32, static_cast<typename E::T*>(xb));
-    return launched("embed_kernel");
+    const cudaError_t le = launch_ex(embed_kernel<E>, T, 128, 0, s, pdl, tokens,
+                                     static_cast<const typename E::T*>(emb), H, vocab, scale, x32,
+                                     static_cast<typename E::T*>(xb));
+    return launched("embed_kernel", le);
   });
 }
 
 Status residual_add(DType dt, int T, int H, const float* p, const float* post_gain, float eps,
-                    float* x32, void* xb, cudaStream_t s, const void* next_gain, void* xn) {
+                    float* x32, void* xb, cudaStream_t s, const void* next_gain, void* xn,
+                    bool pdl) {
   if (T < 1 || H < 8 || H % 8) return invalid("residual_add: T >= 1, H % 8 == 0");
   if (!p || !x32 || !xb || !aligned16(p) || !aligned16(x32) || !aligned16(xb))
     return invalid("residual_add: null or misaligned pointer");
@@ -363,24 +372,24 @@ Status residual_add(DType dt, int T, int H, const float* p, const float* post_ga
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
     using T_ = typename E::T;
-    residual_kernel<E><<<T, 256, 0, s>>>(p, H, post_gain, eps, x32,
-                                         static_cast<T_*>(xb), static_cast<const T_*>(next_gain),
-                                         static_cast<T_*>(xn));
-    return launched("residual_kernel");
+    const cudaError_t le =
+        launch_ex(residual_kernel<E>, T, 256, 0, s, pdl, p, H, post_gain, eps, x32,
+                  static_cast<T_*>(xb), static_cast<const T_*>(next_gain), static_cast<T_*>(xn));
+    return launched("residual_kernel", le);
   });
 }
 
 Status rope_kv(const RopeKvArgs& a, cudaStream_t s) {
-  if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.D < 2 ||
-      a.D % 2 || a.D > 512)
+  if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.D < 2 || a.D % 2 ||
+      a.D > 512)
     return invalid("rope_kv: T >= 1, heads >= 1, n_head % n_head_kv == 0, even D <= 512");
   if (!a.qkv || !a.pos || !a.cos || !a.sin || !a.q || !a.k_cache || !a.v_cache)
     return invalid("rope_kv: null pointer");
   const int threads = ((a.D / 2 + 31) / 32) * 32;
   const dim3 grid(a.T, a.n_head + 2 * a.n_head_kv);
   return by_dtype(a.dt, [&](auto e) {
-    rope_kv_kernel<decltype(e)><<<grid, threads, 0, s>>>(a);
-    return launched("rope_kv_kernel");
+    const cudaError_t le = launch_ex(rope_kv_kernel<decltype(e)>, grid, threads, 0, s, a.pdl, a);
+    return launched("rope_kv_kernel", le);
   });
 }
 
@@ -389,11 +398,11 @@ int attention_splits(const AttentionArgs& a) {
 }
 
 Status attention(const AttentionArgs& a, cudaStream_t s) {
-  if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.D < 4 ||
-      a.D % 4 || a.D > 256 || a.max_ctx < 1 || a.max_ctx > 32768 || a.window < 0 ||
-      a.split_keys < 0)
+  if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.D < 4 || a.D % 4 ||
+      a.D > 256 || a.max_ctx < 1 || a.max_ctx > 32768 || a.window < 0 || a.split_keys < 0)
     return invalid("attention: D % 4 == 0 and <= 256, max_ctx <= 32768, heads divide");
-  if (!a.pos || !a.q || !a.k_cache || !a.v_cache || !a.out) return invalid("attention: null pointer");
+  if (!a.pos || !a.q || !a.k_cache || !a.v_cache || !a.out)
+    return invalid("attention: null pointer");
   if (a.split_keys > 0 && !a.partials) return invalid("attention: split_keys needs partials");
   const int threads = 256, splits = attention_splits(a);
   const int keys = a.split_keys > 0 ? std::min(a.split_keys, a.max_ctx) : a.max_ctx;
@@ -408,33 +417,36 @@ Status attention(const AttentionArgs& a, cudaStream_t s) {
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem));
     }
-    kern<<<dim3(a.n_head, a.T, splits), threads, smem, s>>>(k);
-    Status st = launched("attention_kernel");
+    const cudaError_t le = launch_ex(kern, dim3(a.n_head, a.T, splits), threads, smem, s, a.pdl, k);
+    Status st = launched("attention_kernel", le);
     if (!st.ok() || a.split_keys == 0) return st;
-    attention_combine_kernel<E><<<dim3(a.n_head, a.T), (a.D + 31) / 32 * 32, 0, s>>>(k, splits);
-    return launched("attention_combine_kernel");
+    const cudaError_t le2 = launch_ex(attention_combine_kernel<E>, dim3(a.n_head, a.T),
+                                      (a.D + 31) / 32 * 32, 0, s, a.pdl, k, splits);
+    return launched("attention_combine_kernel", le2);
   });
 }
 
-Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s) {
+Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s,
+           bool pdl) {
   if (T < 1 || F < 1 || !gu || !act) return invalid("glu: T, F >= 1 and non-null pointers");
   const int64_t n = static_cast<int64_t>(T) * F;
   const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
-    glu_kernel<E><<<blocks, 256, 0, s>>>(kind, T, F, gu, static_cast<typename E::T*>(act));
-    return launched("glu_kernel");
+    const cudaError_t le = launch_ex(glu_kernel<E>, blocks, 256, 0, s, pdl, kind, T, F, gu,
+                                     static_cast<typename E::T*>(act));
+    return launched("glu_kernel", le);
   });
 }
 
-Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed,
-                     int32_t* pos, int advance, int32_t* token, int32_t* history, int history_len,
-                     cudaStream_t s) {
+Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed, int32_t* pos,
+                     int advance, int32_t* token, int32_t* history, int history_len, cudaStream_t s,
+                     bool pdl) {
   if (vocab < 1 || !logits || !pos || !token || !(temperature >= 0.f) || advance < 0)
     return invalid("sample_tokens: vocab >= 1, temperature >= 0, non-null logits/pos/token");
-  sample_kernel<<<1, 1024, 0, s>>>(logits, vocab, temperature, seed, pos, advance, token, history,
-                                   history_len);
-  return launched("sample_kernel");
+  const cudaError_t le = launch_ex(sample_kernel, 1, 1024, 0, s, pdl, logits, vocab, temperature,
+                                   seed, pos, advance, token, history, history_len);
+  return launched("sample_kernel", le);
 }
 
 }  // namespace flashnorm::kernels::cuda

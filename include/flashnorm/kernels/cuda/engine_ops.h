@@ -9,6 +9,9 @@
 // int32: the position of the first of the T tokens) so that a decode step captured in a CUDA graph
 // replays at the current position. Every function validates its arguments and returns a Status
 // (kInvalidArgument naming the field, or kCudaError naming the failing launch); none throws.
+// `pdl` (a trailing argument or a field): launch with programmatic dependent launch (sm_90); the
+// kernel may start before the preceding kernel on the stream ends and waits for it before its first
+// memory access (RmsNormArgs::pdl in kernels.h says the same).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,7 +26,7 @@ namespace flashnorm::kernels::cuda {
 // emb: [vocab, H] dt. Token ids outside [0, vocab) give a row of NaN (callers check ids on the
 // host; ids produced by sample_tokens are always in range). H % 8 == 0.
 Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, const void* emb,
-                    float scale, float* x32, void* xb, cudaStream_t s);
+                    float scale, float* x32, void* xb, cudaStream_t s, bool pdl = false);
 
 // Residual add of a sublayer output: x32[t, :] += post_gain ? RMSNorm(p[t, :]) * post_gain
 // : p[t, :], then xb[t, :] = round_dt(x32[t, :]). p: [T, H] fp32; post_gain: [H] fp32 multiplier
@@ -32,7 +35,7 @@ Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, co
 // RMSNorm fused into the add (vLLM's fused_add_rms_norm; fp32 sum of squares). H % 8 == 0.
 Status residual_add(DType dt, int T, int H, const float* p, const float* post_gain, float eps,
                     float* x32, void* xb, cudaStream_t s, const void* next_gain = nullptr,
-                    void* xn = nullptr);
+                    void* xn = nullptr, bool pdl = false);
 
 // Queries, keys and values of T tokens from the fused projection qkv [T, ldqkv] fp32 (q heads, then
 // k heads, then v heads, each head_dim wide): per-head RMSNorm with gain for q / k where q_norm /
@@ -56,6 +59,7 @@ struct RopeKvArgs {
   float* q = nullptr;
   float* k_cache = nullptr;
   float* v_cache = nullptr;
+  bool pdl = false;
 };
 Status rope_kv(const RopeKvArgs& a, cudaStream_t s);
 
@@ -75,18 +79,20 @@ struct AttentionArgs {
   const float* q = nullptr;
   const float* k_cache = nullptr;
   const float* v_cache = nullptr;
-  void* out = nullptr;  // [T, n_head * D] dt
-  int split_keys = 0;   // 0: one CTA per (head, query)
+  void* out = nullptr;        // [T, n_head * D] dt
+  int split_keys = 0;         // 0: one CTA per (head, query)
   float* partials = nullptr;  // [T][n_head][attention_splits()][D + 2] fp32 when split_keys > 0
+  bool pdl = false;           // both kernels
 };
 // Key chunks per (head, query): ceil(max_ctx / split_keys), or 1.
 int attention_splits(const AttentionArgs& a);
 Status attention(const AttentionArgs& a, cudaStream_t s);
 
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
-// approximation of GELU (GeGLU, Gemma). gu: [T, 2F] fp32 (gate columns, then up); act: [T, F] dt.
-enum class GluKind { kSwiGLU, kGeGLU };
-Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s);
+// approximation of GELU (GeGLU, Gemma) (GluKind, kernels.h). gu: [T, 2F] fp32 (gate columns, then
+// up); act: [T, F] dt.
+Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s,
+           bool pdl = false);
 
 // Samples one token from logits [vocab] fp32, as the decode loop's last step: with p = *pos +
 // advance (the position of the sampled token), temperature == 0 gives argmax (lowest id on ties;
@@ -95,8 +101,8 @@ Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cud
 // softmax(logit / T) (Gumbel-max trick). Writes the id to *token and to history[p] (when history
 // is set and p < history_len), then sets *pos = p. advance: the tokens of the forward pass (1 in
 // decode).
-Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed,
-                     int32_t* pos, int advance, int32_t* token, int32_t* history, int history_len,
-                     cudaStream_t s);
+Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed, int32_t* pos,
+                     int advance, int32_t* token, int32_t* history, int history_len, cudaStream_t s,
+                     bool pdl = false);
 
 }  // namespace flashnorm::kernels::cuda

@@ -1,0 +1,40 @@
+// Internal: programmatic dependent launch (PDL, sm_90; CUDA programming guide, "Programmatic
+// Dependent Launch and Synchronization"). A kernel launched with the attribute may start while the
+// preceding kernel on the stream is still running; it must wait (griddepcontrol.wait: the preceding
+// grid has completed and its memory is visible) before it touches any buffer that kernel could
+// read or write. Inside a CUDA graph capture the attribute becomes a programmatic edge.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace flashnorm::kernels::cuda::detail {
+
+// The first statement of every kernel launched through launch_ex with pdl: wait for the preceding
+// kernel, then let the next one launch early (its own wait protects it). Global reads and writes
+// come after this. Without the attribute both instructions are no-ops.
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization allowed
+// when pdl is set. Returns the launch's error (cudaLaunchKernelEx).
+template <class... KArgs, class... Args>
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace flashnorm::kernels::cuda::detail
