@@ -1,7 +1,8 @@
 // `flashnorm bench --model FILE`: end-to-end decode benchmark of the CUDA engine (issue 4).
 // For each configuration (standard; flashnorm fused; flashnorm two-stream; as a stronger
 // baseline, standard with the residual add and RMSNorm fused in one kernel; and, as an ablation,
-// both modes with the residual adds and GLU as separate kernels), interleaved over
+// both modes with the decode ops unfused: separate residual-add, RoPE/KV-write, attention and
+// merge kernels), interleaved over
 // `runs` rounds: prompt tokens/s (one eager prefill of the prompt, host clock around forward(),
 // logits of the last token copied back) and decode tokens/s at batch 1 (CUDA-graph replays timed
 // with CUDA events over `decode` steps after the prompt, next token sampled on the GPU), medians
@@ -75,7 +76,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     NormMode mode;
     Deferred deferred;
     bool fused_add;
-    bool fuse_epilogues;
+    bool fuse_decode_ops;
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
@@ -85,11 +86,9 @@ void run_model_bench(const ModelBenchArgs& a) {
   cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, false, true});
   cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, false, true});
   cfgs.push_back({"standard fused add+norm", NormMode::Standard, Deferred::kFused, true, true});
-  // Ablation: residual adds and GLU as separate kernels (CudaEngineOptions::fuse_epilogues off).
-  cfgs.push_back(
-      {"standard, unfused epilogues", NormMode::Standard, Deferred::kFused, false, false});
-  cfgs.push_back(
-      {"flashnorm, unfused epilogues", NormMode::FlashNorm, Deferred::kFused, false, false});
+  // Ablation: CudaEngineOptions::fuse_decode_ops off.
+  cfgs.push_back({"standard, unfused ops", NormMode::Standard, Deferred::kFused, false, false});
+  cfgs.push_back({"flashnorm, unfused ops", NormMode::FlashNorm, Deferred::kFused, false, false});
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
     CudaEngineOptions o;
@@ -97,7 +96,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.max_batch = a.prompt_tokens;
     o.deferred = c.deferred;
     o.fused_add_norm = c.fused_add;
-    o.fuse_epilogues = c.fuse_epilogues;
+    o.fuse_decode_ops = c.fuse_decode_ops;
     c.e = std::make_unique<CudaEngine>(model, c.mode, o);
   }
   std::mt19937 rng(1234);

@@ -56,15 +56,9 @@ double median(std::vector<double> v) {
 
 enum Cls { kNorm, kNormedProj, kOtherProj, kAttn, kOther, kClasses };
 
-// The decode path's fused epilogues of a plain projection (CudaEngineOptions::fuse_epilogues).
-struct Fuse {
-  bool glu = false;       // x is the fp32 gate|up output (gu, 2K wide); GLU applied on load
-  bool residual = false;  // x32 += result, xb = round(x32) (y, ldy, y_f32 ignored)
-};
-
 // Decode attention splits the keys in chunks of kSplitKeys over CTAs (forward passes of at most
 // kSplitMaxT tokens); longer passes (prefill) have enough (head, query) CTAs without.
-constexpr int kSplitKeys = 128, kSplitMaxT = 16;
+constexpr int kSplitKeys = 128, kSplitMaxT = fk::kDecodeAttentionMaxT;
 
 }  // namespace
 
@@ -129,6 +123,7 @@ struct CudaEngine::Impl {
   bool pos_stale = true;  // d_pos does not hold pos
   bool xn_ready = false;  // xn holds the next normed projection's input (fused_add_norm)
   DeviceBuffer partials;  // split-key attention (decode)
+  DeviceBuffer attn_counters;  // decode_attention's per-(token, head) arrival counters
   std::vector<GemvTuning> tuning;
   int pos = 0;
   // profiling
@@ -157,25 +152,23 @@ struct CudaEngine::Impl {
     return M <= fk::LinearContext::kAutoDecodeMaxM && !opt.cublas_plain;
   }
 
-  // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes). `fuse` needs
-  // decode_path(M).
+  // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes). With
+  // add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead (the residual
+  // add in the GEMV's epilogue; y, ldy, y_f32 unused).
   void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
-             bool y_f32 = false, Fuse fuse = {}) {
+             bool y_f32 = false, bool add_residual = false) {
     if (ldy == 0) ldy = N;
     if (decode_path(M)) {
       fk::LinearArgs a;
-      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = fuse.glu ? 2 * K : K, a.w = w;
-      a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>();
-      a.y_f32 = y_f32, a.pdl = opt.pdl;
-      a.x_glu = fuse.glu;
-      a.glu_kind = hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
-      if (fuse.residual) {
+      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = K, a.w = w, a.ldw = K, a.y = y;
+      a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>(), a.y_f32 = y_f32;
+      a.pdl = opt.pdl;
+      if (add_residual) {
         a.y = x32.get(), a.ldy = H, a.y_f32 = true, a.accumulate = true, a.y_rounded = xb.get();
       }
       ok(ctx->run(a, fk::LinearImpl::kDecode, s()));
     } else {
-      if (fuse.glu || fuse.residual)
-        throw Error("internal: fused epilogue outside the decode path");
+      if (add_residual) throw Error("internal: fused residual add outside the decode path");
       ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, ldy, nullptr, s(), y_f32));
     }
   }
@@ -238,52 +231,43 @@ struct CudaEngine::Impl {
       Layer& ly = layers[l];
       normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), nqkv, qkv.get(),
              qkv_masked ? qkv_mask.as<uint8_t>() : nullptr, qkv_all_unscaled, 0, true);
-      op(kAttn, [&] {
-        fk::RopeKvArgs a;
-        a.dt = dt, a.T = T, a.n_head = cfg.n_head, a.n_head_kv = cfg.n_head_kv, a.D = D;
-        a.max_ctx = max_ctx, a.qkv = qkv.as<float>(), a.ldqkv = nqkv, a.pos = d_pos.as<int32_t>();
-        a.cos = (ly.local ? cos_l : cos_g).as<float>();
-        a.sin = (ly.local ? sin_l : sin_g).as<float>();
-        a.neox = cfg.rope == RopeLayout::Neox;
-        a.q_norm = ly.has_q_norm ? ly.q_norm.as<float>() : nullptr;
-        a.k_norm = ly.has_k_norm ? ly.k_norm.as<float>() : nullptr;
-        a.v_renorm = ly.v_renorm, a.eps = cfg.eps, a.q = q.as<float>();
-        a.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
-        a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
-        a.pdl = opt.pdl;
-        ok(fk::rope_kv(a, s()));
-      });
-      op(kAttn, [&] {
-        fk::AttentionArgs a;
-        a.dt = dt, a.T = T, a.n_head = cfg.n_head, a.n_head_kv = cfg.n_head_kv, a.D = D;
-        a.max_ctx = max_ctx, a.window = ly.local ? cfg.sliding_window : 0;
-        a.scale = cfg.attn_scale, a.pos = d_pos.as<int32_t>(), a.q = q.as<float>();
-        a.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
-        a.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
-        a.out = att.get();
-        if (T <= kSplitMaxT) a.split_keys = kSplitKeys, a.partials = partials.as<float>();
-        a.pdl = opt.pdl;
-        ok(fk::attention(a, s()));
-      });
-      const bool fuse_glu = opt.fuse_epilogues && decode_path(T);
-      const bool fuse_res =
-          fuse_glu && !ly.has_post && !(mode == NormMode::Standard && opt.fused_add_norm);
-      op(kOtherProj, [&] {
-        plain(att.get(), T, nq, ly.wo.get(), H, proj.get(), 0, true, {false, fuse_res});
-      });
+      fk::RopeKvArgs ra;
+      ra.dt = dt, ra.T = T, ra.n_head = cfg.n_head, ra.n_head_kv = cfg.n_head_kv, ra.D = D;
+      ra.max_ctx = max_ctx, ra.qkv = qkv.as<float>(), ra.ldqkv = nqkv, ra.pos = d_pos.as<int32_t>();
+      ra.cos = (ly.local ? cos_l : cos_g).as<float>();
+      ra.sin = (ly.local ? sin_l : sin_g).as<float>();
+      ra.neox = cfg.rope == RopeLayout::Neox;
+      ra.q_norm = ly.has_q_norm ? ly.q_norm.as<float>() : nullptr;
+      ra.k_norm = ly.has_k_norm ? ly.k_norm.as<float>() : nullptr;
+      ra.v_renorm = ly.v_renorm, ra.eps = cfg.eps, ra.q = q.as<float>();
+      ra.k_cache = kc.as<float>() + size_t(l) * max_ctx * nkv;
+      ra.v_cache = vc.as<float>() + size_t(l) * max_ctx * nkv;
+      ra.pdl = opt.pdl;
+      fk::AttentionArgs aa;
+      aa.dt = dt, aa.T = T, aa.n_head = cfg.n_head, aa.n_head_kv = cfg.n_head_kv, aa.D = D;
+      aa.max_ctx = max_ctx, aa.window = ly.local ? cfg.sliding_window : 0;
+      aa.scale = cfg.attn_scale, aa.pos = d_pos.as<int32_t>(), aa.q = q.as<float>();
+      aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = att.get(), aa.pdl = opt.pdl;
+      if (T <= kSplitMaxT) aa.split_keys = kSplitKeys, aa.partials = partials.as<float>();
+      if (T <= kSplitMaxT && opt.fuse_decode_ops) {  // one kernel (engine_ops.h)
+        op(kAttn, [&] { ok(fk::decode_attention(ra, aa, attn_counters.as<unsigned>(), s())); });
+      } else {
+        op(kAttn, [&] { ok(fk::rope_kv(ra, s())); });
+        op(kAttn, [&] { ok(fk::attention(aa, s())); });
+      }
+      const bool fuse_res = opt.fuse_decode_ops && decode_path(T) && !ly.has_post &&
+                            !(mode == NormMode::Standard && opt.fused_add_norm);
+      op(kOtherProj,
+         [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get(), 0, true, fuse_res); });
       if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
       normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false, 0, true);
-      if (!fuse_glu) {
-        op(kOther, [&] {
-          ok(fk::glu(dt,
-                     hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
-                     T, F, gu.as<float>(), act.get(), s(), opt.pdl));
-        });
-      }
-      op(kOtherProj, [&] {
-        plain(fuse_glu ? gu.get() : act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true,
-              {fuse_glu, fuse_res});
+      op(kOther, [&] {
+        ok(fk::glu(dt,
+                   hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
+                   T, F, gu.as<float>(), act.get(), s(), opt.pdl));
       });
+      op(kOtherProj,
+         [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true, fuse_res); });
       if (!fuse_res) {
         residual(T, ly.post_ffn, ly.has_post,
                  l + 1 < L ? layers[l + 1].attn_gain.get() : out_gain.get());
@@ -311,14 +295,12 @@ struct CudaEngine::Impl {
       int N, K, ldy;
       const void* x;
       std::vector<const void*> w;
-      bool glu = false;
     };
-    const bool glu_in = opt.fuse_epilogues && decode_path(1);
     std::vector<Shape> shapes = {
         {"q|k|v", nqkv, H, nqkv, xb.get(), {}},
         {"o", H, nq, H, att.get(), {}},
         {"gate|up", 2 * F, H, 2 * F, xb.get(), {}},
-        {"down", H, F, H, glu_in ? gu.get() : act.get(), {}, glu_in},
+        {"down", H, F, H, act.get(), {}},
         {"lm_head", V, H, ldv, xb.get(), {head_is_emb ? emb.get() : head.get()}}};
     for (const Layer& l : layers) {
       shapes[0].w.push_back(l.wqkv.get()), shapes[1].w.push_back(l.wo.get());
@@ -327,14 +309,11 @@ struct CudaEngine::Impl {
     FN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.bytes(), s()));
     FN_CUDA_CHECK(cudaMemsetAsync(att.get(), 0, att.bytes(), s()));
     FN_CUDA_CHECK(cudaMemsetAsync(act.get(), 0, act.bytes(), s()));
-    FN_CUDA_CHECK(cudaMemsetAsync(gu.get(), 0, gu.bytes(), s()));
     for (const Shape& sh : shapes) {
       std::vector<fk::LinearArgs> sets;
       for (const void* w : sh.w) {
         fk::LinearArgs a;
-        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = sh.glu ? 2 * sh.K : sh.K;
-        a.w = w, a.x_glu = sh.glu;
-        a.glu_kind = hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
+        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = sh.K, a.w = w;
         a.ldw = sh.K, a.y = logits.get(), a.ldy = sh.ldy, a.eps = cfg.eps, a.y_f32 = true;
         a.scale_mask = zero_mask.as<uint8_t>(), a.pdl = opt.pdl;
         sets.push_back(a);
@@ -553,6 +532,8 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
     aa.max_ctx = e.max_ctx, aa.split_keys = kSplitKeys;
     e.partials = DeviceBuffer(size_t(std::min<size_t>(T, kSplitMaxT)) * c.n_head *
                               fk::attention_splits(aa) * (e.D + 2) * sizeof(float));
+    e.attn_counters = DeviceBuffer(size_t(fk::kDecodeAttentionMaxT) * c.n_head * sizeof(unsigned));
+    FN_CUDA_CHECK(cudaMemset(e.attn_counters.get(), 0, e.attn_counters.bytes()));
   }
   FN_CUDA_CHECK(cudaMemset(e.kc.get(), 0, kv));
   FN_CUDA_CHECK(cudaMemset(e.vc.get(), 0, kv));
@@ -586,7 +567,7 @@ std::string CudaEngine::describe() const {
                      e.dt == fk::DType::kBF16 ? "bf16" : "fp16",
                      e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
                      e.opt.graph ? "CUDA graph" : "eager", e.opt.pdl ? " + PDL" : "",
-                     e.opt.fuse_epilogues ? ", residual add + GLU fused into the GEMVs" : "");
+                     e.opt.fuse_decode_ops ? ", fused decode ops" : "");
 }
 
 std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {

@@ -194,13 +194,42 @@ TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
   EXPECT_LT(max_rel_diff(lr, lg), 1e-6);
 }
 
-// The decode path's fused epilogues (residual add in the o/down GEMV, GLU in the down GEMV's loads)
-// and PDL change where the arithmetic runs, not the arithmetic: logits bitwise equal to an engine
-// with separate residual-add/GLU kernels and plain launches, for SwiGLU (Llama) and GeGLU with post
-// norms (Gemma 3, where only the GLU fuses), in both modes, over a short prompt (<= 16 tokens: also
-// the decode path) and graph-replayed steps. Heuristic GEMV configurations in both (tune = false),
-// so the summation order is the same.
-TEST(CudaEngine, FusedEpiloguesAndPdlMatchSeparateKernelsBitwise) {
+// Logits of `a` and `b` on the same 12-token prompt (<= 16 tokens: the decode path) and 28
+// graph-replayed decode steps; the largest relative difference over all of them.
+double max_diff_prompt_and_steps(CudaEngine& a, CudaEngine& b) {
+  const std::vector<int32_t> ids = random_ids(40, a.config().vocab, 12);
+  std::span<const int32_t> all(ids);
+  double worst =
+      max_rel_diff(a.forward(all.subspan(0, 12), true), b.forward(all.subspan(0, 12), true));
+  for (size_t t = 12; t < ids.size(); ++t)
+    worst =
+        std::max(worst, max_rel_diff(a.forward(all.subspan(t, 1)), b.forward(all.subspan(t, 1))));
+  return worst;
+}
+
+// PDL changes when kernels start, never what they compute: logits bitwise equal with and without
+// it, for Llama and Gemma 3 in both modes. Heuristic GEMV configurations in both (tune = false), so
+// the summation order is the same.
+TEST(CudaEngine, PdlLeavesLogitsBitwiseEqual) {
+  for (bool gemma : {false, true})
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+      SCOPED_TRACE(::testing::Message() << (gemma ? "gemma3 " : "llama ")
+                                        << (mode == NormMode::Standard ? "standard" : "flashnorm"));
+      const std::string dir = model_dir(gemma, true);
+      CudaEngineOptions on;
+      on.max_context = 128, on.tune = false;
+      CudaEngineOptions off = on;
+      off.pdl = false;
+      CudaEngine a(load_model(dir), mode, on), b(load_model(dir), mode, off);
+      EXPECT_EQ(max_diff_prompt_and_steps(a, b), 0.0);
+    }
+}
+
+// The fused decode ops (residual add in the o/down GEMV epilogue; RoPE/QK-norm/KV write +
+// split-key attention + chunk merge in one kernel) against the separate kernels, for Llama (GQA)
+// and Gemma 3 (QK-norm, post norms, sliding window, GQA), both modes. The residual add is the same
+// arithmetic; the fused attention sums the norms' squares in another order, so equal to rounding.
+TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernels) {
   for (bool gemma : {false, true})
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
       SCOPED_TRACE(::testing::Message() << (gemma ? "gemma3 " : "llama ")
@@ -209,16 +238,11 @@ TEST(CudaEngine, FusedEpiloguesAndPdlMatchSeparateKernelsBitwise) {
       CudaEngineOptions fused;
       fused.max_context = 128, fused.tune = false;
       CudaEngineOptions sep = fused;
-      sep.fuse_epilogues = false, sep.pdl = false;
+      sep.fuse_decode_ops = false;
       CudaEngine a(load_model(dir), mode, fused), b(load_model(dir), mode, sep);
-      const std::vector<int32_t> ids = random_ids(40, a.config().vocab, 12);
-      std::span<const int32_t> all(ids);
-      const auto pa = a.forward(all.subspan(0, 12), true), pb = b.forward(all.subspan(0, 12), true);
-      EXPECT_EQ(max_rel_diff(pa, pb), 0.0) << "12-token prompt";
-      for (size_t t = 12; t < ids.size(); ++t) {
-        const auto la = a.forward(all.subspan(t, 1)), lb = b.forward(all.subspan(t, 1));
-        ASSERT_EQ(max_rel_diff(la, lb), 0.0) << "decode step at position " << t;
-      }
+      const double d = max_diff_prompt_and_steps(a, b);
+      std::printf("fused vs separate decode ops: max rel logit diff %.3e\n", d);
+      EXPECT_LT(d, 3e-2);
     }
 }
 

@@ -6,7 +6,8 @@
 //
 // Per layer: embed -> [norm + q|k|v] -> RoPE/QK-norm/KV write -> attention -> o -> residual add ->
 // [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> sampling on the GPU.
-// (Decode fuses the residual adds and the GLU into the o/down projections: fuse_epilogues.)
+// (Decode fuses the residual adds into the o/down projections and RoPE/KV write into the
+// attention kernel: fuse_decode_ops.)
 // The bracketed "normed projections" are where the modes differ (design notes sections 1-3):
 //   Standard:  rms_norm (kernels.h, gain in the weight dtype) then the plain projection.
 //   FlashNorm: flashnorm_linear on the raw x with folded weights (kDecode's fused kernel for
@@ -58,11 +59,11 @@ struct CudaEngineOptions {
   // GEMV streams its weights during the wait (kernels.h, LinearArgs::pdl).
   bool pdl = true;
   // Forward passes of at most 16 tokens (decode): the residual add runs in the epilogue of the o
-  // and down projections (layers without a post-norm; not with fused_add_norm, whose add carries
-  // the next norm), and the GLU in the down projection's input loads (LinearArgs::accumulate,
-  // x_glu). Same arithmetic and rounding as the separate kernels, in both modes; three fewer
-  // launches per layer.
-  bool fuse_epilogues = true;
+  // and down projections (LinearArgs::accumulate; layers without a post-norm, and not with
+  // fused_add_norm, whose add carries the next norm), and RoPE / QK-norm / KV write, split-key
+  // attention and the merge of the key chunks run as one kernel (decode_attention). Same functions
+  // as the separate kernels, in both modes; four fewer launches per layer.
+  bool fuse_decode_ops = true;
   // At load, autotune the decode GEMV's launch configuration (CTA shape, split-K) for each
   // one-token projection shape over the layers' own weights (LinearContext::tune_decode).
   bool tune = true;

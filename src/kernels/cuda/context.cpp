@@ -79,16 +79,12 @@ Status validate_linear(const LinearArgs& a, LinearImpl impl) {
   if (!aligned16(a.x) || !aligned16(a.w) || !aligned16(a.y) || !aligned16(a.bias))
     return invalid("flashnorm_linear: x, w, y and bias must be 16-byte aligned");
   if (!(a.eps >= 0.f)) return invalid("flashnorm_linear: eps must be >= 0");
-  if ((a.accumulate || a.x_glu) && impl != LinearImpl::kDecode)
+  if (a.accumulate && impl != LinearImpl::kDecode)
     return {Code::kUnsupported,
-            "flashnorm_linear: accumulate and x_glu exist in the decode implementation only"};
+            "flashnorm_linear: accumulate exists in the decode implementation only"};
   if (a.accumulate && !a.y_f32) return invalid("flashnorm_linear: accumulate needs y_f32");
   if (a.y_rounded && (!a.accumulate || !aligned16(a.y_rounded)))
     return invalid("flashnorm_linear: y_rounded needs accumulate and 16-byte alignment");
-  if (a.x_glu && (a.M > 16 || a.ldx < 2 * a.K))
-    return invalid(fmt::format(
-        "flashnorm_linear: x_glu needs M <= 16 and ldx >= 2K (fp32 gate|up rows), got M={} ldx={}",
-        a.M, a.ldx));
   if (impl == LinearImpl::kDecode && a.M > detail::kMaxDecodeM)
     return {Code::kUnsupported,
             fmt::format("flashnorm_linear: decode implementation needs M <= {}, got M={}",
@@ -414,7 +410,6 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   p.x = a.x, p.ldx = a.ldx, p.w = a.w, p.ldw = a.ldw, p.y = a.y, p.ldy = a.ldy;
   p.bias = a.bias, p.mask = a.scale_mask, p.y_f32 = a.y_f32 ? 1 : 0;
   p.accumulate = a.accumulate ? 1 : 0, p.y_rounded = a.y_rounded;
-  p.x_glu = !a.x_glu ? 0 : (a.glu_kind == GluKind::kSwiGLU ? 1 : 2);
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
   p.eps = a.eps;
   const DecodeConfig c = decode_config(a.M, a.N, a.K);

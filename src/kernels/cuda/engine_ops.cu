@@ -10,6 +10,7 @@
 #include "elements.cuh"
 #include "flashnorm/kernels/cuda/engine_ops.h"
 #include "pdl.cuh"
+#include "reduce.cuh"
 
 namespace flashnorm::kernels::cuda {
 namespace {
@@ -17,6 +18,8 @@ namespace {
 using detail::BF16;
 using detail::FP16;
 using detail::launch_ex;
+using detail::block_max;
+using detail::block_sum;
 using detail::pdl_begin;
 
 Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
@@ -29,28 +32,6 @@ Status launched(const char* what, cudaError_t launch_error = cudaSuccess) {
           std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
 }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ float block_sum(float v, float* red) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
-  __syncthreads();  // red may still be read by an earlier reduction
-  if ((threadIdx.x & 31) == 0) red[w] = v;
-  __syncthreads();
-  float s = 0.f;
-  for (int i = 0; i < nw; ++i) s += red[i];
-  return s;
-}
-__device__ float block_max(float v, float* red) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) red[w] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int i = 0; i < nw; ++i) m = fmaxf(m, red[i]);
-  return m;
-}
 
 // ---- embedding ------------------------------------------------------------------------------
 template <class E>

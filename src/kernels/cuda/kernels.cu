@@ -8,6 +8,7 @@
 #include "elements.cuh"
 #include "launch.h"
 #include "pdl.cuh"
+#include "reduce.cuh"
 
 namespace flashnorm::kernels::cuda::detail {
 namespace {
@@ -52,12 +53,6 @@ __device__ __forceinline__ void mma16816<FP16>(float c[4], uint32_t a0, uint32_t
       "{%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // ---- RMSNorm: one CTA per row, VPT 16-byte vectors per thread held in registers
@@ -216,26 +211,6 @@ __global__ void spin_kernel(long long cycles) {
 // order); for split-K over CTAs (gridDim.y > 1), each CTA publishes its partials, __threadfence +
 // atomicAdd on the row block's counter, and the last arriving CTA (which then issues its own
 // __threadfence before reading) reduces in fixed order and resets the counter.
-// One 16-byte x fragment (8 consecutive k of one row) of the decode kernel. XG = 0: x in dtype; XG
-// = 1 / 2: x = round_dtype(act(gate) * up) from fp32 gate|up rows (SwiGLU / GeGLU; the up half
-// starts K elements after the gate half), the GLU kernel fused into the load.
-template <class E, int XG>
-__device__ __forceinline__ uint4 load_x(const void* row, int k, int K) {
-  if constexpr (XG == 0) {
-    return ld_nc(static_cast<const typename E::T*>(row) + k);
-  } else {
-    const float4* g = reinterpret_cast<const float4*>(static_cast<const float*>(row) + k);
-    const float4* u = reinterpret_cast<const float4*>(static_cast<const float*>(row) + K + k);
-    const float4 g0 = __ldg(g), g1 = __ldg(g + 1), u0 = __ldg(u), u1 = __ldg(u + 1);
-    const float gs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-    const float us[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-    float f[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = glu_value<XG == 2>(gs[i], us[i]);
-    return pack8<E>(f);
-  }
-}
-
 template <class E, int MT>
 struct DecodeTraits {
   static constexpr int U = MT == 1 ? 4 : (MT == 2 ? 2 : (MT == 4 ? 2 : 1));
@@ -255,10 +230,10 @@ __device__ __forceinline__ void decode_load_w(int k, bool vA, bool vB, const typ
   }
 }
 
-template <class E, int MT, int XG>
-__device__ __forceinline__ void decode_load(int k, int K, bool vA, bool vB, const typename E::T* wa,
+template <class E, int MT>
+__device__ __forceinline__ void decode_load(int k, bool vA, bool vB, const typename E::T* wa,
                                             const typename E::T* wb, const bool (&vx)[MT],
-                                            const void* const (&xr)[MT],
+                                            const typename E::T* const (&xr)[MT],
                                             uint4 (&A)[DecodeTraits<E, MT>::U],
                                             uint4 (&B)[DecodeTraits<E, MT>::U],
                                             uint4 (&X)[DecodeTraits<E, MT>::U][MT]) {
@@ -272,10 +247,10 @@ __device__ __forceinline__ void decode_load(int k, int K, bool vA, bool vB, cons
 #pragma unroll
   for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? load_x<E, XG>(xr[t], k + u * 32, K) : z4;
+    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + k + u * 32) : z4;
 }
 
-template <class E, int MT, int RW, int XG>
+template <class E, int MT, int RW>
 __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBlocks)
     decode_kernel(DecodeParams p) {
   using T = typename E::T;
@@ -305,18 +280,13 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   const bool vA = rowA < p.N, vB = rowB < p.N;
   const T* wa = static_cast<const T*>(p.w) + static_cast<int64_t>(vA ? rowA : 0) * p.ldw + q * 8;
   const T* wb = static_cast<const T*>(p.w) + static_cast<int64_t>(vB ? rowB : 0) * p.ldw + q * 8;
-  const void* xr[MT];  // x row of m = t * 8 + g, at this thread's first k (q * 8)
+  const T* xr[MT];
   bool vx[MT];
 #pragma unroll
   for (int t = 0; t < MT; ++t) {
     const int m = t * 8 + g;
     vx[t] = m < p.M;
-    const int64_t off = static_cast<int64_t>(vx[t] ? m : 0) * p.ldx + q * 8;
-    if constexpr (XG == 0) {
-      xr[t] = static_cast<const T*>(p.x) + off;
-    } else {
-      xr[t] = static_cast<const float*>(p.x) + off;
-    }
+    xr[t] = static_cast<const T*>(p.x) + static_cast<int64_t>(vx[t] ? m : 0) * p.ldx + q * 8;
   }
   float acc[MT][4];
   float ssa[MT];
@@ -341,13 +311,12 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? load_x<E, XG>(xr[t], kb + u * 32, p.K) : z4;
+      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + kb + u * 32) : z4;
   }
   for (int bi = 0; bi < nfull; ++bi) {
     uint4 An[U], Bn[U], Xn[U][MT];
     const bool more = bi + 1 < nfull;
-    if (more)
-      decode_load<E, MT, XG>(kb + (bi + 1) * 32 * U, p.K, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
+    if (more) decode_load<E, MT>(kb + (bi + 1) * 32 * U, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -372,7 +341,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
     const uint4 Br = (vB && in) ? ld_stream(wb + k) : z4;
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
-      const uint4 Xr = (vx[t] && in) ? load_x<E, XG>(xr[t], k, p.K) : z4;
+      const uint4 Xr = (vx[t] && in) ? ld_nc(xr[t] + k) : z4;
       if (do_ss) ssa[t] += sumsq8<E>(Xr);
       mma16816<E>(acc[t], Ar.x, Br.x, Ar.y, Br.y, Xr.x, Xr.y);
       mma16816<E>(acc[t], Ar.z, Br.z, Ar.w, Br.w, Xr.z, Xr.w);
@@ -409,8 +378,9 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
       float& yv = static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ldy + n];
       const float nv = yv + o;
       yv = nv;
-      if (p.y_rounded)
+      if (p.y_rounded) {
         static_cast<T*>(p.y_rounded)[static_cast<int64_t>(m) * p.ldy + n] = E::from_f(nv);
+      }
     } else if (p.y_f32) {
       static_cast<float*>(p.y)[static_cast<int64_t>(m) * p.ldy + n] = o;
     } else {
@@ -464,35 +434,24 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   if (threadIdx.x == 0) p.counters[rb] = 0u;  // ready for the next (stream-ordered) launch
 }
 
-template <class E, int MT, int RW, int XG>
+template <class E, int MT, int RW>
 cudaError_t decode_launch(const DecodeParams& p, cudaStream_t s) {
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_kernel<E, MT, RW, XG>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxSmem);
+      decode_kernel<E, MT, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxSmem);
   if (attr != cudaSuccess) return attr;
-  return launch_ex(decode_kernel<E, MT, RW, XG>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
+  return launch_ex(decode_kernel<E, MT, RW>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
                    dim3(RW * p.kw * 32), decode_smem_bytes(p.M, p.rw, p.kw), s, p.pdl != 0, p);
-}
-
-// The fused-GLU input exists for M <= 16 (MT <= 2): the engine's decode steps.
-template <class E, int MT, int RW>
-cudaError_t decode_dispatch_xg(const DecodeParams& p, cudaStream_t s) {
-  if constexpr (MT <= 2) {
-    if (p.x_glu == 1) return decode_launch<E, MT, RW, 1>(p, s);
-    if (p.x_glu == 2) return decode_launch<E, MT, RW, 2>(p, s);
-  }
-  if (p.x_glu != 0) return cudaErrorInvalidValue;
-  return decode_launch<E, MT, RW, 0>(p, s);
 }
 
 template <class E, int MT>
 cudaError_t decode_dispatch_rw(const DecodeParams& p, cudaStream_t s) {
   switch (p.rw) {
     case 1:
-      return decode_dispatch_xg<E, MT, 1>(p, s);
+      return decode_launch<E, MT, 1>(p, s);
     case 2:
-      return decode_dispatch_xg<E, MT, 2>(p, s);
+      return decode_launch<E, MT, 2>(p, s);
     case 4:
-      return decode_dispatch_xg<E, MT, 4>(p, s);
+      return decode_launch<E, MT, 4>(p, s);
     default:
       return cudaErrorInvalidValue;
   }

@@ -28,7 +28,6 @@ struct DecodeParams {
   int y_f32;       // 1: y is fp32
   int accumulate;  // 1: y (fp32) += result, and y_rounded (nullable, dtype) = round(new y)
   void* y_rounded;
-  int x_glu;  // 0: x is dtype; 1: SwiGLU, 2: GeGLU of fp32 gate|up rows (x K wide each)
   int M, N, K;
   float eps;
   int rw, kw;          // row-warps (1, 2, 4) and k-warps per CTA

@@ -88,9 +88,26 @@ struct AttentionArgs {
 int attention_splits(const AttentionArgs& a);
 Status attention(const AttentionArgs& a, cudaStream_t s);
 
+// Decode attention with the RoPE / QK-norm / KV-cache write fused in (one launch instead of
+// rope_kv + attention + combine): for T <= 16 tokens at positions *pos .. *pos + T - 1, computes
+// what rope_kv followed by attention with split_keys would (same functions; `rope` supplies qkv,
+// pos, the RoPE tables, the norms and the caches, `attn` the window, scale, out, split_keys and
+// partials; rope.q and attn.q are unused). One CTA per (head, token, key chunk); each prepares the
+// rows it needs from qkv in shared memory (its query; the keys and values of this pass's tokens in
+// its chunk, which it never reads from the cache), and the CTA of chunk 0 and the first head of
+// each KV group writes its token's key and value rows to the cache, so no CTA reads a cache row
+// this launch writes. The chunks of a (head, token) are merged by the last CTA to arrive (a counter
+// per (token, head) in `counters`, [16 * n_head] uint32, zero before the first launch, reset by
+// that CTA; release/acquire by __threadfence), not by a second kernel (flash-decoding). Errors: T
+// <= 16, D % 4 == 0, D <= 256, split_keys > 0, partials and counters set.
+Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsigned* counters,
+                        cudaStream_t s);
+constexpr int kDecodeAttentionMaxT = 16;
+
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
-// approximation of GELU (GeGLU, Gemma) (GluKind, kernels.h). gu: [T, 2F] fp32 (gate columns, then
+// approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh). gu: [T, 2F] fp32 (gate columns, then
 // up); act: [T, F] dt.
+enum class GluKind { kSwiGLU, kGeGLU };
 Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s,
            bool pdl = false);
 

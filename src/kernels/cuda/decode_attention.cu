@@ -1,0 +1,262 @@
+// Decode attention with RoPE, QK-norm and the KV-cache write fused in, and the key chunks merged by
+// the last CTA to finish (flash-decoding without a second kernel). API and contract:
+// include/flashnorm/kernels/cuda/engine_ops.h (decode_attention). Sources: HF modeling_llama.py /
+// modeling_gemma3.py (RoPE, QK-norm), Dao et al., "Flash-Decoding for long-context inference"
+// (2023) for the split over keys and its log-sum-exp merge.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "elements.cuh"
+#include "flashnorm/kernels/cuda/engine_ops.h"
+#include "pdl.cuh"
+#include "reduce.cuh"
+
+namespace flashnorm::kernels::cuda {
+namespace {
+
+using detail::block_max;
+using detail::block_sum;
+using detail::launch_ex;
+using detail::pdl_begin;
+using detail::warp_sum;
+
+constexpr int kThreads = 256;
+
+// One head row of D (<= 256) values prepared by one warp, lane l holding the rotation pairs l,
+// l + 32, l + 64, l + 96 (pair i = elements (i, i + D/2) with neox, else (2i, 2i + 1)):
+//   y = RoPE_p(x * rsqrt(mean(x^2) + eps) * gain)
+// with the norm when gain or renorm is set (QK-norm with its gain; unit renorm of v), RoPE at
+// position p when rope (tables [max_ctx][D/2]). Every lane of the warp must call it.
+__device__ void prep_row(const float* x, float* y, int D, const float* gain, bool renorm, bool rope,
+                         int p, const float* cos_t, const float* sin_t, bool neox, float eps) {
+  const int lane = threadIdx.x & 31, half = D / 2;
+  float a[4], b[4], ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int pi = lane + 32 * i;
+    a[i] = b[i] = 0.f;
+    if (pi < half) {
+      a[i] = x[neox ? pi : 2 * pi];
+      b[i] = x[neox ? pi + half : 2 * pi + 1];
+      ss = fmaf(a[i], a[i], ss);
+      ss = fmaf(b[i], b[i], ss);
+    }
+  }
+  const bool norm = gain != nullptr || renorm;
+  const float r = norm ? rsqrtf(warp_sum(ss) / D + eps) : 1.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int pi = lane + 32 * i;
+    if (pi >= half) continue;
+    const int i0 = neox ? pi : 2 * pi, i1 = neox ? pi + half : 2 * pi + 1;
+    float x0 = a[i], x1 = b[i];
+    if (norm) {
+      x0 *= r * (gain ? gain[i0] : 1.f);
+      x1 *= r * (gain ? gain[i1] : 1.f);
+    }
+    if (rope) {
+      const float c = cos_t[static_cast<int64_t>(p) * half + pi];
+      const float s = sin_t[static_cast<int64_t>(p) * half + pi];
+      const float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+      x0 = y0, x1 = y1;
+    }
+    y[i0] = x0;
+    y[i1] = x1;
+  }
+}
+
+// CTA (head h, token t, key chunk z) of kThreads threads. Shared memory: q [D], the keys and values
+// of this pass's tokens [T][D] each (rows j - p0), per-warp partial outputs [warps][D], scores
+// [split_keys].
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    decode_attention_kernel(RopeKvArgs r, AttentionArgs a, unsigned* counters) {
+  pdl_begin();
+  extern __shared__ float sm[];
+  __shared__ float red[32];
+  __shared__ int s_last;
+  const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = r.D, T = r.T;
+  const int nw = blockDim.x / 32, lane = threadIdx.x & 31, w = threadIdx.x / 32;
+  const int group = r.n_head / r.n_head_kv, kh = h / group;
+  const int nq = r.n_head * D, nkv = r.n_head_kv * D;
+  const int p0 = *r.pos, pt = p0 + t, visible = pt + 1;
+  const int first = a.window > 0 ? max(0, visible - a.window) : 0;
+  const int k0 = first + z * a.split_keys, k1 = min(visible, k0 + a.split_keys);
+  const bool live = k0 < k1;  // else an empty chunk (the grid covers max_ctx keys)
+  float* q = sm;
+  float* knew = q + D;
+  float* vnew = knew + T * D;
+  float* part = vnew + T * D;
+  float* sc = part + nw * D;
+  const float* qkv_t = r.qkv + static_cast<int64_t>(t) * r.ldqkv;
+
+  // Rows from qkv, one warp each: this CTA's query; the keys and values of this pass's tokens that
+  // fall in the chunk (j in [n0, k1), never read from the cache here); and, for chunk 0 of the
+  // first head of each KV group, token t's key and value rows into the cache (read by later
+  // passes).
+  const int n0 = max(k0, p0), nnew = live ? max(0, k1 - n0) : 0;
+  const bool writer = z == 0 && h % group == 0;
+  const int ntasks = (live ? 1 : 0) + 2 * nnew + (writer ? 2 : 0);
+  for (int task = w; task < ntasks; task += nw) {
+    int u = task;
+    if (live && u == 0) {
+      prep_row(qkv_t + h * D, q, D, r.q_norm, false, true, pt, r.cos, r.sin, r.neox, r.eps);
+      continue;
+    }
+    if (live) --u;
+    if (u < 2 * nnew) {
+      const int j = n0 + u / 2;
+      const float* src = r.qkv + static_cast<int64_t>(j - p0) * r.ldqkv;
+      if (u % 2 == 0) {
+        prep_row(src + nq + kh * D, knew + (j - p0) * D, D, r.k_norm, false, true, j, r.cos, r.sin,
+                 r.neox, r.eps);
+      } else {
+        prep_row(src + nq + nkv + kh * D, vnew + (j - p0) * D, D, nullptr, r.v_renorm, false, j,
+                 r.cos, r.sin, r.neox, r.eps);
+      }
+      continue;
+    }
+    u -= 2 * nnew;
+    const int64_t row = static_cast<int64_t>(pt) * nkv + kh * D;
+    if (u == 0) {
+      prep_row(qkv_t + nq + kh * D, r.k_cache + row, D, r.k_norm, false, true, pt, r.cos, r.sin,
+               r.neox, r.eps);
+    } else {
+      prep_row(qkv_t + nq + nkv + kh * D, r.v_cache + row, D, nullptr, r.v_renorm, false, pt, r.cos,
+               r.sin, r.neox, r.eps);
+    }
+  }
+  __syncthreads();
+
+  float* ws = a.partials + ((static_cast<int64_t>(t) * r.n_head + h) * gridDim.z + z) * (D + 2);
+  if (live) {  // uniform over the CTA
+    const int nk = k1 - k0;
+    const float* kbase = r.k_cache + kh * D;
+    const float* vbase = r.v_cache + kh * D;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+      const int key = k0 + j;
+      const float4* kr = reinterpret_cast<const float4*>(
+          key >= p0 ? knew + (key - p0) * D : kbase + static_cast<int64_t>(key) * nkv);
+      float s = 0.f;
+      for (int d = 0; d < D / 4; ++d) {
+        const float4 k = kr[d];
+        s = fmaf(q[4 * d], k.x, s);
+        s = fmaf(q[4 * d + 1], k.y, s);
+        s = fmaf(q[4 * d + 2], k.z, s);
+        s = fmaf(q[4 * d + 3], k.w, s);
+      }
+      s *= a.scale;
+      sc[j] = s;
+      mx = fmaxf(mx, s);
+    }
+    mx = block_max(mx, red);
+    float sum = 0.f;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+      const float e = __expf(sc[j] - mx);
+      sc[j] = e;
+      sum += e;
+    }
+    sum = block_sum(sum, red);                                // its barriers also publish sc
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // dims lane + 32 i
+    for (int j = w; j < nk; j += nw) {
+      const float pj = sc[j];
+      const int key = k0 + j;
+      const float* vr = key >= p0 ? vnew + (key - p0) * D : vbase + static_cast<int64_t>(key) * nkv;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int d = lane + 32 * i;
+        if (d < D) acc[i] = fmaf(pj, vr[d], acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) part[w * D + d] = acc[i];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float o = 0.f;
+      for (int k = 0; k < nw; ++k) o += part[k * D + d];
+      ws[2 + d] = o;
+    }
+    if (threadIdx.x == 0) ws[0] = mx, ws[1] = sum;
+  } else if (threadIdx.x == 0) {
+    ws[0] = -INFINITY, ws[1] = 0.f;
+  }
+
+  // Join: publish this chunk, count it; the last chunk of (t, h) to arrive merges all of them.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    s_last = atomicAdd(&counters[t * r.n_head + h], 1u) == gridDim.z - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int splits = gridDim.z;
+  const float* base = a.partials + (static_cast<int64_t>(t) * r.n_head + h) * splits * (D + 2);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float m = -INFINITY;
+    for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(base + s * (D + 2)));
+    float l = 0.f, o = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float* p = base + s * (D + 2);
+      const float ls = __ldcg(p + 1);
+      if (ls == 0.f) continue;  // empty chunk
+      const float f = __expf(__ldcg(p) - m);
+      l = fmaf(ls, f, l);
+      o = fmaf(__ldcg(p + 2 + d), f, o);
+    }
+    static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] = E::from_f(o / l);
+  }
+  if (threadIdx.x == 0)
+    counters[t * r.n_head + h] = 0u;  // ready for the next stream-ordered launch
+}
+
+Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
+
+}  // namespace
+
+Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* counters,
+                        cudaStream_t s) {
+  if (r.T < 1 || r.T > kDecodeAttentionMaxT || r.n_head < 1 || r.n_head_kv < 1 ||
+      r.n_head % r.n_head_kv || r.D < 4 || r.D % 4 || r.D > 256 || r.max_ctx < 1 ||
+      r.max_ctx > 32768 || a.window < 0 || a.split_keys < 1)
+    return invalid(
+        "decode_attention: 1 <= T <= 16, D % 4 == 0 and <= 256, n_head % n_head_kv == 0, "
+        "max_ctx <= 32768, split_keys >= 1");
+  if (a.T != r.T || a.n_head != r.n_head || a.n_head_kv != r.n_head_kv || a.D != r.D ||
+      a.max_ctx != r.max_ctx || a.dt != r.dt)
+    return invalid("decode_attention: rope and attn disagree on T, heads, D, max_ctx or dtype");
+  if (!r.qkv || !r.pos || !r.cos || !r.sin || !r.k_cache || !r.v_cache || !a.out || !a.partials ||
+      !counters)
+    return invalid("decode_attention: null pointer");
+  const int splits = attention_splits(a);
+  const int keys = std::min(a.split_keys, r.max_ctx);
+  const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * r.T + kThreads / 32) +
+                                       static_cast<size_t>(keys));
+  if (smem > 227 * 1024) return invalid("decode_attention: shared memory exceeds 227 KiB");
+  auto go = [&](auto e) {
+    using E = decltype(e);
+    auto kern = decode_attention_kernel<E>;
+    if (smem > 48 * 1024) {
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+    }
+    const cudaError_t le = launch_ex(kern, dim3(r.n_head, r.T, splits), kThreads, smem, s,
+                                     r.pdl || a.pdl, r, a, counters);
+    cudaError_t e2 = cudaGetLastError();
+    if (le != cudaSuccess) e2 = le;
+    if (e2 == cudaSuccess) return Status{};
+    return Status{Code::kCudaError, std::string("decode_attention_kernel: ") +
+                                        cudaGetErrorName(e2) + " (" + cudaGetErrorString(e2) + ")"};
+  };
+  if (r.dt == DType::kBF16) return go(detail::BF16{});
+  if (r.dt == DType::kFP16) return go(detail::FP16{});
+  return invalid("decode_attention: dtype must be bf16 or fp16");
+}
+
+}  // namespace flashnorm::kernels::cuda
