@@ -81,6 +81,31 @@ if has ncu && command -v ncu > /dev/null; then
   done
 fi
 
+if has ncuk && command -v ncu > /dev/null; then
+  # GPU time of the non-GEMV kernels only (-k filter: the load-time GEMV tuning runs unprofiled, so
+  # this is quick), over a 1-token prompt and 3 decode steps per mode; the GEMVs' times are the
+  # tuner's (bench --model prints them).
+  stamp "ncu: non-GEMV kernels of decode steps"
+  for norm in standard flashnorm; do
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+      -k regex:'decode_attention|sample|embed|glu|rms_norm|residual|rope|attention' \
+      "$BIN/flashnorm" generate -m "$M" --device cuda --norm $norm -p "Hi" -n 4 \
+      > "$OUT/ncuk_$norm.csv" 2>/dev/null
+    echo "ncu $norm rc=$?"
+    python3 - "$OUT/ncuk_$norm.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; k = hdr.index("Kernel Name"); v = hdr.index("Metric Value")
+t = collections.defaultdict(list)
+for r in rows[1:]:
+    t[r[k].split("(")[0].split("<")[0]].append(float(r[v]) / 1e3)
+for name, xs in sorted(t.items()):
+    xs.sort()
+    print(f"  {name:<32} n={len(xs):4d} median {xs[len(xs)//2]:7.2f} us  max {xs[-1]:7.2f} us")
+PY
+  done
+fi
+
 if has verify; then
   for dt in ${VERIFY_DTYPES:-bf16}; do
     stamp "equivalence: verify --device cuda --dtype $dt (1024 teacher-forced positions)"

@@ -124,6 +124,7 @@ struct CudaEngine::Impl {
   bool xn_ready = false;  // xn holds the next normed projection's input (fused_add_norm)
   DeviceBuffer partials;  // split-key attention (decode)
   DeviceBuffer attn_counters;  // decode_attention's per-(token, head) arrival counters
+  DeviceBuffer sample_ws;      // sample_tokens' per-CTA winners and arrival counter
   std::vector<GemvTuning> tuning;
   int pos = 0;
   // profiling
@@ -282,7 +283,7 @@ struct CudaEngine::Impl {
       op(kOther, [&] {
         ok(fk::sample_tokens(V, logits.as<float>() + size_t(rows - 1) * ldv, temperature, seed,
                              d_pos.as<int32_t>(), 1, d_tokens.as<int32_t>(),
-                             d_history.as<int32_t>(), max_ctx + 1, s(), opt.pdl));
+                             d_history.as<int32_t>(), max_ctx + 1, sample_ws.get(), s(), opt.pdl));
       });
     }
   }
@@ -534,6 +535,8 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
                               fk::attention_splits(aa) * (e.D + 2) * sizeof(float));
     e.attn_counters = DeviceBuffer(size_t(fk::kDecodeAttentionMaxT) * c.n_head * sizeof(unsigned));
     FN_CUDA_CHECK(cudaMemset(e.attn_counters.get(), 0, e.attn_counters.bytes()));
+    e.sample_ws = DeviceBuffer(fk::sample_workspace_bytes());
+    FN_CUDA_CHECK(cudaMemset(e.sample_ws.get(), 0, e.sample_ws.bytes()));
   }
   FN_CUDA_CHECK(cudaMemset(e.kc.get(), 0, kv));
   FN_CUDA_CHECK(cudaMemset(e.vc.get(), 0, kv));
@@ -607,7 +610,8 @@ std::vector<int32_t> CudaEngine::generate(std::span<const int32_t> prompt, int n
   // First token from the prompt's last logits (position pos - 1 advances to pos).
   e.set_pos_device(e.pos - 1);
   ok(fk::sample_tokens(e.V, e.logits.as<float>(), temperature, seed, e.d_pos.as<int32_t>(), 1,
-                       e.d_tokens.as<int32_t>(), e.d_history.as<int32_t>(), e.max_ctx + 1, e.s()));
+                       e.d_tokens.as<int32_t>(), e.d_history.as<int32_t>(), e.max_ctx + 1,
+                       e.sample_ws.get(), e.s()));
   const int first = e.pos;  // position of the first generated token
   int produced = 1;
   auto read_token = [&]() {

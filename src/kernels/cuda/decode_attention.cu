@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "attend.cuh"
 #include "elements.cuh"
 #include "flashnorm/kernels/cuda/engine_ops.h"
 #include "pdl.cuh"
@@ -68,7 +69,7 @@ __device__ void prep_row(const float* x, float* y, int D, const float* gain, boo
 }
 
 // CTA (head h, token t, key chunk z) of kThreads threads. Shared memory: q [D], the keys and values
-// of this pass's tokens [T][D] each (rows j - p0), per-warp partial outputs [warps][D], scores
+// of this pass's tokens [T][D] each (rows j - p0), attend_chunk's scratch [4 * kThreads] and scores
 // [split_keys].
 template <class E>
 __global__ void __launch_bounds__(kThreads)
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float red[32];
   __shared__ int s_last;
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = r.D, T = r.T;
-  const int nw = blockDim.x / 32, lane = threadIdx.x & 31, w = threadIdx.x / 32;
+  const int nw = blockDim.x / 32, w = threadIdx.x / 32;
   const int group = r.n_head / r.n_head_kv, kh = h / group;
   const int nq = r.n_head * D, nkv = r.n_head_kv * D;
   const int p0 = *r.pos, pt = p0 + t, visible = pt + 1;
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   float* knew = q + D;
   float* vnew = knew + T * D;
   float* part = vnew + T * D;
-  float* sc = part + nw * D;
+  float* sc = part + 4 * kThreads;
   const float* qkv_t = r.qkv + static_cast<int64_t>(t) * r.ldqkv;
 
   // Rows from qkv, one warp each: this CTA's query; the keys and values of this pass's tokens that
@@ -132,56 +133,21 @@ __global__ void __launch_bounds__(kThreads)
 
   float* ws = a.partials + ((static_cast<int64_t>(t) * r.n_head + h) * gridDim.z + z) * (D + 2);
   if (live) {  // uniform over the CTA
-    const int nk = k1 - k0;
     const float* kbase = r.k_cache + kh * D;
     const float* vbase = r.v_cache + kh * D;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-      const int key = k0 + j;
-      const float4* kr = reinterpret_cast<const float4*>(
-          key >= p0 ? knew + (key - p0) * D : kbase + static_cast<int64_t>(key) * nkv);
-      float s = 0.f;
-      for (int d = 0; d < D / 4; ++d) {
-        const float4 k = kr[d];
-        s = fmaf(q[4 * d], k.x, s);
-        s = fmaf(q[4 * d + 1], k.y, s);
-        s = fmaf(q[4 * d + 2], k.z, s);
-        s = fmaf(q[4 * d + 3], k.w, s);
-      }
-      s *= a.scale;
-      sc[j] = s;
-      mx = fmaxf(mx, s);
-    }
-    mx = block_max(mx, red);
-    float sum = 0.f;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-      const float e = __expf(sc[j] - mx);
-      sc[j] = e;
-      sum += e;
-    }
-    sum = block_sum(sum, red);                                // its barriers also publish sc
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // dims lane + 32 i
-    for (int j = w; j < nk; j += nw) {
-      const float pj = sc[j];
-      const int key = k0 + j;
-      const float* vr = key >= p0 ? vnew + (key - p0) * D : vbase + static_cast<int64_t>(key) * nkv;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int d = lane + 32 * i;
-        if (d < D) acc[i] = fmaf(pj, vr[d], acc[i]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) part[w * D + d] = acc[i];
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      float o = 0.f;
-      for (int k = 0; k < nw; ++k) o += part[k * D + d];
-      ws[2 + d] = o;
-    }
+    float mx, sum;
+    detail::attend_chunk(
+        q, D, k1 - k0, a.scale,
+        [&](int j) {
+          const int key = k0 + j;
+          return key >= p0 ? knew + (key - p0) * D : kbase + static_cast<int64_t>(key) * nkv;
+        },
+        [&](int j) {
+          const int key = k0 + j;
+          return key >= p0 ? vnew + (key - p0) * D : vbase + static_cast<int64_t>(key) * nkv;
+        },
+        sc, part, red, mx, sum);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) ws[2 + d] = q[d];
     if (threadIdx.x == 0) ws[0] = mx, ws[1] = sum;
   } else if (threadIdx.x == 0) {
     ws[0] = -INFINITY, ws[1] = 0.f;
@@ -236,8 +202,8 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
     return invalid("decode_attention: null pointer");
   const int splits = attention_splits(a);
   const int keys = std::min(a.split_keys, r.max_ctx);
-  const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * r.T + kThreads / 32) +
-                                       static_cast<size_t>(keys));
+  const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * r.T) +
+                                       4 * static_cast<size_t>(kThreads) + keys);
   if (smem > 227 * 1024) return invalid("decode_attention: shared memory exceeds 227 KiB");
   auto go = [&](auto e) {
     using E = decltype(e);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "attend.cuh"
 #include "elements.cuh"
 #include "flashnorm/kernels/cuda/engine_ops.h"
 #include "pdl.cuh"
@@ -16,10 +17,10 @@ namespace flashnorm::kernels::cuda {
 namespace {
 
 using detail::BF16;
-using detail::FP16;
-using detail::launch_ex;
 using detail::block_max;
 using detail::block_sum;
+using detail::FP16;
+using detail::launch_ex;
 using detail::pdl_begin;
 
 Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
@@ -162,7 +163,6 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
   extern __shared__ float sm[];
   __shared__ float red[32];
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = a.D;
-  const int nw = blockDim.x / 32, lane = threadIdx.x & 31, w = threadIdx.x / 32;
   const int nq = a.n_head * D, nkv = a.n_head_kv * D, kh = h / (a.n_head / a.n_head_kv);
   const int visible = *a.pos + t + 1;  // keys 0 .. visible-1 are causal-visible
   const int first = a.window > 0 ? max(0, visible - a.window) : 0;
@@ -175,64 +175,25 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
     if (ws && threadIdx.x == 0) ws[0] = -INFINITY, ws[1] = 0.f;
     return;
   }
-  const int nk = k1 - k0;
-  float* q = sm;              // [D]
-  float* part = sm + D;       // [nw][D]
-  float* sc = part + nw * D;  // [nk]
+  float* q = sm;                      // [D], then the output
+  float* part = sm + D;               // [4 * blockDim.x]
+  float* sc = part + 4 * blockDim.x;  // [k1 - k0]
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     q[d] = a.q[static_cast<int64_t>(t) * nq + h * D + d];
   }
   __syncthreads();
-  const float* kbase = a.k_cache + kh * D;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-    const float4* kr = reinterpret_cast<const float4*>(kbase + static_cast<int64_t>(k0 + j) * nkv);
-    float s = 0.f;
-    for (int d = 0; d < D / 4; ++d) {
-      const float4 k = kr[d];
-      s = fmaf(q[4 * d], k.x, s);
-      s = fmaf(q[4 * d + 1], k.y, s);
-      s = fmaf(q[4 * d + 2], k.z, s);
-      s = fmaf(q[4 * d + 3], k.w, s);
-    }
-    s *= a.scale;
-    sc[j] = s;
-    mx = fmaxf(mx, s);
-  }
-  mx = block_max(mx, red);
-  float sum = 0.f;
-  for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-    const float e = __expf(sc[j] - mx);
-    sc[j] = e;
-    sum += e;
-  }
-  sum = block_sum(sum, red);  // its barriers also publish sc
-  const float* vbase = a.v_cache + kh * D;
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // dims lane + 32 i (D <= 256)
-#pragma unroll 4
-  for (int j = w; j < nk; j += nw) {
-    const float p = sc[j];
-    const float* vr = vbase + static_cast<int64_t>(k0 + j) * nkv;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) acc[i] = fmaf(p, vr[d], acc[i]);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int d = lane + 32 * i;
-    if (d < D) part[w * D + d] = acc[i];
-  }
-  __syncthreads();
+  const float* kbase = a.k_cache + kh * D + static_cast<int64_t>(k0) * nkv;
+  const float* vbase = a.v_cache + kh * D + static_cast<int64_t>(k0) * nkv;
+  float mx, sum;
+  detail::attend_chunk(
+      q, D, k1 - k0, a.scale, [&](int j) { return kbase + static_cast<int64_t>(j) * nkv; },
+      [&](int j) { return vbase + static_cast<int64_t>(j) * nkv; }, sc, part, red, mx, sum);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.f;
-    for (int k = 0; k < nw; ++k) o += part[k * D + d];
     if (ws) {
-      ws[2 + d] = o;
+      ws[2 + d] = q[d];
     } else {
       static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] =
-          E::from_f(o / sum);
+          E::from_f(q[d] / sum);
     }
   }
   if (ws && threadIdx.x == 0) ws[0] = mx, ws[1] = sum;
@@ -281,16 +242,22 @@ __device__ uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
   return z ^ (z >> 31);
 }
 
+// Best (value, id) of two candidates: the larger value, the lower id on ties; NaN never wins.
+__device__ __forceinline__ void better(float& bv, int& bi, float v, int i) {
+  if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
+}
+
 __global__ void sample_kernel(const float* logits, int vocab, float temperature, uint64_t seed,
                               int32_t* pos, int advance, int32_t* token, int32_t* history,
-                              int history_len) {
+                              int history_len, float* part_v, int* part_i, unsigned* counter) {
   pdl_begin();
   __shared__ float bv[32];
   __shared__ int bi[32];
-  const int p = *pos + advance;
+  __shared__ int s_last;
+  const int p = *pos + advance;  // every CTA reads *pos before it arrives; the last one writes it
   float best = -INFINITY;
   int idx = INT32_MAX;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < vocab; j += gridDim.x * blockDim.x) {
     float v = logits[j];
     if (temperature > 0.f) {
       const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(p) * 0x9e3779b97f4a7c15ull +
@@ -299,24 +266,29 @@ __global__ void sample_kernel(const float* logits, int vocab, float temperature,
       const float u = (static_cast<float>(h >> 41) + 0.5f) * 0x1p-23f;
       v = v / temperature - logf(-logf(u));
     }
-    if (v > best || (v == best && j < idx)) best = v, idx = j;  // NaN never compares greater
+    better(best, idx, v, j);
   }
   for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
+    better(best, idx, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, idx, o));
   }
   if ((threadIdx.x & 31) == 0) bv[threadIdx.x / 32] = best, bi[threadIdx.x / 32] = idx;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
-      if (bv[w] > best || (bv[w] == best && bi[w] < idx)) best = bv[w], idx = bi[w];
-    }
-    if (idx == INT32_MAX) idx = 0;  // every logit NaN
-    *token = idx;
-    if (history && p < history_len) history[p] = idx;
-    *pos = p;
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) better(best, idx, bv[w], bi[w]);
+  part_v[blockIdx.x] = best, part_i[blockIdx.x] = idx;
+  __threadfence();  // release this CTA's winner before counting it
+  s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  if (!s_last) return;
+  __threadfence();  // acquire the others'
+  best = -INFINITY, idx = INT32_MAX;
+  for (int b = 0; b < static_cast<int>(gridDim.x); ++b) {
+    better(best, idx, __ldcg(part_v + b), __ldcg(part_i + b));
   }
+  if (idx == INT32_MAX) idx = 0;  // every logit NaN
+  *token = idx;
+  if (history && p < history_len) history[p] = idx;
+  *pos = p;
+  *counter = 0u;  // ready for the next stream-ordered call
 }
 
 template <class F>
@@ -387,7 +359,7 @@ Status attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.split_keys > 0 && !a.partials) return invalid("attention: split_keys needs partials");
   const int threads = 256, splits = attention_splits(a);
   const int keys = a.split_keys > 0 ? std::min(a.split_keys, a.max_ctx) : a.max_ctx;
-  const size_t smem = sizeof(float) * (a.D + static_cast<size_t>(threads / 32) * a.D + keys);
+  const size_t smem = sizeof(float) * (a.D + 4 * static_cast<size_t>(threads) + keys);
   if (smem > 227 * 1024) return invalid("attention: shared memory for the scores exceeds 227 KiB");
   AttentionArgs k = a;
   if (a.split_keys == 0) k.partials = nullptr;
@@ -420,13 +392,23 @@ Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cud
   });
 }
 
+size_t sample_workspace_bytes() { return 16 + 2 * sizeof(float) * kSampleBlocks; }
+
 Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed, int32_t* pos,
-                     int advance, int32_t* token, int32_t* history, int history_len, cudaStream_t s,
-                     bool pdl) {
+                     int advance, int32_t* token, int32_t* history, int history_len,
+                     void* workspace, cudaStream_t s, bool pdl) {
   if (vocab < 1 || !logits || !pos || !token || !(temperature >= 0.f) || advance < 0)
     return invalid("sample_tokens: vocab >= 1, temperature >= 0, non-null logits/pos/token");
-  const cudaError_t le = launch_ex(sample_kernel, 1, 1024, 0, s, pdl, logits, vocab, temperature,
-                                   seed, pos, advance, token, history, history_len);
+  if (!workspace || !aligned16(workspace))
+    return invalid("sample_tokens: workspace must be set and 16-byte aligned");
+  constexpr int kThreads = 512;
+  const int blocks = std::min(kSampleBlocks, (vocab + kThreads - 1) / kThreads);
+  unsigned* counter = static_cast<unsigned*>(workspace);
+  float* part_v = reinterpret_cast<float*>(static_cast<char*>(workspace) + 16);
+  int* part_i = reinterpret_cast<int*>(part_v + kSampleBlocks);
+  const cudaError_t le =
+      launch_ex(sample_kernel, blocks, kThreads, 0, s, pdl, logits, vocab, temperature, seed, pos,
+                advance, token, history, history_len, part_v, part_i, counter);
   return launched("sample_kernel", le);
 }
 

@@ -117,9 +117,15 @@ Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cud
 // Gumbel(0, 1) noise from a counter-based hash of (seed, p, j) — an exact draw from
 // softmax(logit / T) (Gumbel-max trick). Writes the id to *token and to history[p] (when history
 // is set and p < history_len), then sets *pos = p. advance: the tokens of the forward pass (1 in
-// decode).
+// decode). Up to kSampleBlocks CTAs each take a slice of the vocabulary; the last to finish (an
+// arrival counter in `workspace`, release/acquire by __threadfence) merges their winners in CTA
+// order, so the result equals a sequential argmax. workspace: sample_workspace_bytes() bytes of
+// device memory, zero before the first call (each call leaves its counter at zero); calls sharing
+// one workspace must be stream-ordered.
+constexpr int kSampleBlocks = 32;
+size_t sample_workspace_bytes();
 Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed, int32_t* pos,
-                     int advance, int32_t* token, int32_t* history, int history_len, cudaStream_t s,
-                     bool pdl = false);
+                     int advance, int32_t* token, int32_t* history, int history_len,
+                     void* workspace, cudaStream_t s, bool pdl = false);
 
 }  // namespace flashnorm::kernels::cuda

@@ -1,0 +1,75 @@
+// Internal: one query against one chunk of keys by one CTA, the core shared by attention_kernel
+// (engine_ops.cu) and decode_attention_kernel (decode_attention.cu). fp32 throughout.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "reduce.cuh"
+
+namespace flashnorm::kernels::cuda::detail {
+
+// Scores s_j = scale * q . k_j for the nk keys j of the chunk, m = max_j s_j, l = sum_j e^(s_j - m)
+// and the unnormalized output o = sum_j e^(s_j - m) v_j (flash-decoding's per-chunk statistics).
+// krow(j) / vrow(j): pointer to the D floats of key / value j (16-byte aligned, global or shared
+// memory). q: shared [D], 16-byte aligned, D % 4 == 0. Shared scratch: sc [nk], part
+// [4 * blockDim.x], red [32]. Scores: one thread per key, its row in 16-byte loads. P V: D/4
+// threads per key (one float4 of dims each) and blockDim.x / (D/4) keys at a time, unrolled so that
+// several value rows are in flight per thread. On return (after a barrier) every thread has m and
+// l, and o [D] is in shared memory at `q` (q is overwritten).
+template <class KRow, class VRow>
+__device__ __forceinline__ void attend_chunk(float* q, int D, int nk, float scale, KRow krow,
+                                             VRow vrow, float* sc, float* part, float* red,
+                                             float& m, float& l) {
+  const int d4 = D / 4;
+  const float4* q4 = reinterpret_cast<const float4*>(q);
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+    const float4* kr = reinterpret_cast<const float4*>(krow(j));
+    float s = 0.f;
+#pragma unroll 16
+    for (int d = 0; d < d4; ++d) {
+      const float4 k = kr[d], qq = q4[d];
+      s = fmaf(qq.x, k.x, s);
+      s = fmaf(qq.y, k.y, s);
+      s = fmaf(qq.z, k.z, s);
+      s = fmaf(qq.w, k.w, s);
+    }
+    s *= scale;
+    sc[j] = s;
+    mx = fmaxf(mx, s);
+  }
+  mx = block_max(mx, red);
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+    const float e = __expf(sc[j] - mx);
+    sc[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, red);  // its barriers also publish sc
+  const int groups = blockDim.x / d4, g = threadIdx.x / d4, c = threadIdx.x % d4;
+  if (g < groups) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int j = g; j < nk; j += groups) {
+      const float p = sc[j];
+      const float4 v = reinterpret_cast<const float4*>(vrow(j))[c];
+      acc.x = fmaf(p, v.x, acc.x);
+      acc.y = fmaf(p, v.y, acc.y);
+      acc.z = fmaf(p, v.z, acc.z);
+      acc.w = fmaf(p, v.w, acc.w);
+    }
+    reinterpret_cast<float4*>(part)[g * d4 + c] = acc;  // part [groups][D]
+  }
+  __syncthreads();  // q is dead (scores done); part complete
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.f;
+    for (int k = 0; k < groups; ++k) o += part[k * D + d];
+    q[d] = o;
+  }
+  __syncthreads();
+  m = mx, l = sum;
+}
+
+}  // namespace flashnorm::kernels::cuda::detail
