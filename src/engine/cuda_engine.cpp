@@ -148,6 +148,15 @@ struct CudaEngine::Impl {
     event_cls.push_back(c);
   }
 
+  fk::GluKind glu_kind() const {
+    return hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
+  }
+  // The GLU runs inside the down projection for passes of T tokens (decode path; its staged input,
+  // T x F elements, well inside the decode kernel's shared memory).
+  bool glu_in_down(int T) const {
+    return opt.fuse_decode_ops && decode_path(T) && size_t(T) * F * 2 <= 48 * 1024;
+  }
+
   // Plain projections of M tokens go through the decode kernel (M <= 16 and not cublas_plain).
   bool decode_path(int M) const {
     return M <= fk::LinearContext::kAutoDecodeMaxM && !opt.cublas_plain;
@@ -155,21 +164,22 @@ struct CudaEngine::Impl {
 
   // y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes). With
   // add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead (the residual
-  // add in the GEMV's epilogue; y, ldy, y_f32 unused).
+  // add in the GEMV's epilogue; y, ldy, y_f32 unused). With glu (decode_path(M) only): x is the
+  // fp32 gate|up output [M, 2K] and the GLU is applied as the kernel stages it.
   void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
-             bool y_f32 = false, bool add_residual = false) {
+             bool y_f32 = false, bool add_residual = false, bool glu = false) {
     if (ldy == 0) ldy = N;
     if (decode_path(M)) {
       fk::LinearArgs a;
-      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = K, a.w = w, a.ldw = K, a.y = y;
-      a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>(), a.y_f32 = y_f32;
-      a.pdl = opt.pdl;
+      a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = glu ? 2 * K : K, a.w = w;
+      a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = zero_mask.as<uint8_t>();
+      a.y_f32 = y_f32, a.pdl = opt.pdl, a.x_glu = glu, a.glu_kind = glu_kind();
       if (add_residual) {
         a.y = x32.get(), a.ldy = H, a.y_f32 = true, a.accumulate = true, a.y_rounded = xb.get();
       }
       ok(ctx->run(a, fk::LinearImpl::kDecode, s()));
     } else {
-      if (add_residual) throw Error("internal: fused residual add outside the decode path");
+      if (add_residual || glu) throw Error("internal: fused decode op outside the decode path");
       ok(ctx->gemm(dt, M, N, K, x, K, w, K, y, ldy, nullptr, s(), y_f32));
     }
   }
@@ -262,13 +272,15 @@ struct CudaEngine::Impl {
          [&] { plain(att.get(), T, nq, ly.wo.get(), H, proj.get(), 0, true, fuse_res); });
       if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
       normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * F, gu.get(), nullptr, false, 0, true);
-      op(kOther, [&] {
-        ok(fk::glu(dt,
-                   hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU,
-                   T, F, gu.as<float>(), act.get(), s(), opt.pdl));
+      const bool fuse_glu = glu_in_down(T);
+      if (!fuse_glu) {
+        op(kOther,
+           [&] { ok(fk::glu(dt, glu_kind(), T, F, gu.as<float>(), act.get(), s(), opt.pdl)); });
+      }
+      op(kOtherProj, [&] {
+        plain(fuse_glu ? gu.get() : act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true,
+              fuse_res, fuse_glu);
       });
-      op(kOtherProj,
-         [&] { plain(act.get(), T, F, ly.wdown.get(), H, proj.get(), 0, true, fuse_res); });
       if (!fuse_res) {
         residual(T, ly.post_ffn, ly.has_post,
                  l + 1 < L ? layers[l + 1].attn_gain.get() : out_gain.get());
@@ -301,7 +313,7 @@ struct CudaEngine::Impl {
         {"q|k|v", nqkv, H, nqkv, xb.get(), {}},
         {"o", H, nq, H, att.get(), {}},
         {"gate|up", 2 * F, H, 2 * F, xb.get(), {}},
-        {"down", H, F, H, act.get(), {}},
+        {"down", H, F, H, glu_in_down(1) ? gu.get() : act.get(), {}},
         {"lm_head", V, H, ldv, xb.get(), {head_is_emb ? emb.get() : head.get()}}};
     for (const Layer& l : layers) {
       shapes[0].w.push_back(l.wqkv.get()), shapes[1].w.push_back(l.wo.get());
@@ -310,11 +322,14 @@ struct CudaEngine::Impl {
     FN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.bytes(), s()));
     FN_CUDA_CHECK(cudaMemsetAsync(att.get(), 0, att.bytes(), s()));
     FN_CUDA_CHECK(cudaMemsetAsync(act.get(), 0, act.bytes(), s()));
+    FN_CUDA_CHECK(cudaMemsetAsync(gu.get(), 0, gu.bytes(), s()));
     for (const Shape& sh : shapes) {
       std::vector<fk::LinearArgs> sets;
       for (const void* w : sh.w) {
         fk::LinearArgs a;
-        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = sh.K, a.w = w;
+        const bool glu = sh.x == gu.get();
+        a.dtype = dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = glu ? 2 * sh.K : sh.K;
+        a.w = w, a.x_glu = glu, a.glu_kind = glu_kind();
         a.ldw = sh.K, a.y = logits.get(), a.ldy = sh.ldy, a.eps = cfg.eps, a.y_f32 = true;
         a.scale_mask = zero_mask.as<uint8_t>(), a.pdl = opt.pdl;
         sets.push_back(a);

@@ -225,10 +225,11 @@ TEST(CudaEngine, PdlLeavesLogitsBitwiseEqual) {
     }
 }
 
-// The fused decode ops (residual add in the o/down GEMV epilogue; RoPE/QK-norm/KV write +
-// split-key attention + chunk merge in one kernel) against the separate kernels, for Llama (GQA)
-// and Gemma 3 (QK-norm, post norms, sliding window, GQA), both modes. The residual add is the same
-// arithmetic; the fused attention sums the norms' squares in another order, so equal to rounding.
+// The fused decode ops (residual add in the o/down GEMV epilogue; GLU in the down GEMV;
+// RoPE/QK-norm/KV write + split-key attention + chunk merge in one kernel) against the separate
+// kernels, for Llama (GQA) and Gemma 3 (QK-norm, post norms, sliding window, GQA), both modes. The
+// residual add is the same arithmetic; the fused attention sums the norms' squares in another
+// order, so equal to rounding.
 TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernels) {
   for (bool gemma : {false, true})
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {

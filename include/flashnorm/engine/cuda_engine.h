@@ -6,8 +6,8 @@
 //
 // Per layer: embed -> [norm + q|k|v] -> RoPE/QK-norm/KV write -> attention -> o -> residual add ->
 // [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> sampling on the GPU.
-// (Decode fuses the residual adds into the o/down projections and RoPE/KV write into the
-// attention kernel: fuse_decode_ops.)
+// (Decode fuses the residual adds and the GLU into the o/down projections and RoPE/KV write into
+// the attention kernel: fuse_decode_ops.)
 // The bracketed "normed projections" are where the modes differ (design notes sections 1-3):
 //   Standard:  rms_norm (kernels.h, gain in the weight dtype) then the plain projection.
 //   FlashNorm: flashnorm_linear on the raw x with folded weights (kDecode's fused kernel for
@@ -60,9 +60,10 @@ struct CudaEngineOptions {
   bool pdl = true;
   // Forward passes of at most 16 tokens (decode): the residual add runs in the epilogue of the o
   // and down projections (LinearArgs::accumulate; layers without a post-norm, and not with
-  // fused_add_norm, whose add carries the next norm), and RoPE / QK-norm / KV write, split-key
-  // attention and the merge of the key chunks run as one kernel (decode_attention). Same functions
-  // as the separate kernels, in both modes; four fewer launches per layer.
+  // fused_add_norm, whose add carries the next norm), the GLU inside the down projection
+  // (LinearArgs::x_glu), and RoPE / QK-norm / KV write, split-key attention and the merge of the
+  // key chunks as one kernel (decode_attention). Same functions as the separate kernels, in both
+  // modes; five fewer launches per layer.
   bool fuse_decode_ops = true;
   // At load, autotune the decode GEMV's launch configuration (CTA shape, split-K) for each
   // one-token projection shape over the layers' own weights (LinearContext::tune_decode).

@@ -201,7 +201,8 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       CK(cudaStreamSynchronize(s));
       auto largs = [&](int i) {
         LinearArgs a;
-        a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = X[i]->get(), a.ldx = K, a.w = W[i]->get(), a.ldw = K;
+        a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = X[i]->get(), a.ldx = K, a.w = W[i]->get(),
+        a.ldw = K;
         a.y = Y[i]->get(), a.ldy = N, a.eps = eps;
         return a;
       };
@@ -217,13 +218,13 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           {"rms_norm", [&](int i, cudaStream_t st) { throw_if_error(rms_norm(rms_args(i), st)); }});
       variants.push_back({"unfused", [&](int i, cudaStream_t st) {
                             throw_if_error(rms_norm(rms_args(i), st));
-                            throw_if_error(ctx.gemm(dt, M, N, K, XN[i]->get(), K, W[i]->get(), K, Y[i]->get(),
-                                                    N, nullptr, st));
+                            throw_if_error(ctx.gemm(dt, M, N, K, XN[i]->get(), K, W[i]->get(), K,
+                                                    Y[i]->get(), N, nullptr, st));
                           }});
-      variants.push_back(
-          {"bare", [&](int i, cudaStream_t st) {
-             throw_if_error(ctx.gemm(dt, M, N, K, X[i]->get(), K, W[i]->get(), K, Y[i]->get(), N, nullptr, st));
-           }});
+      variants.push_back({"bare", [&](int i, cudaStream_t st) {
+                            throw_if_error(ctx.gemm(dt, M, N, K, X[i]->get(), K, W[i]->get(), K,
+                                                    Y[i]->get(), N, nullptr, st));
+                          }});
       std::vector<LinearImpl> impls = {LinearImpl::kPrefill, LinearImpl::kTwoStream};
       if (M <= 64) impls.insert(impls.begin(), LinearImpl::kDecode);
       for (LinearImpl im : impls)

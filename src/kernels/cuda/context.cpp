@@ -79,9 +79,13 @@ Status validate_linear(const LinearArgs& a, LinearImpl impl) {
   if (!aligned16(a.x) || !aligned16(a.w) || !aligned16(a.y) || !aligned16(a.bias))
     return invalid("flashnorm_linear: x, w, y and bias must be 16-byte aligned");
   if (!(a.eps >= 0.f)) return invalid("flashnorm_linear: eps must be >= 0");
-  if (a.accumulate && impl != LinearImpl::kDecode)
+  if ((a.accumulate || a.x_glu) && impl != LinearImpl::kDecode)
     return {Code::kUnsupported,
-            "flashnorm_linear: accumulate exists in the decode implementation only"};
+            "flashnorm_linear: accumulate and x_glu exist in the decode implementation only"};
+  if (a.x_glu && (a.M > 16 || a.ldx < 2 * a.K))
+    return invalid(fmt::format(
+        "flashnorm_linear: x_glu needs M <= 16 and ldx >= 2K (fp32 gate|up rows), got M={} ldx={}",
+        a.M, a.ldx));
   if (a.accumulate && !a.y_f32) return invalid("flashnorm_linear: accumulate needs y_f32");
   if (a.y_rounded && (!a.accumulate || !aligned16(a.y_rounded)))
     return invalid("flashnorm_linear: y_rounded needs accumulate and 16-byte alignment");
@@ -410,6 +414,7 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   p.x = a.x, p.ldx = a.ldx, p.w = a.w, p.ldw = a.ldw, p.y = a.y, p.ldy = a.ldy;
   p.bias = a.bias, p.mask = a.scale_mask, p.y_f32 = a.y_f32 ? 1 : 0;
   p.accumulate = a.accumulate ? 1 : 0, p.y_rounded = a.y_rounded;
+  p.x_glu = !a.x_glu ? 0 : (a.glu_kind == GluKind::kSwiGLU ? 1 : 2);
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
   p.eps = a.eps;
   const DecodeConfig c = decode_config(a.M, a.N, a.K);
@@ -428,6 +433,12 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   p.rw = c.rw, p.kw = c.kw;
   p.pdl = a.pdl ? 1 : 0;
   p.ksplit = ks, p.kchunk = kchunk, p.n_pad = nrb * rows;
+  if (a.x_glu && detail::decode_smem_bytes(p.M, c.rw, c.kw, kchunk) >
+                     static_cast<size_t>(detail::kDecodeMaxSmem))
+    return {Code::kUnsupported,
+            fmt::format("flashnorm_linear: x_glu stages M x {} elements, more than the decode "
+                        "kernel's shared memory",
+                        kchunk)};
   p.counters = counters_;
   if (ks > 1) {
     const int mp = detail::decode_mp(p.M);

@@ -153,10 +153,9 @@ __global__ void rope_kv_kernel(RopeKvArgs a) {
 }
 
 // ---- attention: one CTA per (head, query, key split) ------------------------------------------
-// Scores of the CTA's keys into shared memory (one thread per key), softmax statistics by block
-// reductions, then P V with warp w taking keys w, w + 8, ... and lane l the dims l, l + 32, ...
-// (coalesced rows of V). Without splits the CTA writes the normalized output; with splits it writes
-// (max, sum, unnormalized output) for attention_combine_kernel.
+// The chunk's scores, softmax statistics and unnormalized P V by attend_chunk (attend.cuh). Without
+// splits the CTA writes the normalized output; with splits it writes (max, sum, unnormalized
+// output) for attention_combine_kernel.
 template <class E>
 __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
   pdl_begin();

@@ -230,7 +230,18 @@ __device__ __forceinline__ void decode_load_w(int k, bool vA, bool vB, const typ
   }
 }
 
-template <class E, int MT>
+// x fragment load of the decode kernel: from global memory (ld.global.nc), or, with the GLU input
+// (XG != 0), from the CTA's staged x in shared memory (generic load).
+template <int XG>
+__device__ __forceinline__ uint4 ld_x(const void* p) {
+  if constexpr (XG == 0) {
+    return ld_nc(p);
+  } else {
+    return *reinterpret_cast<const uint4*>(p);
+  }
+}
+
+template <class E, int MT, int XG>
 __device__ __forceinline__ void decode_load(int k, bool vA, bool vB, const typename E::T* wa,
                                             const typename E::T* wb, const bool (&vx)[MT],
                                             const typename E::T* const (&xr)[MT],
@@ -247,10 +258,10 @@ __device__ __forceinline__ void decode_load(int k, bool vA, bool vB, const typen
 #pragma unroll
   for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + k + u * 32) : z4;
+    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_x<XG>(xr[t] + k + u * 32) : z4;
 }
 
-template <class E, int MT, int RW>
+template <class E, int MT, int RW, int XG>
 __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBlocks)
     decode_kernel(DecodeParams p) {
   using T = typename E::T;
@@ -306,17 +317,39 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   if (nfull > 0) decode_load_w<E, MT>(kb, vA, vB, wa, wb, A, B);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  if constexpr (XG != 0) {
+    // GLU input: x[m, k] = round(act(gate[m, k]) * up[m, k]) from the fp32 gate|up rows, staged
+    // once per CTA in shared memory for the CTA's K range (the standalone GLU kernel's function).
+    T* xs = reinterpret_cast<T*>(ss_s + KW * MP);
+    const int klen = kc_end - kc_beg, n8 = klen / 8;
+    const float* gu = static_cast<const float*>(p.x);
+    for (int e = threadIdx.x; e < p.M * n8; e += blockDim.x) {
+      const int m = e / n8, k = kc_beg + (e % n8) * 8;
+      const float4* gp = reinterpret_cast<const float4*>(gu + static_cast<int64_t>(m) * p.ldx + k);
+      const float4* up =
+          reinterpret_cast<const float4*>(gu + static_cast<int64_t>(m) * p.ldx + p.K + k);
+      const float4 g0 = gp[0], g1 = gp[1], u0 = up[0], u1 = up[1];
+      const float f[8] = {glu_value<XG == 2>(g0.x, u0.x), glu_value<XG == 2>(g0.y, u0.y),
+                          glu_value<XG == 2>(g0.z, u0.z), glu_value<XG == 2>(g0.w, u0.w),
+                          glu_value<XG == 2>(g1.x, u1.x), glu_value<XG == 2>(g1.y, u1.y),
+                          glu_value<XG == 2>(g1.z, u1.z), glu_value<XG == 2>(g1.w, u1.w)};
+      *reinterpret_cast<uint4*>(xs + m * klen + (k - kc_beg)) = pack8<E>(f);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < MT; ++t) xr[t] = xs + (vx[t] ? t * 8 + g : 0) * klen - kc_beg + q * 8;
+  }
   if (nfull > 0) {
     const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_nc(xr[t] + kb + u * 32) : z4;
+      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
   }
   for (int bi = 0; bi < nfull; ++bi) {
     uint4 An[U], Bn[U], Xn[U][MT];
     const bool more = bi + 1 < nfull;
-    if (more) decode_load<E, MT>(kb + (bi + 1) * 32 * U, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
+    if (more) decode_load<E, MT, XG>(kb + (bi + 1) * 32 * U, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -341,7 +374,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
     const uint4 Br = (vB && in) ? ld_stream(wb + k) : z4;
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
-      const uint4 Xr = (vx[t] && in) ? ld_nc(xr[t] + k) : z4;
+      const uint4 Xr = (vx[t] && in) ? ld_x<XG>(xr[t] + k) : z4;
       if (do_ss) ssa[t] += sumsq8<E>(Xr);
       mma16816<E>(acc[t], Ar.x, Br.x, Ar.y, Br.y, Xr.x, Xr.y);
       mma16816<E>(acc[t], Ar.z, Br.z, Ar.w, Br.w, Xr.z, Xr.w);
@@ -434,24 +467,36 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   if (threadIdx.x == 0) p.counters[rb] = 0u;  // ready for the next (stream-ordered) launch
 }
 
-template <class E, int MT, int RW>
+template <class E, int MT, int RW, int XG>
 cudaError_t decode_launch(const DecodeParams& p, cudaStream_t s) {
   static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_kernel<E, MT, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxSmem);
+      decode_kernel<E, MT, RW, XG>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxSmem);
   if (attr != cudaSuccess) return attr;
-  return launch_ex(decode_kernel<E, MT, RW>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
-                   dim3(RW * p.kw * 32), decode_smem_bytes(p.M, p.rw, p.kw), s, p.pdl != 0, p);
+  return launch_ex(decode_kernel<E, MT, RW, XG>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
+                   dim3(RW * p.kw * 32), decode_smem_bytes(p.M, p.rw, p.kw, XG ? p.kchunk : 0), s,
+                   p.pdl != 0, p);
+}
+
+// The GLU input exists for M <= 16 (MT <= 2), the engine's decode passes.
+template <class E, int MT, int RW>
+cudaError_t decode_launch_xg(const DecodeParams& p, cudaStream_t s) {
+  if constexpr (MT <= 2) {
+    if (p.x_glu == 1) return decode_launch<E, MT, RW, 1>(p, s);
+    if (p.x_glu == 2) return decode_launch<E, MT, RW, 2>(p, s);
+  }
+  if (p.x_glu != 0) return cudaErrorInvalidValue;
+  return decode_launch<E, MT, RW, 0>(p, s);
 }
 
 template <class E, int MT>
 cudaError_t decode_dispatch_rw(const DecodeParams& p, cudaStream_t s) {
   switch (p.rw) {
     case 1:
-      return decode_launch<E, MT, 1>(p, s);
+      return decode_launch_xg<E, MT, 1>(p, s);
     case 2:
-      return decode_launch<E, MT, 2>(p, s);
+      return decode_launch_xg<E, MT, 2>(p, s);
     case 4:
-      return decode_launch<E, MT, 4>(p, s);
+      return decode_launch_xg<E, MT, 4>(p, s);
     default:
       return cudaErrorInvalidValue;
   }
@@ -487,9 +532,10 @@ cudaError_t rms_dispatch(const RmsNormArgs& a, cudaStream_t s) {
 
 int decode_mp(int M) { return M <= 8 ? 8 : M <= 16 ? 16 : M <= 32 ? 32 : 64; }
 
-size_t decode_smem_bytes(int M, int rw, int kw) {
+size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k) {
   const int mp = decode_mp(M);
-  return static_cast<size_t>(kw) * (16 * rw * (mp + 4) + mp) * sizeof(float);
+  return static_cast<size_t>(kw) * (16 * rw * (mp + 4) + mp) * sizeof(float) +
+         static_cast<size_t>(M) * x_stage_k * 2;
 }
 
 cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s) {

@@ -25,7 +25,8 @@ struct DecodeParams {
   int64_t ldy;
   const void* bias;
   const uint8_t* mask;
-  int y_f32;       // 1: y is fp32
+  int y_f32;  // 1: y is fp32
+  int x_glu;  // 0: x in dtype; 1 SwiGLU / 2 GeGLU of fp32 gate|up rows [M, ldx] (staged in smem)
   int accumulate;  // 1: y (fp32) += result, and y_rounded (nullable, dtype) = round(new y)
   void* y_rounded;
   int M, N, K;
@@ -41,8 +42,9 @@ struct DecodeParams {
 };
 // Padded M of the decode kernel (multiple of 8: 8, 16, 32 or 64).
 int decode_mp(int M);
-// Dynamic shared memory of one decode CTA.
-size_t decode_smem_bytes(int M, int rw, int kw);
+// Dynamic shared memory of one decode CTA: cross-warp partials, plus M x x_stage_k dtype elements
+// of staged x (the GLU input; 0 otherwise).
+size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k = 0);
 cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s);
 cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s);
 cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,

@@ -105,9 +105,8 @@ Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsig
 constexpr int kDecodeAttentionMaxT = 16;
 
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
-// approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh). gu: [T, 2F] fp32 (gate columns, then
-// up); act: [T, F] dt.
-enum class GluKind { kSwiGLU, kGeGLU };
+// approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh) (GluKind, kernels.h). gu: [T, 2F] fp32
+// (gate columns, then up); act: [T, F] dt.
 Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s,
            bool pdl = false);
 

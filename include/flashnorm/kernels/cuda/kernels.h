@@ -64,6 +64,10 @@ struct RmsNormArgs {
 };
 Status rms_norm(const RmsNormArgs& a, cudaStream_t stream);
 
+// Gated linear unit activation: SiLU (SwiGLU, Llama) or the tanh approximation of GELU (GeGLU,
+// Gemma; HF gelu_pytorch_tanh).
+enum class GluKind { kSwiGLU, kGeGLU };
+
 // rstd[m] = 1 / sqrt(mean_k x[m, k]^2 + eps) in fp32, one warp per row. rstd: [M] fp32 device.
 Status row_rstd(DType dtype, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
                 float* rstd, cudaStream_t stream);
@@ -91,6 +95,12 @@ struct LinearArgs {
   // rounded to dtype. With it the decode step needs no separate residual-add kernel.
   bool accumulate = false;
   void* y_rounded = nullptr;
+  // kDecode only, M <= 16: x is the fp32 [M, ldx] output of a gate|up projection (gate columns
+  // 0..K-1, up columns K..2K-1; ldx >= 2K) and the kernel's input is round_dtype(act(gate) * up),
+  // computed once per CTA into shared memory (M x its K range; kUnsupported when that exceeds the
+  // kernel's shared memory): the GLU kernel fused into the down projection, same rounding.
+  bool x_glu = false;
+  GluKind glu_kind = GluKind::kSwiGLU;
   // kDecode only: launch with programmatic dependent launch (PDL, sm_90). The kernel starts
   // streaming W before the preceding kernel on the stream has finished and waits for it
   // (griddepcontrol.wait: full completion and memory flush) before it reads x or writes y or any
