@@ -139,6 +139,10 @@ if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     echo "--- $tool" >> /tmp/sanitize.log
     timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/kernels_gpu_test" --gtest_filter='LinearSmall.DecodeGluInput:LinearSmall.DecodeAccumulate' \
+      >> /tmp/sanitize.log 2>&1
+    echo "sanitizer $tool (decode GEMV: GLU input, fused residual add) rc=$?" | tee -a /tmp/sanitize.log
+    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log
     timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -147,6 +151,7 @@ if has sanitize; then
     echo "sanitizer $tool (SmolLM2, 2 steps) rc=$?" | tee -a /tmp/sanitize.log
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanitize.log | sort | uniq -c
+  cp /tmp/sanitize.log "$OUT/sanitize.log"
 fi
 
 stamp "done"
