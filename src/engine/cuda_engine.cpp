@@ -56,9 +56,12 @@ double median(std::vector<double> v) {
 
 enum Cls { kNorm, kNormedProj, kOtherProj, kAttn, kOther, kClasses };
 
-// Decode attention splits the keys in chunks of kSplitKeys over CTAs (forward passes of at most
+// Decode attention splits the keys in chunks of split_keys(D) over CTAs (forward passes of at most
 // kSplitMaxT tokens); longer passes (prefill) have enough (head, query) CTAs without.
-constexpr int kSplitKeys = 128, kSplitMaxT = fk::kDecodeAttentionMaxT;
+constexpr int kSplitMaxT = fk::kDecodeAttentionMaxT;
+// Keys per chunk: 128 for head_dim 64, fewer for wider heads (decode_attention keeps a chunk's keys
+// and values in shared memory: split * D <= 8192 floats each).
+int split_keys(int D) { return std::clamp(8192 / D, 16, 128); }
 
 }  // namespace
 
@@ -259,7 +262,7 @@ struct CudaEngine::Impl {
       aa.max_ctx = max_ctx, aa.window = ly.local ? cfg.sliding_window : 0;
       aa.scale = cfg.attn_scale, aa.pos = d_pos.as<int32_t>(), aa.q = q.as<float>();
       aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = att.get(), aa.pdl = opt.pdl;
-      if (T <= kSplitMaxT) aa.split_keys = kSplitKeys, aa.partials = partials.as<float>();
+      if (T <= kSplitMaxT) aa.split_keys = split_keys(D), aa.partials = partials.as<float>();
       if (T <= kSplitMaxT && opt.fuse_decode_ops) {  // one kernel (engine_ops.h)
         op(kAttn, [&] { ok(fk::decode_attention(ra, aa, attn_counters.as<unsigned>(), s())); });
       } else {
@@ -545,7 +548,7 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   e.h_logits = kernels::cuda::PinnedBuffer(T * e.ldv * 4);
   {
     fk::AttentionArgs aa;
-    aa.max_ctx = e.max_ctx, aa.split_keys = kSplitKeys;
+    aa.max_ctx = e.max_ctx, aa.split_keys = split_keys(e.D);
     e.partials = DeviceBuffer(size_t(std::min<size_t>(T, kSplitMaxT)) * c.n_head *
                               fk::attention_splits(aa) * (e.D + 2) * sizeof(float));
     e.attn_counters = DeviceBuffer(size_t(fk::kDecodeAttentionMaxT) * c.n_head * sizeof(unsigned));

@@ -68,13 +68,24 @@ __device__ void prep_row(const float* x, float* y, int D, const float* gain, boo
   }
 }
 
+// 16-byte asynchronous copy global -> shared (sm_80+), completed by cp_async_wait_all.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_all;" ::: "memory");
+}
+
 // CTA (head h, token t, key chunk z) of kThreads threads. Shared memory: q [D], the keys and values
-// of this pass's tokens [T][D] each (rows j - p0), attend_chunk's scratch [4 * kThreads] and scores
-// [split_keys].
+// of this pass's tokens [T][D] each (rows j - p0), attend_chunk's scratch [4 * kThreads], scores
+// [split_keys], and the chunk's cached key and value rows ([split_keys][D + 4], [split_keys][D]),
+// copied with
+// cp.async before the PDL wait (the preceding kernel writes neither them nor *pos: contract in
+// engine_ops.h), so that their latency overlaps that kernel's tail and the query's preparation.
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(RopeKvArgs r, AttentionArgs a, unsigned* counters) {
-  pdl_begin();
   extern __shared__ float sm[];
   __shared__ float red[32];
   __shared__ int s_last;
@@ -91,7 +102,22 @@ __global__ void __launch_bounds__(kThreads)
   float* vnew = knew + T * D;
   float* part = vnew + T * D;
   float* sc = part + 4 * kThreads;
+  float* kbuf = sc + (a.split_keys + 3) / 4 * 4;  // 16-byte aligned
+  const int ldk = D + 4;  // padded key rows: the score loop reads one row per thread
+  float* vbuf = kbuf + a.split_keys * ldk;
   const float* qkv_t = r.qkv + static_cast<int64_t>(t) * r.ldqkv;
+  const int ncached = live ? max(0, min(k1, p0) - k0) : 0;  // keys k0 .. k0 + ncached - 1
+  {
+    const int d4 = D / 4, n = ncached * d4;
+    const float* kg = r.k_cache + static_cast<int64_t>(k0) * nkv + kh * D;
+    const float* vg = r.v_cache + static_cast<int64_t>(k0) * nkv + kh * D;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int j = i / d4, c = (i % d4) * 4;
+      cp_async16(kbuf + j * ldk + c, kg + static_cast<int64_t>(j) * nkv + c);
+      cp_async16(vbuf + j * D + c, vg + static_cast<int64_t>(j) * nkv + c);
+    }
+  }
+  pdl_begin();  // qkv (the preceding kernel's output), the counters and partials only after this
 
   // Rows from qkv, one warp each: this CTA's query; the keys and values of this pass's tokens that
   // fall in the chunk (j in [n0, k1), never read from the cache here); and, for chunk 0 of the
@@ -129,24 +155,17 @@ __global__ void __launch_bounds__(kThreads)
                r.sin, r.neox, r.eps);
     }
   }
+  cp_async_wait_all();
   __syncthreads();
 
   float* ws = a.partials + ((static_cast<int64_t>(t) * r.n_head + h) * gridDim.z + z) * (D + 2);
   if (live) {  // uniform over the CTA
-    const float* kbase = r.k_cache + kh * D;
-    const float* vbase = r.v_cache + kh * D;
     float mx, sum;
     detail::attend_chunk(
         q, D, k1 - k0, a.scale,
-        [&](int j) {
-          const int key = k0 + j;
-          return key >= p0 ? knew + (key - p0) * D : kbase + static_cast<int64_t>(key) * nkv;
-        },
-        [&](int j) {
-          const int key = k0 + j;
-          return key >= p0 ? vnew + (key - p0) * D : vbase + static_cast<int64_t>(key) * nkv;
-        },
-        sc, part, red, mx, sum);
+        [&](int j) { return j < ncached ? kbuf + j * ldk : knew + (k0 + j - p0) * D; },
+        [&](int j) { return j < ncached ? vbuf + j * D : vnew + (k0 + j - p0) * D; }, sc, part, red,
+        mx, sum);
     for (int d = threadIdx.x; d < D; d += blockDim.x) ws[2 + d] = q[d];
     if (threadIdx.x == 0) ws[0] = mx, ws[1] = sum;
   } else if (threadIdx.x == 0) {
@@ -203,8 +222,10 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
   const int splits = attention_splits(a);
   const int keys = std::min(a.split_keys, r.max_ctx);
   const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * r.T) +
-                                       4 * static_cast<size_t>(kThreads) + keys);
-  if (smem > 227 * 1024) return invalid("decode_attention: shared memory exceeds 227 KiB");
+                                       4 * static_cast<size_t>(kThreads) + (keys + 3) / 4 * 4 +
+                                       static_cast<size_t>(keys) * (2 * r.D + 4));
+  if (smem > 227 * 1024)
+    return invalid("decode_attention: shared memory exceeds 227 KiB (split_keys * D too large)");
   auto go = [&](auto e) {
     using E = decltype(e);
     auto kern = decode_attention_kernel<E>;

@@ -98,8 +98,12 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // each KV group writes its token's key and value rows to the cache, so no CTA reads a cache row
 // this launch writes. The chunks of a (head, token) are merged by the last CTA to arrive (a counter
 // per (token, head) in `counters`, [16 * n_head] uint32, zero before the first launch, reset by
-// that CTA; release/acquire by __threadfence), not by a second kernel (flash-decoding). Errors: T
-// <= 16, D % 4 == 0, D <= 256, split_keys > 0, partials and counters set.
+// that CTA; release/acquire by __threadfence), not by a second kernel (flash-decoding). With pdl,
+// each CTA copies its chunk's cached key/value rows (below *pos) into shared memory before it waits
+// for the preceding kernel, which therefore must not write *pos or those cache rows (in the engine
+// it is the q|k|v projection). Shared memory per CTA: 4 * (D * (1 + 2T) + 1024 + split_keys *
+// (5 + 2D)) bytes, at most 227 KiB (split_keys * D <= 16384 keeps it there). Errors: T <= 16,
+// D % 4 == 0, D <= 256, split_keys > 0, partials and counters set, shared memory.
 Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsigned* counters,
                         cudaStream_t s);
 constexpr int kDecodeAttentionMaxT = 16;
