@@ -19,6 +19,7 @@ namespace {
 struct AttnCase {
   int D, T, p0, window, split;
   bool qk_norm, v_renorm, neox;
+  int max_ctx = 512;
 };
 
 std::vector<float> rand_vec(size_t n, float scale, std::mt19937& rng) {
@@ -39,10 +40,11 @@ std::vector<float> download(const DevMem& d, size_t n) {
 }
 
 void run_case(const AttnCase& c) {
-  SCOPED_TRACE(testing::Message() << "D=" << c.D << " T=" << c.T << " p0=" << c.p0 << " window="
-                                  << c.window << " split=" << c.split << " qk_norm=" << c.qk_norm
-                                  << " v_renorm=" << c.v_renorm << " neox=" << c.neox);
-  const int n_head = 8, n_head_kv = 2, max_ctx = 512, D = c.D, T = c.T, half = D / 2;
+  SCOPED_TRACE(testing::Message() << "D=" << c.D << " T=" << c.T << " p0=" << c.p0
+                                  << " window=" << c.window << " split=" << c.split
+                                  << " qk_norm=" << c.qk_norm << " v_renorm=" << c.v_renorm
+                                  << " neox=" << c.neox << " max_ctx=" << c.max_ctx);
+  const int n_head = 8, n_head_kv = 2, max_ctx = c.max_ctx, D = c.D, T = c.T, half = D / 2;
   const int nq = n_head * D, nkv = n_head_kv * D, ldqkv = nq + 2 * nkv;
   std::mt19937 rng(D * 7 + T * 131 + c.p0 + c.window);
   const auto qkv = rand_vec(static_cast<size_t>(T) * ldqkv, 2.f, rng);
@@ -150,6 +152,15 @@ TEST(DecodeAttentionSmall, ManyChunksRenormAndWindow) {
     for (int T : {1, 16}) {
       run_case({D, T, 300, 0, 16, true, true, false});
       run_case({D, T, 490, 100, 32, false, true, true});
+    }
+}
+// A KV cache shorter than one chunk (the engine's tiny contexts): shared memory is sized by
+// min(split_keys, max_ctx), and the kernel must lay it out the same way.
+TEST(DecodeAttentionSmall, CacheShorterThanAChunk) {
+  for (int D : {64, 256})
+    for (int T : {1, 4}) {
+      run_case({D, T, 9, 0, 128, false, false, false, 16});
+      run_case({D, T, 3, 4, 128, true, true, true, 12});
     }
 }
 TEST(DecodeAttentionSmall, RejectsBadArguments) {

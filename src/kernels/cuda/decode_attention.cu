@@ -102,9 +102,11 @@ __global__ void __launch_bounds__(kThreads)
   float* vnew = knew + T * D;
   float* part = vnew + T * D;
   float* sc = part + 4 * kThreads;
-  float* kbuf = sc + (a.split_keys + 3) / 4 * 4;  // 16-byte aligned
+  // A chunk holds at most keys = min(split_keys, max_ctx) keys: the host sizes shared memory so.
+  const int keys = min(a.split_keys, r.max_ctx);
+  float* kbuf = sc + (keys + 3) / 4 * 4;  // 16-byte aligned
   const int ldk = D + 4;  // padded key rows: the score loop reads one row per thread
-  float* vbuf = kbuf + a.split_keys * ldk;
+  float* vbuf = kbuf + keys * ldk;
   const float* qkv_t = r.qkv + static_cast<int64_t>(t) * r.ldqkv;
   const int ncached = live ? max(0, min(k1, p0) - k0) : 0;  // keys k0 .. k0 + ncached - 1
   {
