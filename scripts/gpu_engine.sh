@@ -12,9 +12,10 @@
 #   carry [".cache/device/modelI"]:  cp .cache/device/modelI/* /tmp/fn_model/      (I = 2 .. K-1)
 #   carry [".cache/device/modelK", ".cache/device/bundle"]:
 #        cp .cache/device/modelK/* /tmp/fn_model/ && FN_COMMIT=... bash scripts/gpu_engine.sh
-# Outputs under $OUT (8 files at most come back): gpu_engine.log (everything, generated text and
-# sanitizer summaries included), kernel_tests.log, engine_tests.log, race.log (with the --no-join run),
-# verify_gpu_<dtype>.json, model_bench.json, ncu_<norm>.csv.
+# Outputs under $OUT (the device tool returns at most 8 files: choose STAGES accordingly):
+# gpu_engine.log (everything, generated text and sanitizer summaries included), kernel_tests.log,
+# engine_tests.log, race.log (with the --no-join run), verify_gpu_<dtype>.json, model_bench.json,
+# sanitize.log, ncu_<norm>.csv / ncuk_<norm>.csv.
 set -uo pipefail
 OUT=${OUT:-/tmp/fn_out}
 mkdir -p "$OUT"
@@ -35,10 +36,14 @@ python3 -c "import tarfile; tarfile.open('.cache/device/bundle/fn_bundle.tar.xz'
 export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_PATH:-}
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
-if [[ ! -f "$M" ]]; then
-  cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
+needs_model=0
+for st in race nojoin ncu ncuk verify generate bench sanitize; do has $st && needs_model=1; done
+if [[ $needs_model == 1 ]]; then
+  if [[ ! -f "$M" ]]; then
+    cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
+  fi
+  ( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send every part"; exit 3; }
 fi
-( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send every part"; exit 3; }
 "$BIN/flashnorm" --help > /dev/null || { echo "flashnorm does not start here"; ldd "$BIN/flashnorm"; exit 4; }
 
 if has ktests; then

@@ -36,7 +36,7 @@ rm -rf $S
 name=$(basename "$MODEL")
 ( cd "$(dirname "$MODEL")" && sha256sum "$name" ) > $D/model.sha256
 # parts of at most 60 MiB (a call carries 64 MiB): model1, model2, ... each with the checksum
-split -b $((60 * 1024 * 1024)) -d -a 1 "$MODEL" /tmp/fn_stage/part.
+split -b $((60 * 1024 * 1024)) -d -a 2 "$MODEL" /tmp/fn_stage/part.
 i=1
 for part in /tmp/fn_stage/part.*; do
   mkdir -p $D/model$i && mv "$part" $D/model$i/ && cp $D/model.sha256 $D/model$i/

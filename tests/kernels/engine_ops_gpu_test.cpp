@@ -8,7 +8,10 @@
 // must be untouched and the arrival counters back at zero.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flashnorm/kernels/cuda/engine_ops.h"
@@ -20,7 +23,17 @@ struct AttnCase {
   int D, T, p0, window, split;
   bool qk_norm, v_renorm, neox;
   int max_ctx = 512;
+  int n_head = 8, n_head_kv = 2;
+  // qkv produced on the stream by a delayed decode GEMV (poisoned before), decode_attention
+  // launched right behind it with PDL: its pre-wait copies must not see, and its post-wait reads
+  // must see, the producer's output.
+  bool pdl_producer = false;
 };
+
+fk::LinearContext& linear_ctx() {
+  static fk::LinearContext c;
+  return c;
+}
 
 std::vector<float> rand_vec(size_t n, float scale, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -43,8 +56,11 @@ void run_case(const AttnCase& c) {
   SCOPED_TRACE(testing::Message() << "D=" << c.D << " T=" << c.T << " p0=" << c.p0
                                   << " window=" << c.window << " split=" << c.split
                                   << " qk_norm=" << c.qk_norm << " v_renorm=" << c.v_renorm
-                                  << " neox=" << c.neox << " max_ctx=" << c.max_ctx);
-  const int n_head = 8, n_head_kv = 2, max_ctx = c.max_ctx, D = c.D, T = c.T, half = D / 2;
+                                  << " neox=" << c.neox << " heads=" << c.n_head << "/"
+                                  << c.n_head_kv << " pdl_producer=" << c.pdl_producer
+                                  << " max_ctx=" << c.max_ctx);
+  const int n_head = c.n_head, n_head_kv = c.n_head_kv, max_ctx = c.max_ctx, D = c.D, T = c.T,
+            half = D / 2;
   const int nq = n_head * D, nkv = n_head_kv * D, ldqkv = nq + 2 * nkv;
   std::mt19937 rng(D * 7 + T * 131 + c.p0 + c.window);
   const auto qkv = rand_vec(static_cast<size_t>(T) * ldqkv, 2.f, rng);
@@ -93,8 +109,33 @@ void run_case(const AttnCase& c) {
   fk::AttentionArgs aa = a;
   aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = outA.p;
   aa.partials = static_cast<float*>(partA.p);
+  cudaStream_t st = nullptr;
+  std::unique_ptr<DevMem> px, pw;
+  if (c.pdl_producer) {
+    const int K = 64;
+    std::vector<uint16_t> xb, wb;
+    std::vector<float> xf, wf;
+    random_half(fk::DType::kFP16, static_cast<size_t>(T) * K, K, 1.f, 0.f, 5 + D, xb, xf);
+    random_half(fk::DType::kFP16, static_cast<size_t>(ldqkv) * K, 0, 0.3f, 0.f, 6 + D, wb, wf);
+    px = std::make_unique<DevMem>(xb.size() * 2), pw = std::make_unique<DevMem>(wb.size() * 2);
+    upload(*px, xb), upload(*pw, wb);
+    CUDA_OK(cudaMemset(d_qkv.p, 0xff, d_qkv.bytes));  // NaN until the producer writes it
+    CUDA_OK(cudaStreamCreate(&st));
+    fk::LinearArgs g;
+    g.dtype = fk::DType::kFP16, g.M = T, g.N = ldqkv, g.K = K, g.x = px->p, g.ldx = K, g.w = pw->p;
+    g.ldw = K, g.y = d_qkv.p, g.ldy = ldqkv, g.y_f32 = true, g.pdl = true;
+    linear_ctx().debug = {};
+    linear_ctx().debug.delay_gemm_cycles = 2000000;  // ~1 ms spin before the GEMV
+    FN_OK(linear_ctx().run(g, fk::LinearImpl::kDecode, st));
+    linear_ctx().debug = {};
+    ra.pdl = aa.pdl = true;
+  }
   for (int rep = 0; rep < 2; ++rep)
-    FN_OK(fk::decode_attention(ra, aa, static_cast<unsigned*>(counters.p), nullptr));
+    FN_OK(fk::decode_attention(ra, aa, static_cast<unsigned*>(counters.p), st));
+  if (st) {
+    CUDA_OK(cudaStreamSynchronize(st));
+    CUDA_OK(cudaStreamDestroy(st));
+  }
   // B: the separate kernels
   fk::RopeKvArgs rb = r;
   rb.k_cache = static_cast<float*>(kB.p), rb.v_cache = static_cast<float*>(vB.p);
@@ -163,18 +204,134 @@ TEST(DecodeAttentionSmall, CacheShorterThanAChunk) {
       run_case({D, T, 3, 4, 128, true, true, true, 12});
     }
 }
+// Uncommon head_dims (8, 80, 96), multi-head (no GQA) and multi-query attention, many chunks.
+TEST(DecodeAttentionSmall, HeadDimsAndGrouping) {
+  for (int D : {8, 80, 96}) run_case({D, 3, 200, 0, 32, true, false, false});
+  for (auto [nh, nkv] : {std::pair{8, 8}, std::pair{8, 1}}) {
+    AttnCase c{64, 5, 300, 40, 32, true, true, true};
+    c.n_head = nh, c.n_head_kv = nkv;
+    run_case(c);
+  }
+}
+// decode_attention behind a slow producer of qkv on the same stream, with PDL (its cache copies run
+// before the wait, its qkv reads after it).
+TEST(DecodeAttentionSmall, PdlBehindDelayedProducer) {
+  for (int T : {1, 16}) {
+    AttnCase c{64, T, 300, 0, 32, false, false, false};
+    c.pdl_producer = true;
+    run_case(c);
+  }
+}
 TEST(DecodeAttentionSmall, RejectsBadArguments) {
+  DevMem buf(1 << 20), cnt(1024);
+  float* f = static_cast<float*>(buf.p);
   fk::RopeKvArgs r;
-  r.T = 17, r.n_head = 8, r.n_head_kv = 2, r.D = 64, r.max_ctx = 512;
+  r.T = 17, r.n_head = 8, r.n_head_kv = 2, r.D = 64, r.max_ctx = 512, r.ldqkv = 12 * 64;
+  r.qkv = f, r.pos = static_cast<int32_t*>(buf.p), r.cos = f, r.sin = f, r.k_cache = f;
+  r.v_cache = f;
   fk::AttentionArgs a;
   a.T = 17, a.n_head = 8, a.n_head_kv = 2, a.D = 64, a.max_ctx = 512, a.split_keys = 128;
-  EXPECT_EQ(fk::decode_attention(r, a, nullptr, nullptr).code, fk::Code::kInvalidArgument);
+  a.out = buf.p, a.partials = f;
+  unsigned* counters = static_cast<unsigned*>(cnt.p);
+  EXPECT_EQ(fk::decode_attention(r, a, counters, nullptr).code, fk::Code::kInvalidArgument)
+      << "T > 16";
   r.T = a.T = 1;
   EXPECT_EQ(fk::decode_attention(r, a, nullptr, nullptr).code, fk::Code::kInvalidArgument)
-      << "null pointers";
+      << "null counters";
   a.D = 32;
-  EXPECT_EQ(fk::decode_attention(r, a, nullptr, nullptr).code, fk::Code::kInvalidArgument)
+  EXPECT_EQ(fk::decode_attention(r, a, counters, nullptr).code, fk::Code::kInvalidArgument)
       << "rope and attn disagree";
+  a.D = 64, r.ldqkv = 11 * 64;
+  EXPECT_EQ(fk::decode_attention(r, a, counters, nullptr).code, fk::Code::kInvalidArgument)
+      << "ldqkv too small";
+  r.ldqkv = 12 * 64, r.k_cache = f + 1;
+  EXPECT_EQ(fk::decode_attention(r, a, counters, nullptr).code, fk::Code::kInvalidArgument)
+      << "misaligned cache";
+}
+
+// ---- sample_tokens: the multi-CTA argmax and its last-CTA merge --------------------------------
+// vocab 100 000 (32 CTAs); ties across CTAs (lowest id wins), NaN and -inf logits, all NaN (id 0),
+// the position and history updates, the counter's reset (two calls), and temperature sampling
+// against a host replica of the kernel's Gumbel noise (splitmix64 hash, 23-bit u) in double.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct Sampled {
+  int token, pos, history;
+};
+
+Sampled sample_once(const std::vector<float>& logits, float temperature, uint64_t seed, int p0,
+                    DevMem& ws) {
+  const int V = static_cast<int>(logits.size());
+  DevMem d_l(logits.size() * 4), d_pos(4), d_tok(4), d_hist(64 * 4);
+  Sampled r{-1, -1, -1};
+  if (cudaMemcpy(d_l.p, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(d_pos.p, &p0, 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemset(d_hist.p, 0xff, 64 * 4) != cudaSuccess)
+    return r;
+  const fk::Status s = fk::sample_tokens(
+      V, static_cast<float*>(d_l.p), temperature, seed, static_cast<int32_t*>(d_pos.p), 1,
+      static_cast<int32_t*>(d_tok.p), static_cast<int32_t*>(d_hist.p), 64, ws.p, nullptr);
+  if (!s.ok() || cudaDeviceSynchronize() != cudaSuccess) return r;
+  std::vector<int32_t> hist(64);
+  cudaMemcpy(&r.token, d_tok.p, 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&r.pos, d_pos.p, 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hist.data(), d_hist.p, 64 * 4, cudaMemcpyDeviceToHost);
+  r.history = p0 + 1 < 64 ? hist[p0 + 1] : -1;
+  return r;
+}
+
+TEST(SampleTokensSmall, MultiCtaArgmax) {
+  const int V = 100000;
+  DevMem ws(fk::sample_workspace_bytes());
+  CUDA_OK(cudaMemset(ws.p, 0, ws.bytes));
+  std::mt19937 rng(3);
+  std::vector<float> l = rand_vec(V, 5.f, rng);
+  l[77777] = 9.f;
+  for (int rep = 0; rep < 2; ++rep) {  // the second call needs the counter reset by the first
+    const Sampled s = sample_once(l, 0.f, 0, 10 + rep, ws);
+    EXPECT_EQ(s.token, 77777);
+    EXPECT_EQ(s.pos, 11 + rep);
+    EXPECT_EQ(s.history, 77777);
+  }
+  l[70001] = l[12345] = l[99999] = 9.f;  // ties in different CTAs' slices
+  EXPECT_EQ(sample_once(l, 0.f, 0, 0, ws).token, 12345);
+  l[500] = std::nanf(""), l[600] = INFINITY * 0.f;
+  EXPECT_EQ(sample_once(l, 0.f, 0, 0, ws).token, 12345) << "NaN never wins";
+  std::vector<float> ninf(V, -INFINITY);
+  ninf[4242] = -1e30f;
+  EXPECT_EQ(sample_once(ninf, 0.f, 0, 0, ws).token, 4242);
+  std::vector<float> nan(V, std::nanf(""));
+  EXPECT_EQ(sample_once(nan, 0.f, 0, 0, ws).token, 0) << "all NaN";
+  unsigned counter = 1;
+  CUDA_OK(cudaMemcpy(&counter, ws.p, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(counter, 0u);
+}
+
+TEST(SampleTokensSmall, TemperatureMatchesHostGumbelMax) {
+  const int V = 100000;
+  DevMem ws(fk::sample_workspace_bytes());
+  CUDA_OK(cudaMemset(ws.p, 0, ws.bytes));
+  std::mt19937 rng(4);
+  const std::vector<float> l = rand_vec(V, 2.f, rng);
+  for (uint64_t seed : {1ull, 2ull, 99ull})
+    for (int p0 : {0, 7, 40}) {
+      const float temp = 0.8f;
+      const int p = p0 + 1;
+      int best = -1;
+      double bv = -INFINITY;
+      for (int j = 0; j < V; ++j) {
+        const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(p) * 0x9e3779b97f4a7c15ull +
+                                              static_cast<uint64_t>(j)));
+        const double u = (static_cast<double>(h >> 41) + 0.5) * std::ldexp(1.0, -23);
+        const double v = static_cast<double>(l[j] / temp) - std::log(-std::log(u));
+        if (v > bv) bv = v, best = j;
+      }
+      EXPECT_EQ(sample_once(l, temp, seed, p0, ws).token, best) << "seed " << seed << " p0 " << p0;
+    }
 }
 
 }  // namespace

@@ -58,12 +58,13 @@ struct CudaEngineOptions {
   // may start while the preceding one finishes and waits for it before touching memory; the decode
   // GEMV streams its weights during the wait (kernels.h, LinearArgs::pdl).
   bool pdl = true;
-  // Forward passes of at most 16 tokens (decode): the residual add runs in the epilogue of the o
-  // and down projections (LinearArgs::accumulate; layers without a post-norm, and not with
-  // fused_add_norm, whose add carries the next norm), the GLU inside the down projection
-  // (LinearArgs::x_glu), and RoPE / QK-norm / KV write, split-key attention and the merge of the
-  // key chunks as one kernel (decode_attention). Same functions as the separate kernels, in both
-  // modes; five fewer launches per layer.
+  // Forward passes of at most 16 tokens (decode) whose plain projections take the decode kernel
+  // (not with cublas_plain): the residual add runs in the epilogue of the o and down projections
+  // (LinearArgs::accumulate; layers without a post-norm, and not with fused_add_norm, whose add
+  // carries the next norm), the GLU inside the down projection (LinearArgs::x_glu; when its staged
+  // input, T x ffn dtype elements, is at most 48 KiB), and RoPE / QK-norm / KV write, split-key
+  // attention and the merge of the key chunks as one kernel (decode_attention). Same functions as
+  // the separate kernels, in both modes; up to five fewer launches per layer (two with post-norms).
   bool fuse_decode_ops = true;
   // At load, autotune the decode GEMV's launch configuration (CTA shape, split-K) for each
   // one-token projection shape over the layers' own weights (LinearContext::tune_decode).

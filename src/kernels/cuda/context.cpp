@@ -345,6 +345,12 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
         if (!st.ok() || !valid_decode_config(c, static_cast<int>(a.M), static_cast<int>(a.K)))
           continue;
         if (ks > 1 && a.K / ks < 32 * kw) continue;  // at least one chunk per warp
+        if (a.x_glu) {  // the staged GLU input must fit next to the partials
+          const int64_t kchunk = ((a.K + ks - 1) / ks + 31) / 32 * 32;
+          if (detail::decode_smem_bytes(static_cast<int>(a.M), rw, kw, static_cast<int>(kchunk)) >
+              static_cast<size_t>(detail::kDecodeMaxSmem))
+            continue;
+        }
         debug.decode_rw = rw, debug.decode_kw = kw, debug.decode_ksplit = ks;
         st = run_decode(a, stream);  // warm-up (grows the workspace if needed)
         if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

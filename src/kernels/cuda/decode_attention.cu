@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "attend.cuh"
@@ -221,19 +222,29 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
   if (!r.qkv || !r.pos || !r.cos || !r.sin || !r.k_cache || !r.v_cache || !a.out || !a.partials ||
       !counters)
     return invalid("decode_attention: null pointer");
+  if (r.ldqkv < static_cast<int64_t>(r.n_head + 2 * r.n_head_kv) * r.D)
+    return invalid("decode_attention: ldqkv < (n_head + 2 n_head_kv) * D");
+  if ((reinterpret_cast<uintptr_t>(r.k_cache) | reinterpret_cast<uintptr_t>(r.v_cache)) & 15u)
+    return invalid("decode_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
   const int splits = attention_splits(a);
   const int keys = std::min(a.split_keys, r.max_ctx);
   const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * r.T) +
                                        4 * static_cast<size_t>(kThreads) + (keys + 3) / 4 * 4 +
                                        static_cast<size_t>(keys) * (2 * r.D + 4));
-  if (smem > 227 * 1024)
+  constexpr size_t kStatic = sizeof(float) * 32 + sizeof(int);  // red, s_last
+  if (smem + kStatic > 227 * 1024)
     return invalid("decode_attention: shared memory exceeds 227 KiB (split_keys * D too large)");
   auto go = [&](auto e) {
     using E = decltype(e);
     auto kern = decode_attention_kernel<E>;
     if (smem > 48 * 1024) {
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+      const cudaError_t ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(smem));
+      if (ae != cudaSuccess) {
+        cudaGetLastError();
+        return Status{Code::kCudaError, std::string("decode_attention: cudaFuncSetAttribute: ") +
+                                            cudaGetErrorName(ae)};
+      }
     }
     const cudaError_t le = launch_ex(kern, dim3(r.n_head, r.T, splits), kThreads, smem, s,
                                      r.pdl || a.pdl, r, a, counters);

@@ -11,7 +11,8 @@
 // (kInvalidArgument naming the field, or kCudaError naming the failing launch); none throws.
 // `pdl` (a trailing argument or a field): launch with programmatic dependent launch (sm_90); the
 // kernel may start before the preceding kernel on the stream ends and waits for it before its first
-// memory access (RmsNormArgs::pdl in kernels.h says the same).
+// memory access (RmsNormArgs::pdl in kernels.h says the same) — except decode_attention, which
+// reads *pos and the KV-cache rows below it first (see there).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -101,9 +102,15 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // that CTA; release/acquire by __threadfence), not by a second kernel (flash-decoding). With pdl,
 // each CTA copies its chunk's cached key/value rows (below *pos) into shared memory before it waits
 // for the preceding kernel, which therefore must not write *pos or those cache rows (in the engine
-// it is the q|k|v projection). Shared memory per CTA: 4 * (D * (1 + 2T) + 1024 + split_keys *
-// (5 + 2D)) bytes, at most 227 KiB (split_keys * D <= 16384 keeps it there). Errors: T <= 16,
-// D % 4 == 0, D <= 256, split_keys > 0, partials and counters set, shared memory.
+// it is the q|k|v projection) — nor any other kernel that may still be running: with PDL the
+// launches before it can be in flight too, back to the most recent kernel that waits before it
+// lets its successor launch (LinearArgs::pdl in kernels.h). In the CUDA engine *pos is written only
+// by the sampler and this layer's cache only by this kernel, with waiting kernels (embedding, the
+// previous layer's decode_attention) in between. Shared memory per CTA, with c = min(split_keys,
+// max_ctx): 4 * (D * (1 + 2T) + 1024 + round4(c) + c * (2D + 4)) bytes plus 132 static, at most
+// 227 KiB (split_keys * D <= 16384 keeps it there). Errors: T <= 16, D % 4 == 0, D <= 256,
+// split_keys > 0, ldqkv >= (n_head + 2 n_head_kv) D, 16-byte aligned caches, partials and
+// counters set, shared memory.
 Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsigned* counters,
                         cudaStream_t s);
 constexpr int kDecodeAttentionMaxT = 16;

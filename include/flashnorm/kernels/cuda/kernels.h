@@ -104,8 +104,10 @@ struct LinearArgs {
   // kDecode only: launch with programmatic dependent launch (PDL, sm_90). The kernel starts
   // streaming W before the preceding kernel on the stream has finished and waits for it
   // (griddepcontrol.wait: full completion and memory flush) before it reads x or writes y or any
-  // workspace, so W must not be written by that preceding kernel. It also lets the next kernel
-  // launch early. Off by default.
+  // workspace. It lets the next kernel launch early, before its own wait, so kernels launched
+  // with PDL can be in flight several deep: W must not be written by any kernel that may still
+  // be running, i.e. by any kernel back to the most recent one that waits before it lets its
+  // successor launch (in the CUDA engine W is never written after load). Off by default.
   bool pdl = false;
 };
 
