@@ -196,12 +196,16 @@ TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
 
 // Logits of `a` and `b` on the same 12-token prompt (<= 16 tokens: the decode path) and 28
 // graph-replayed decode steps; the largest relative difference over all of them.
-double max_diff_prompt_and_steps(CudaEngine& a, CudaEngine& b) {
-  const std::vector<int32_t> ids = random_ids(40, a.config().vocab, 12);
+// With history > 0, a prefill of that many tokens comes first (so the steps' keys span several
+// key chunks when history exceeds one chunk).
+double max_diff_prompt_and_steps(CudaEngine& a, CudaEngine& b, int history = 0) {
+  const std::vector<int32_t> ids = random_ids(history + 40, a.config().vocab, 12);
   std::span<const int32_t> all(ids);
+  if (history > 0) a.forward(all.subspan(0, history)), b.forward(all.subspan(0, history));
+  all = all.subspan(history);
   double worst =
       max_rel_diff(a.forward(all.subspan(0, 12), true), b.forward(all.subspan(0, 12), true));
-  for (size_t t = 12; t < ids.size(); ++t)
+  for (size_t t = 12; t < all.size(); ++t)
     worst =
         std::max(worst, max_rel_diff(a.forward(all.subspan(t, 1)), b.forward(all.subspan(t, 1))));
   return worst;
@@ -245,6 +249,24 @@ TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernels) {
       std::printf("fused vs separate decode ops: max rel logit diff %.3e\n", d);
       EXPECT_LT(d, 3e-2);
     }
+}
+
+// The same after a 300-token history in a 512-position cache: decode steps whose keys span three
+// chunks (128 keys each at these head_dims), merged by decode_attention's last CTA.
+TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernelsOverSeveralChunks) {
+  for (bool gemma : {false, true}) {
+    SCOPED_TRACE(gemma ? "gemma3" : "llama");
+    const std::string dir = model_dir(gemma, true);
+    CudaEngineOptions fused;
+    fused.max_context = 512, fused.tune = false;
+    CudaEngineOptions sep = fused;
+    sep.fuse_decode_ops = false;
+    CudaEngine a(load_model(dir), NormMode::FlashNorm, fused),
+        b(load_model(dir), NormMode::FlashNorm, sep);
+    const double d = max_diff_prompt_and_steps(a, b, 300);
+    std::printf("fused vs separate decode ops after 300 tokens: max rel logit diff %.3e\n", d);
+    EXPECT_LT(d, 3e-2);
+  }
 }
 
 TEST(CudaEngine, RefusesBadTokensAndFullCache) {
