@@ -211,21 +211,33 @@ double max_diff_prompt_and_steps(CudaEngine& a, CudaEngine& b, int history = 0) 
   return worst;
 }
 
+// max_diff_prompt_and_steps between an engine with default options and one with `change` applied,
+// on the random Llama or Gemma 3 checkpoint in `mode`. Both use heuristic GEMV configurations
+// (tune = false), so the summation order of the GEMVs is the same.
+double option_diff(bool gemma, NormMode mode, void (*change)(CudaEngineOptions&),
+                   int max_context = 128, int history = 0) {
+  const std::string dir = model_dir(gemma, true);
+  CudaEngineOptions base;
+  base.max_context = max_context, base.tune = false;
+  CudaEngineOptions other = base;
+  change(other);
+  CudaEngine a(load_model(dir), mode, base), b(load_model(dir), mode, other);
+  return max_diff_prompt_and_steps(a, b, history);
+}
+std::string case_name(bool gemma, NormMode mode) {
+  return std::string(gemma ? "gemma3 " : "llama ") +
+         (mode == NormMode::Standard ? "standard" : "flashnorm");
+}
+void pdl_off(CudaEngineOptions& o) { o.pdl = false; }
+void fusion_off(CudaEngineOptions& o) { o.fuse_decode_ops = false; }
+
 // PDL changes when kernels start, never what they compute: logits bitwise equal with and without
-// it, for Llama and Gemma 3 in both modes. Heuristic GEMV configurations in both (tune = false), so
-// the summation order is the same.
+// it, for Llama and Gemma 3 in both modes.
 TEST(CudaEngine, PdlLeavesLogitsBitwiseEqual) {
   for (bool gemma : {false, true})
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
-      SCOPED_TRACE(::testing::Message() << (gemma ? "gemma3 " : "llama ")
-                                        << (mode == NormMode::Standard ? "standard" : "flashnorm"));
-      const std::string dir = model_dir(gemma, true);
-      CudaEngineOptions on;
-      on.max_context = 128, on.tune = false;
-      CudaEngineOptions off = on;
-      off.pdl = false;
-      CudaEngine a(load_model(dir), mode, on), b(load_model(dir), mode, off);
-      EXPECT_EQ(max_diff_prompt_and_steps(a, b), 0.0);
+      SCOPED_TRACE(case_name(gemma, mode));
+      EXPECT_EQ(option_diff(gemma, mode, pdl_off), 0.0);
     }
 }
 
@@ -237,15 +249,8 @@ TEST(CudaEngine, PdlLeavesLogitsBitwiseEqual) {
 TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernels) {
   for (bool gemma : {false, true})
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
-      SCOPED_TRACE(::testing::Message() << (gemma ? "gemma3 " : "llama ")
-                                        << (mode == NormMode::Standard ? "standard" : "flashnorm"));
-      const std::string dir = model_dir(gemma, true);
-      CudaEngineOptions fused;
-      fused.max_context = 128, fused.tune = false;
-      CudaEngineOptions sep = fused;
-      sep.fuse_decode_ops = false;
-      CudaEngine a(load_model(dir), mode, fused), b(load_model(dir), mode, sep);
-      const double d = max_diff_prompt_and_steps(a, b);
+      SCOPED_TRACE(case_name(gemma, mode));
+      const double d = option_diff(gemma, mode, fusion_off);
       std::printf("fused vs separate decode ops: max rel logit diff %.3e\n", d);
       EXPECT_LT(d, 3e-2);
     }
@@ -255,15 +260,8 @@ TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernels) {
 // chunks (128 keys each at these head_dims), merged by decode_attention's last CTA.
 TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernelsOverSeveralChunks) {
   for (bool gemma : {false, true}) {
-    SCOPED_TRACE(gemma ? "gemma3" : "llama");
-    const std::string dir = model_dir(gemma, true);
-    CudaEngineOptions fused;
-    fused.max_context = 512, fused.tune = false;
-    CudaEngineOptions sep = fused;
-    sep.fuse_decode_ops = false;
-    CudaEngine a(load_model(dir), NormMode::FlashNorm, fused),
-        b(load_model(dir), NormMode::FlashNorm, sep);
-    const double d = max_diff_prompt_and_steps(a, b, 300);
+    SCOPED_TRACE(case_name(gemma, NormMode::FlashNorm));
+    const double d = option_diff(gemma, NormMode::FlashNorm, fusion_off, 512, 300);
     std::printf("fused vs separate decode ops after 300 tokens: max rel logit diff %.3e\n", d);
     EXPECT_LT(d, 3e-2);
   }

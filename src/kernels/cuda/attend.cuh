@@ -72,4 +72,23 @@ __device__ __forceinline__ void attend_chunk(float* q, int D, int nk, float scal
   m = mx, l = sum;
 }
 
+// Output dim d of one (head, query) from its `splits` chunk records at base ([splits][D + 2]: m, l,
+// unnormalized o [D]; l == 0 marks an empty chunk): sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s,
+// M = max_s m_s (flash-decoding's log-sum-exp merge). Loads bypass L1 (__ldcg): the records may
+// come from other CTAs of the same launch.
+__device__ __forceinline__ float merge_chunks(const float* base, int splits, int D, int d) {
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(base + s * (D + 2)));
+  float l = 0.f, o = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float* p = base + s * (D + 2);
+    const float ls = __ldcg(p + 1);
+    if (ls == 0.f) continue;  // empty chunk
+    const float f = __expf(__ldcg(p) - m);
+    l = fmaf(ls, f, l);
+    o = fmaf(__ldcg(p + 2 + d), f, o);
+  }
+  return o / l;
+}
+
 }  // namespace flashnorm::kernels::cuda::detail

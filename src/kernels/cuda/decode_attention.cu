@@ -7,20 +7,22 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "attend.cuh"
 #include "elements.cuh"
 #include "flashnorm/kernels/cuda/engine_ops.h"
 #include "pdl.cuh"
 #include "reduce.cuh"
+#include "status.cuh"
 
 namespace flashnorm::kernels::cuda {
 namespace {
 
-using detail::block_max;
-using detail::block_sum;
+using detail::aligned16;
+using detail::by_dtype;
+using detail::invalid;
 using detail::launch_ex;
+using detail::launched;
 using detail::pdl_begin;
 using detail::warp_sum;
 
@@ -81,9 +83,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // CTA (head h, token t, key chunk z) of kThreads threads. Shared memory: q [D], the keys and values
 // of this pass's tokens [T][D] each (rows j - p0), attend_chunk's scratch [4 * kThreads], scores
 // [split_keys], and the chunk's cached key and value rows ([split_keys][D + 4], [split_keys][D]),
-// copied with
-// cp.async before the PDL wait (the preceding kernel writes neither them nor *pos: contract in
-// engine_ops.h), so that their latency overlaps that kernel's tail and the query's preparation.
+// copied with cp.async before the PDL wait (the preceding kernel writes neither them nor *pos:
+// contract in engine_ops.h), so that their latency overlaps that kernel's tail and the query's
+// preparation.
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(RopeKvArgs r, AttentionArgs a, unsigned* counters) {
@@ -187,24 +189,12 @@ __global__ void __launch_bounds__(kThreads)
   const int splits = gridDim.z;
   const float* base = a.partials + (static_cast<int64_t>(t) * r.n_head + h) * splits * (D + 2);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float m = -INFINITY;
-    for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(base + s * (D + 2)));
-    float l = 0.f, o = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float* p = base + s * (D + 2);
-      const float ls = __ldcg(p + 1);
-      if (ls == 0.f) continue;  // empty chunk
-      const float f = __expf(__ldcg(p) - m);
-      l = fmaf(ls, f, l);
-      o = fmaf(__ldcg(p + 2 + d), f, o);
-    }
-    static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] = E::from_f(o / l);
+    static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] =
+        E::from_f(detail::merge_chunks(base, splits, D, d));
   }
   if (threadIdx.x == 0)
     counters[t * r.n_head + h] = 0u;  // ready for the next stream-ordered launch
 }
-
-Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
 
 }  // namespace
 
@@ -224,7 +214,7 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
     return invalid("decode_attention: null pointer");
   if (r.ldqkv < static_cast<int64_t>(r.n_head + 2 * r.n_head_kv) * r.D)
     return invalid("decode_attention: ldqkv < (n_head + 2 n_head_kv) * D");
-  if ((reinterpret_cast<uintptr_t>(r.k_cache) | reinterpret_cast<uintptr_t>(r.v_cache)) & 15u)
+  if (!aligned16(r.k_cache) || !aligned16(r.v_cache))
     return invalid("decode_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
   const int splits = attention_splits(a);
   const int keys = std::min(a.split_keys, r.max_ctx);
@@ -234,29 +224,18 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
   constexpr size_t kStatic = sizeof(float) * 32 + sizeof(int);  // red, s_last
   if (smem + kStatic > 227 * 1024)
     return invalid("decode_attention: shared memory exceeds 227 KiB (split_keys * D too large)");
-  auto go = [&](auto e) {
+  return by_dtype(r.dt, [&](auto e) {
     using E = decltype(e);
     auto kern = decode_attention_kernel<E>;
     if (smem > 48 * 1024) {
       const cudaError_t ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(smem));
-      if (ae != cudaSuccess) {
-        cudaGetLastError();
-        return Status{Code::kCudaError, std::string("decode_attention: cudaFuncSetAttribute: ") +
-                                            cudaGetErrorName(ae)};
-      }
+      if (ae != cudaSuccess) return launched("decode_attention: cudaFuncSetAttribute", ae);
     }
-    const cudaError_t le = launch_ex(kern, dim3(r.n_head, r.T, splits), kThreads, smem, s,
-                                     r.pdl || a.pdl, r, a, counters);
-    cudaError_t e2 = cudaGetLastError();
-    if (le != cudaSuccess) e2 = le;
-    if (e2 == cudaSuccess) return Status{};
-    return Status{Code::kCudaError, std::string("decode_attention_kernel: ") +
-                                        cudaGetErrorName(e2) + " (" + cudaGetErrorString(e2) + ")"};
-  };
-  if (r.dt == DType::kBF16) return go(detail::BF16{});
-  if (r.dt == DType::kFP16) return go(detail::FP16{});
-  return invalid("decode_attention: dtype must be bf16 or fp16");
+    return launched("decode_attention_kernel",
+                    launch_ex(kern, dim3(r.n_head, r.T, splits), kThreads, smem, s, r.pdl || a.pdl,
+                              r, a, counters));
+  });
 }
 
 }  // namespace flashnorm::kernels::cuda

@@ -12,27 +12,21 @@
 #include "flashnorm/kernels/cuda/engine_ops.h"
 #include "pdl.cuh"
 #include "reduce.cuh"
+#include "status.cuh"
 
 namespace flashnorm::kernels::cuda {
 namespace {
 
 using detail::BF16;
-using detail::block_max;
 using detail::block_sum;
 using detail::FP16;
 using detail::launch_ex;
 using detail::pdl_begin;
 
-Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
-// Status of a launch: its returned error, else the last error (cleared).
-Status launched(const char* what, cudaError_t launch_error = cudaSuccess) {
-  cudaError_t e = cudaGetLastError();
-  if (launch_error != cudaSuccess) e = launch_error;
-  if (e == cudaSuccess) return {};
-  return {Code::kCudaError,
-          std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
-}
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+using detail::aligned16;
+using detail::by_dtype;
+using detail::invalid;
+using detail::launched;
 
 // ---- embedding ------------------------------------------------------------------------------
 template <class E>
@@ -204,19 +198,9 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
   pdl_begin();
   const int h = blockIdx.x, t = blockIdx.y, D = a.D, d = threadIdx.x;
   const float* base = a.partials + (static_cast<int64_t>(t) * a.n_head + h) * splits * (D + 2);
-  float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, base[s * (D + 2)]);
-  float l = 0.f, o = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* p = base + s * (D + 2);
-    if (p[1] == 0.f) continue;  // empty split
-    const float f = __expf(p[0] - m);
-    l = fmaf(p[1], f, l);
-    if (d < D) o = fmaf(p[2 + d], f, o);
-  }
   if (d < D) {
     static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * a.n_head * D + h * D + d] =
-        E::from_f(o / l);
+        E::from_f(detail::merge_chunks(base, splits, D, d));
   }
 }
 
@@ -288,13 +272,6 @@ __global__ void sample_kernel(const float* logits, int vocab, float temperature,
   if (history && p < history_len) history[p] = idx;
   *pos = p;
   *counter = 0u;  // ready for the next stream-ordered call
-}
-
-template <class F>
-Status by_dtype(DType dt, F&& f) {
-  if (dt == DType::kBF16) return f(BF16{});
-  if (dt == DType::kFP16) return f(FP16{});
-  return invalid("dtype must be bf16 or fp16");
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// Internal: host-side helpers of the engine kernels' entry points (engine_ops.cu,
+// decode_attention.cu): Status for bad arguments and for launches, pointer alignment, and the
+// bf16/fp16 dispatch. Not part of the public API.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "elements.cuh"
+#include "flashnorm/kernels/cuda/kernels.h"
+
+namespace flashnorm::kernels::cuda::detail {
+
+inline Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
+
+// Status of a launch: its returned error, else the last error (cleared).
+inline Status launched(const char* what, cudaError_t launch_error = cudaSuccess) {
+  cudaError_t e = cudaGetLastError();
+  if (launch_error != cudaSuccess) e = launch_error;
+  if (e == cudaSuccess) return {};
+  return {Code::kCudaError,
+          std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// f(BF16{}) or f(FP16{}) for the dtype; kInvalidArgument for any other.
+template <class F>
+Status by_dtype(DType dt, F&& f) {
+  if (dt == DType::kBF16) return f(BF16{});
+  if (dt == DType::kFP16) return f(FP16{});
+  return invalid("dtype must be bf16 or fp16");
+}
+
+}  // namespace flashnorm::kernels::cuda::detail
