@@ -128,6 +128,24 @@ def table(doc):
             lines.append(f"| {r['name']} | {r['M']} | {r.get('decode_rw', '-')} x {r.get('decode_kw', '-')}, "
                          f"{r['decode_ksplit']} | {fmt(d)} | {fmt(q)} | {fmt(x['bare'])} | {fmt(x['unf'])} | "
                          f"{x['bare'] / q:.2f}x | {x['unf'] / q:.2f}x | {q / x['floor']:.2f}x |")
+    pre = [x for x in rows if "fn_prefill_fused" in x["r"]["variants"]]
+    if pre:
+        lines += ["", "Prefill implementations (graph us). `fused`: one CUTLASS sm90 GEMM that sums the x "
+                  "rows' squares from its staged tiles and scales the accumulators (fastest tile of the "
+                  "tuner); `plain`: the same kernel without the reduction and the scale (a plain GEMM, not a "
+                  "flashnorm result: it isolates the reduction's cost); `prescale`: norm kernel + cuBLASLt; "
+                  "`choice`: what kPrefill runs after tuning.", "",
+                  "| shape | M | choice | fused tile | fused | plain | prescale | bare cuBLAS | unfused | "
+                  "fused/plain | plain/bare | fused/bare |",
+                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for x in pre:
+            r, v = x["r"], x["r"]["variants"]
+            f = v["fn_prefill_fused"]["graph_us"]
+            pl = v.get("cutlass_plain", {}).get("graph_us")
+            lines.append(f"| {r['name']} | {r['M']} | {r.get('prefill_tile', '-')} | {r.get('fused_tile', '-')} | "
+                         f"{fmt(f)} | {fmt(pl)} | {fmt(v['fn_prefill_prescale']['graph_us'])} | {fmt(x['bare'])} | "
+                         f"{fmt(x['unf'])} | {fmt(f / pl if pl else None)}x | {fmt(pl / x['bare'] if pl else None)}x | "
+                         f"{f / x['bare']:.2f}x |")
     sweep = [x for x in rows if any(n.startswith("decode_ks") for n in x["r"]["variants"])]
     if sweep:
         lines += ["", "Decode split-K sweep (graph us):", "", "| shape | M | chosen ks | ks=1 | 2 | 4 | 8 | 16 | 32 |",

@@ -10,6 +10,10 @@
 # Everything goes under $OUT (default /tmp/fn_out): gpu_kernels.log, kernels.json, torch_peers.json,
 # sanitize.log, nojoin.log, ncu.txt, res_usage.txt.
 #
+# FN_BUNDLE=1: no build here; the binaries come from the bundle that scripts/gpu_stage.sh makes on
+# the development machine (carry .cache/device/bundle): kernels_gpu_test, kernels_race_test and the
+# `flashnorm` CLI as the benchmark. Saves the device-side compile of the CUTLASS kernels.
+#
 # Build: with CMake when the project's dependencies are installed (FN_BUILD=cmake), else (default on
 # the device machine, whose image lacks fmt/CLI11/gtest/BLAS/PCRE2) a direct nvcc/g++ build of the
 # kernel sources, with header-only fmt/nlohmann/CLI11 and a static gtest taken from an ignored folder
@@ -34,6 +38,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
 nvcc --version | tail -1
 CUDA_HOME=$(dirname "$(dirname "$(which nvcc)")")
+KBENCH="$B/flashnorm_kbench"
+if [[ "${FN_BUNDLE:-0}" == "1" ]]; then
+  python3 -c "import tarfile; tarfile.open('.cache/device/bundle/fn_bundle.tar.xz').extractall('/tmp')" ||
+    { echo "bundle missing: carry .cache/device/bundle (scripts/gpu_stage.sh)"; exit 2; }
+  export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_PATH:-}
+  B=/tmp/fn/bin
+  KBENCH="$B/flashnorm"
+  STAGES=${STAGES//build/}
+fi
 mkdir -p "$B"
 
 if has build; then
@@ -42,6 +55,14 @@ if has build; then
   CX="g++ -std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -DFLASHNORM_HAVE_CUDA=1 -Iinclude -I$DEPS/include -I$CUDA_HOME/include"
   pids=()
   $NV -Xptxas -v -c src/kernels/cuda/kernels.cu -o "$B/kernels.o" > "$B/ptxas.txt" 2>&1 & pids+=($!)
+  for f in engine_ops decode_attention; do
+    $NV -c src/kernels/cuda/$f.cu -o "$B/$f.o" & pids+=($!)
+  done
+  # the fused prefill needs the CUTLASS headers: carry .cache/cutlass/<wheel> (scripts/fetch_cutlass.sh)
+  CUTLASS_INC=$(bash scripts/fetch_cutlass.sh 2>/dev/null) && CUTLASS_DEF="-DFLASHNORM_HAVE_CUTLASS=1 -DNDEBUG -isystem $CUTLASS_INC" ||
+    { CUTLASS_DEF=""; echo "no CUTLASS here: fused prefill disabled"; }
+  $NV --expt-relaxed-constexpr $CUTLASS_DEF -Isrc/kernels/cuda -c src/kernels/cuda/prefill_sm90.cu \
+    -o "$B/prefill_sm90.o" & pids+=($!)
   $CX -c src/kernels/cuda/context.cpp -o "$B/context.o" & pids+=($!)
   $CX -c src/kernels/cuda/bench.cpp -o "$B/bench.o" & pids+=($!)
   $CX -c src/kernels/cuda/device.cpp -o "$B/device.o" & pids+=($!)
@@ -55,7 +76,7 @@ if has build; then
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "BUILD FAILED (compile)"; cat "$B/ptxas.txt" | grep -i error; exit 1; }; done
   LIBS="-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib -lcudart -lcublasLt -lpthread -ldl -lrt"
-  OBJS="$B/kernels.o $B/context.o $B/bench.o $B/device.o $B/reference.o"
+  OBJS="$B/kernels.o $B/engine_ops.o $B/decode_attention.o $B/prefill_sm90.o $B/context.o $B/bench.o $B/device.o $B/reference.o"
   g++ -o "$B/flashnorm_kbench" "$B/kbench_main.o" "$B/cmd_bench.o" "$B/atomic_file.o" "$B/error.o" \
     $OBJS $LIBS &&
   g++ -o "$B/kernels_gpu_test" "$B/kernels_gpu_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
@@ -87,7 +108,7 @@ fi
 if has bench; then
   stamp "bench"
   D=""; [[ "$DIRTY" == "1" ]] && D="--dirty"
-  "$B/flashnorm_kbench" bench --shapes bench/shapes.json --out "$OUT/kernels.json" --commit "$COMMIT" \
+  "$KBENCH" bench --shapes bench/shapes.json --out "$OUT/kernels.json" --commit "$COMMIT" \
     --driver "$DRIVER" $D $BENCH_ARGS
   echo "bench rc=$?"
 fi
@@ -97,7 +118,7 @@ if has ncu && command -v ncu > /dev/null; then
   for M in 1 64; do
     timeout 120 ncu --clock-control none -k regex:decode_kernel -c 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
-      "$B/flashnorm_kbench" bench --only llama3_8b_qkv --M $M --graph-reps 1 --eager-reps 1 --no-check \
+      "$KBENCH" bench --only llama3_8b_qkv --M $M --graph-reps 1 --eager-reps 1 --no-check \
       --out /tmp/ncu_bench.json >> "$OUT/ncu.txt" 2>&1
   done
   grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit" "$OUT/ncu.txt"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what flashnorm needs to build and test on Debian 12 (run as root, or with sudo).
-# Debian packages: toolchain, JSON, CLI parsing, BLAS, PCRE2, fmt, GoogleTest, clang for fuzzing.
+# Debian packages: toolchain, JSON, CLI parsing, BLAS, PCRE2, fmt, GoogleTest, clang for fuzzing;
+# the CUTLASS headers from PyPI (scripts/fetch_cutlass.sh).
 # PyPI packages (tests only, `scripts/setup.sh --test`): the reference implementations the tests
 # compare against (gguf, safetensors), in a virtual environment .venv (Debian's own Python refuses
 # pip installs outside one).
@@ -16,6 +17,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The CUTLASS headers the fused prefill kernel is built on (pinned wheel, SHA-256 checked).
+"$(cd "$(dirname "$0")" && pwd)/fetch_cutlass.sh" > /dev/null
 if [ "${1:-}" = "--test" ]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   [ -x "$root/.venv/bin/python3" ] || python3 -m venv "$root/.venv"

@@ -116,6 +116,14 @@ const LinData& lin_data(const LinCase& c) {
   if (it != cache.end()) return it->second;
   LinData& d = cache[key];
   random_half(c.dt, static_cast<size_t>(c.M) * c.K, c.K, 3.f, 3.f, 11 + c.M + c.N, d.xb, d.xf);
+  // Magnitudes that change every 8 elements along a row (exact powers of two), so that a kernel
+  // summing the squares of the wrong 16-byte chunks of a row gets a visibly wrong rstd (with i.i.d.
+  // values it averages out at large K).
+  for (size_t i = 0; i < d.xf.size(); ++i) {
+    const float f = std::ldexp(1.0f, static_cast<int>((i % c.K) / 8 % 4) - 1);
+    d.xb[i] = to_half_bits(c.dt, d.xf[i] * f);
+    d.xf[i] = from_half_bits(c.dt, d.xb[i]);
+  }
   random_half(c.dt, static_cast<size_t>(c.N) * c.K, 0, 0.05f, 0.f, 12 + c.K, d.wb, d.wf);
   random_half(c.dt, c.N, 0, 0.5f, 0.f, 13, d.bb, d.bf);
   d.mask.resize(c.N);
@@ -137,10 +145,12 @@ fk::LinearContext& ctx() {
   return c;
 }
 
-void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0) {
+void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0,
+                int prefill_tile = -2, bool prescale = false) {
   SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
                                   << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
-                                  << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw);
+                                  << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw
+                                  << " prefill_tile=" << prefill_tile);
   const LinData& d = lin_data(c);
   const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
                yn = static_cast<size_t>(c.M) * c.N;
@@ -159,7 +169,11 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   ctx().debug.decode_ksplit = ksplit;
   ctx().debug.decode_rw = rw;
   ctx().debug.decode_kw = kw;
+  ctx().debug.prefill_tile = prefill_tile;
+  ctx().debug.prefill_prescale = prescale;
   FN_OK(ctx().run(a, impl, nullptr));
+  if (prefill_tile >= 0) EXPECT_EQ(ctx().last_prefill_path(), "fused");
+  if (prescale) EXPECT_EQ(ctx().last_prefill_path(), "prescale");
   CUDA_OK(cudaDeviceSynchronize());
   ctx().debug = {};
   std::vector<float> got = download_half(c.dt, y.p, yn);
@@ -210,6 +224,31 @@ TEST(LinearSmall, LargeMSmallShape) {
   for (fk::LinearImpl im :
        {fk::LinearImpl::kPrefill, fk::LinearImpl::kTwoStream, fk::LinearImpl::kAuto})
     run_linear({fk::DType::kBF16, 1000, 136, 1000, false, false, 16}, im);
+}
+// The fused prefill GEMM (sum of squares from the staged x tiles, rstd on the accumulators), every
+// tile configuration: partial tiles in M and N, K not a multiple of the 64-wide k-tile, one k-tile,
+// many k-tiles, more tiles than SMs (persistent scheduler), both dtypes.
+TEST(LinearSmall, PrefillFusedTiles) {
+  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+      for (LinCase c :
+           {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
+            LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+}
+TEST(LinearPrefill, FusedTilesLarger) {
+  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+      for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
+                        LinCase{dt, 257, 2056, 4104, false, false, 24},
+                        LinCase{dt, 4096, 1544, 576, false, false, 12}})
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+}
+// The prescale fallback stays correct (it runs when CUTLASS refuses a shape or y is fp32).
+TEST(LinearSmall, PrefillPrescale) {
+  for (LinCase c : {LinCase{fk::DType::kBF16, 33, 72, 1000, false, false, 0},
+                    LinCase{fk::DType::kFP16, 130, 264, 200, false, false, 0}})
+    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
 }
 TEST(LinearSmall, RejectsBadArguments) {
   DevMem x(1 << 16), w(1 << 16), y(1 << 16);

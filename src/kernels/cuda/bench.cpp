@@ -231,6 +231,33 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         variants.push_back({std::string("fn_") + impl_name(im), [&, im](int i, cudaStream_t st) {
                               throw_if_error(ctx.run(largs(i), im, st));
                             }});
+      // the fastest fused tile for this shape (tuned below, before any timing), and the same
+      // kernel without its reduction and scale (a plain CUTLASS GEMM, not a flashnorm result)
+      int fused_tile = -2;
+      if (M >= 64) {
+        variants.push_back({"fn_prefill_fused", [&](int i, cudaStream_t st) {
+                              ctx.debug.prefill_tile = fused_tile;
+                              Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
+                              ctx.debug.prefill_tile = -2;
+                              throw_if_error(r);
+                            }});
+        if (dt == DType::kBF16)
+          variants.push_back({"cutlass_plain", [&](int i, cudaStream_t st) {
+                                ctx.debug.prefill_tile = fused_tile;
+                                ctx.debug.prefill_plain_gemm = true;
+                                Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
+                                ctx.debug.prefill_plain_gemm = false;
+                                ctx.debug.prefill_tile = -2;
+                                throw_if_error(r);
+                              }});
+      }
+      if (M >= 64)  // the prefill path before the fused kernel: rms_norm-style prescale + cuBLASLt
+        variants.push_back({"fn_prefill_prescale", [&](int i, cudaStream_t st) {
+                              ctx.debug.prefill_prescale = true;
+                              Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
+                              ctx.debug.prefill_prescale = false;
+                              throw_if_error(r);
+                            }});
       if (M <=
           64)  // decode in a chain of PDL launches (each call overlaps the previous one's tail)
         variants.push_back({"fn_decode_pdl", [&](int i, cudaStream_t st) {
@@ -263,6 +290,20 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         ctx.tune_decode(sets.data(), nrot, s, &ts, &tuned_us);
         throw_if_error(ts);
         row["decode_tuned_us"] = tuned_us;
+      }
+      {  // autotune the fused prefill tile the same way (when this build has it)
+        Status ts;
+        std::vector<LinearArgs> sets;
+        for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
+        double tuned_us = 0;
+        const int tile = ctx.tune_prefill(sets.data(), nrot, s, &ts, &tuned_us, &fused_tile);
+        if (ts.code != Code::kUnsupported) throw_if_error(ts);
+        if (tile >= LinearContext::kPrefillPrescale) {
+          row["prefill_tile"] = tile == LinearContext::kPrefillPrescale
+                                    ? "prescale"
+                                    : LinearContext::prefill_tile_name(tile);
+          row["prefill_tuned_us"] = tuned_us;
+        }
       }
       const DecodeConfig dc = ctx.decode_config(M, N, K);
       row["decode_ksplit"] = dc.ks;
@@ -322,6 +363,16 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           vj["unfused"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
           vj["bare"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
           row["flashnorm_graph_us"].get<double>() / row["floor_us"].get<double>());
+      if (fused_tile >= 0) row["fused_tile"] = LinearContext::prefill_tile_name(fused_tile);
+      if (vj.contains("cutlass_plain"))
+        std::printf(
+            "%-20s M=%-5d   prefill choice %s; fused (%s) %8.2f cutlass_plain %8.2f "
+            "prescale %8.2f\n",
+            name.c_str(), M, row.value("prefill_tile", std::string("-")).c_str(),
+            row.value("fused_tile", std::string("-")).c_str(),
+            vj["fn_prefill_fused"]["graph_us"].get<double>(),
+            vj["cutlass_plain"]["graph_us"].get<double>(),
+            vj["fn_prefill_prescale"]["graph_us"].get<double>());
       std::fflush(stdout);
       rows.push_back(row);
     }

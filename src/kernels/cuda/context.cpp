@@ -9,6 +9,7 @@
 #include "flashnorm/io/error.h"
 #include "flashnorm/kernels/cuda/kernels.h"
 #include "launch.h"
+#include "prefill_sm90.h"
 
 namespace flashnorm::kernels::cuda {
 
@@ -148,6 +149,7 @@ LinearContext::~LinearContext() {
   cudaFree(rstd_);
   cudaFree(xs_);
   cudaFree(part_);
+  cudaFree(prefill_ws_);
   cudaFree(counters_);
   if (side_) cudaStreamDestroy(side_);
   for (auto e : {ev_fork_, ev_gemm_, ev_rstd_})
@@ -334,9 +336,6 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
   debug.decode_ksplit = debug.decode_rw = debug.decode_kw = 0;
   DecodeConfig best{};
   float best_ms = 1e30f;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (st.ok()) st = cuda_status(cudaEventCreate(&e0), "cudaEventCreate");
-  if (st.ok()) st = cuda_status(cudaEventCreate(&e1), "cudaEventCreate");
   const int reps = std::max(32, n);
   for (int rw : {1, 2, 4})
     for (int kw : {2, 4, 8})
@@ -352,45 +351,132 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
             continue;
         }
         debug.decode_rw = rw, debug.decode_kw = kw, debug.decode_ksplit = ks;
-        st = run_decode(a, stream);  // warm-up (grows the workspace if needed)
-        if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        cudaGraph_t g = nullptr;
-        cudaGraphExec_t ge = nullptr;
-        if (st.ok())
-          st = cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                           "cudaStreamBeginCapture");
-        for (int r = 0; r < reps && st.ok(); ++r) st = run_decode(sets[r % n], stream);
-        if (st.ok()) {
-          st = cuda_status(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
-        } else {
-          cudaGraph_t junk = nullptr;
-          cudaStreamEndCapture(stream, &junk);
-          if (junk) cudaGraphDestroy(junk);
-        }
-        if (st.ok()) st = cuda_status(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
-        if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
         float ms = 1e30f;
-        for (int r = 0; r < 3 && st.ok(); ++r) {
-          float t = 0;
-          st = cuda_status(cudaEventRecord(e0, stream), "cudaEventRecord");
-          if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
-          if (st.ok()) st = cuda_status(cudaEventRecord(e1, stream), "cudaEventRecord");
-          if (st.ok()) st = cuda_status(cudaEventSynchronize(e1), "cudaEventSynchronize");
-          if (st.ok()) st = cuda_status(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
-          ms = std::min(ms, t);
-        }
-        if (ge) cudaGraphExecDestroy(ge);
-        if (g) cudaGraphDestroy(g);
+        st = time_graph([&](const LinearArgs& x) { return run_decode(x, stream); }, sets, n, reps,
+                        stream, &ms);
         if (st.ok() && ms < best_ms) best_ms = ms, best = c;
       }
   debug = saved;
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
   if (status) *status = st;
   if (!st.ok()) return {};
   if (best.rw > 0) tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best;
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
+}
+
+template <class Run>
+Status LinearContext::time_graph(const Run& run, const LinearArgs* sets, int n, int reps,
+                                 cudaStream_t stream, float* ms_out) {
+  *ms_out = 1e30f;
+  Status st = run(sets[0]);  // warm-up (grows workspaces if needed)
+  if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (st.ok()) st = cuda_status(cudaEventCreate(&e0), "cudaEventCreate");
+  if (st.ok()) st = cuda_status(cudaEventCreate(&e1), "cudaEventCreate");
+  if (st.ok())
+    st = cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                     "cudaStreamBeginCapture");
+  if (st.ok()) {
+    for (int r = 0; r < reps && st.ok(); ++r) st = run(sets[r % n]);
+    cudaGraph_t captured = nullptr;
+    const Status end = cuda_status(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
+    if (st.ok() && end.ok()) {
+      g = captured;
+    } else {
+      if (st.ok()) st = end;
+      if (captured) cudaGraphDestroy(captured);
+    }
+  }
+  if (st.ok()) st = cuda_status(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
+  if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
+  for (int r = 0; r < 3 && st.ok(); ++r) {
+    float t = 0;
+    st = cuda_status(cudaEventRecord(e0, stream), "cudaEventRecord");
+    if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
+    if (st.ok()) st = cuda_status(cudaEventRecord(e1, stream), "cudaEventRecord");
+    if (st.ok()) st = cuda_status(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    if (st.ok()) st = cuda_status(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
+    if (st.ok()) *ms_out = std::min(*ms_out, t);
+  }
+  if (ge) cudaGraphExecDestroy(ge);
+  if (g) cudaGraphDestroy(g);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  return st;
+}
+
+const char* LinearContext::prefill_tile_name(int tile) { return detail::prefill_tile_name(tile); }
+
+int LinearContext::prefill_tile(int64_t M, int64_t N, int64_t K) const {
+  if (debug.prefill_tile >= kPrefillPrescale) return debug.prefill_tile;
+  auto it = tuned_prefill_.find({M, N, K});
+  if (it != tuned_prefill_.end()) return it->second;
+  // Untuned: the fused kernel where launches and the norm's extra pass dominate (H200, 2026-11-30:
+  // it won every measured shape up to M*N*K ~ 2e9); above, its in-kernel reduction adds shared-
+  // memory traffic to a compute-bound GEMM (~12 % at 4096 x 16384 x 2048) and prescale wins.
+  if (static_cast<double>(M) * N * K > 4e9) return kPrefillPrescale;
+  return detail::prefill_default_tile(static_cast<int>(M), static_cast<int>(N), num_sms_);
+}
+
+int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stream, Status* status,
+                                double* best_us, int* best_fused) {
+  if (best_fused) *best_fused = -2;
+  float fused_ms = 1e30f;
+  Status st;
+  if (n < 1) st = invalid("tune_prefill: no argument sets");
+  if (st.ok() && !detail::prefill_fused_available())
+    st = {Code::kUnsupported, "tune_prefill: this build has no fused prefill (CUTLASS)"};
+  for (int i = 0; i < n && st.ok(); ++i) {
+    st = validate_linear(sets[i], LinearImpl::kPrefill);
+    if (st.ok() && (sets[i].M != sets[0].M || sets[i].N != sets[0].N || sets[i].K != sets[0].K))
+      st = invalid("tune_prefill: argument sets differ in shape");
+  }
+  int best = -2;
+  float best_ms = 1e30f;
+  const int reps = std::max(16, n);
+  for (int tile = kPrefillPrescale; tile < detail::kPrefillTiles && st.ok(); ++tile) {
+    float ms = 1e30f;
+    bool refused = false;
+    st = time_graph(
+        [&](const LinearArgs& x) {
+          return tile == kPrefillPrescale ? run_prescale(x, stream)
+                                          : run_prefill_fused(x, tile, stream, &refused);
+        },
+        sets, n, reps, stream, &ms);
+    if (refused) {  // CUTLASS refuses this tile for the shape: skip it
+      st = {};
+      continue;
+    }
+    if (st.ok() && ms < best_ms) best_ms = ms, best = tile;
+    if (st.ok() && tile >= 0 && ms < fused_ms && best_fused) fused_ms = ms, *best_fused = tile;
+  }
+  if (status) *status = st;
+  if (!st.ok() || best < kPrefillPrescale) return -2;
+  tuned_prefill_[{sets[0].M, sets[0].N, sets[0].K}] = best;
+  if (best_us) *best_us = best_ms * 1e3 / reps;
+  return best;
+}
+
+Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s,
+                                        bool* refused) {
+  if (refused) *refused = false;
+  if (a.bias || a.scale_mask || a.y_f32 || a.accumulate || a.x_glu) {
+    if (refused) *refused = true;
+    return {Code::kUnsupported,
+            "flashnorm_linear: the fused prefill has no bias, scale mask, fp32 y or fused ops"};
+  }
+  const bool row_scale = !debug.prefill_plain_gemm;
+  Status st =
+      ensure(&prefill_ws_, &prefill_ws_cap_, detail::prefill_fused_workspace(a, tile, row_scale), s,
+             "fused prefill workspace");
+  if (!st.ok()) return st;
+  if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
+  bool cutlass_refused = false;
+  st = detail::launch_prefill_fused(a, tile, row_scale, prefill_ws_, s, &cutlass_refused);
+  if (refused) *refused = cutlass_refused;
+  return st;
 }
 
 LinearImpl LinearContext::choose(const LinearArgs& a) {
@@ -466,6 +552,19 @@ Status LinearContext::run_prefill(const LinearArgs& a, cudaStream_t s) {
     last_prefill_path_ = "two_stream_fallback";
     return run_two_stream(a, s);
   }
+  const int tile = prefill_tile(a.M, a.N, a.K);
+  if (detail::prefill_fused_available() && !a.y_f32 && !debug.prefill_prescale && tile >= 0) {
+    bool refused = false;
+    Status st = run_prefill_fused(a, tile, s, &refused);
+    if (!refused) {
+      if (st.ok()) last_prefill_path_ = "fused";
+      return st;
+    }  // CUTLASS refuses the shape: prescale below
+  }
+  return run_prescale(a, s);
+}
+
+Status LinearContext::run_prescale(const LinearArgs& a, cudaStream_t s) {
   const size_t esz = 2;
   Status st = ensure(&xs_, &xs_cap_, static_cast<size_t>(a.M) * a.K * esz, s, "prescale buffer");
   if (!st.ok()) return st;

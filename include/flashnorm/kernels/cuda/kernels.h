@@ -117,11 +117,15 @@ struct LinearArgs {
 //              squares of x taken from the same fragments; CTA shape (row-warps x k-warps) and an
 //              optional split-K over CTAs (joined by a release/acquire counter) tuned per shape;
 //              rstd applied in registers. One launch.
-//  kPrefill:   prescale: x_s = x * rstd(x) (one kernel, fp32 sum of squares, no gain), then a plain
-//              cuBLASLt GEMM on x_s; stream order is the join. cuBLASLt (CUDA 13.0) offers no bf16
-//              GEMM with a per-row scale of a row-major output, and scaling the narrower side (x, K
-//              wide) before the GEMM is cheaper than scaling y (N wide) after it. With bias/mask:
-//              kTwoStream.
+//  kPrefill:   fused (builds with CUTLASS): one tensor-core GEMM kernel (CUTLASS 3.x sm90 TMA
+//              warp-specialized, 4 tile configurations, tuned per shape by tune_prefill) whose
+//              consumer warps also take the sum of squares of each x row from the x tiles staged
+//              in shared memory for the wgmma (no extra read of x) and multiply the fp32
+//              accumulators by rstd before the epilogue; the join is inside the thread that owns a
+//              row's accumulators (after every wgmma of the tile and every k-tile's partial sum).
+//              Fallback (no CUTLASS, y_f32, or CUTLASS refuses the shape): prescale, x_s = x *
+//              rstd(x) (one kernel) then a plain cuBLASLt GEMM on x_s, stream order as the join.
+//              With bias/mask: kTwoStream. last_prefill_path() says which ran.
 //  kTwoStream: the seed's scheme: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
 //              events recorded on both, the post-scale kernel waits on both events.
 //  kAuto:      see LinearContext::choose.
@@ -136,6 +140,11 @@ struct DebugHooks {
   int decode_ksplit = 0;            // >0: force the decode kernel's split-K factor
   int decode_rw = 0;                // >0: force the decode CTA's row-warps (1, 2 or 4)
   int decode_kw = 0;                // >0: force the decode CTA's k-warps (rw * kw <= 8)
+  int prefill_tile = -2;            // >=0: force a fused prefill tile (0..3); -1: prescale
+  bool prefill_prescale = false;    // kPrefill: take the prescale path even when fused is built
+  // kPrefill, bf16: run the fused kernel WITHOUT the sum of squares and the scale (y = x W^T, a
+  // wrong flashnorm result): the benchmark's measure of the in-kernel reduction's cost.
+  bool prefill_plain_gemm = false;
 };
 
 // Launch configuration of the decode kernel: rw row-warps (16 output features each) x kw k-warps
@@ -169,7 +178,7 @@ class LinearContext {
               const void* w, int64_t ldw, void* y, int64_t ldy, const float* alpha_rows,
               cudaStream_t stream, bool y_f32 = false);
 
-  // Which path the last kPrefill call took: "prescale" or "two_stream_fallback".
+  // Which path the last kPrefill call took: "fused", "prescale" or "two_stream_fallback".
   const std::string& last_prefill_path() const { return last_prefill_path_; }
   // Decode configuration for this shape: debug overrides, else the tuned value (tune_decode), else
   // a heuristic (rw = 1, kw = 8 for M <= 8, about 8 warps per SM in total, split-K when the row
@@ -184,6 +193,21 @@ class LinearContext {
   DecodeConfig tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
                            Status* status = nullptr, double* best_us = nullptr);
 
+  // kPrefill's choice for this shape: a fused tile configuration (>= 0) or kPrefillPrescale (debug
+  // override, else the tuned value, else a heuristic: prescale above M*N*K = 4e9, else the largest
+  // tile that still gives every SM a tile).
+  static constexpr int kPrefillPrescale = -1;
+  int prefill_tile(int64_t M, int64_t N, int64_t K) const;
+  static const char* prefill_tile_name(int tile);
+  static constexpr int kPrefillTiles = 4;  // tile configurations 0 .. 3
+  // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile
+  // configuration, each a graph of calls over the n argument sets timed with CUDA events; the
+  // fastest is cached for (M, N, K). Returns it (a tile or kPrefillPrescale), or -2 on error or
+  // when this build has no fused prefill.
+  // *best_fused (optional): the fastest fused tile even when prescale won (-2 if none ran).
+  int tune_prefill(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr,
+                   double* best_us = nullptr, int* best_fused = nullptr);
+
   DebugHooks debug;
 
   // Bumped whenever a workspace buffer is reallocated: a CUDA graph captured before a change holds
@@ -195,6 +219,13 @@ class LinearContext {
   Status run_decode(const LinearArgs& a, cudaStream_t s);
   Status run_prefill(const LinearArgs& a, cudaStream_t s);
   Status run_two_stream(const LinearArgs& a, cudaStream_t s);
+  // *refused: CUTLASS cannot implement this tile for the shape (the caller may fall back).
+  Status run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s, bool* refused);
+  Status run_prescale(const LinearArgs& a, cudaStream_t s);
+  // Times graph replays of `reps` calls of run(sets[r % n]) (best of 3); *ms per graph.
+  template <class Run>
+  Status time_graph(const Run& run, const LinearArgs* sets, int n, int reps, cudaStream_t stream,
+                    float* ms);
   Status ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s, const char* what);
   Status get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy,
                   bool row_alpha, bool y_f32, Plan** out);
@@ -218,6 +249,9 @@ class LinearContext {
   std::string last_prefill_path_;
   uint64_t workspace_generation_ = 0;
   std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int> tuned_prefill_;
+  void* prefill_ws_ = nullptr;  // the fused prefill kernel's tile-scheduler workspace
+  size_t prefill_ws_cap_ = 0;
 };
 
 // Validation shared by all entry points (exposed for tests): empty Status when the arguments are

@@ -1,0 +1,409 @@
+// The fused prefill path of flashnorm_linear: y = rstd(x) * (x W^T) in one tensor-core GEMM
+// kernel, with the sum of squares of every x row taken inside the GEMM's mainloop from the x tiles
+// already staged in shared memory for the wgmma, and rstd applied to the fp32 accumulators before
+// the epilogue. No second kernel, no extra pass over x, no rstd buffer.
+//
+// Built on CUTLASS 3.x (the nvidia-cutlass pip package's headers): the TMA warp-specialized sm90
+// kernels (cooperative and ping-pong), their epilogue, and the mainloop collective of
+// cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp, of which RowScaledMainloop
+// replaces the consumer side (mma).
+//
+// The join (shared/design/flashnorm.md section 2) is inside one thread: a row's scale is applied
+// by the thread that holds that row's accumulators, after warpgroup_wait<0> (every wgmma of the
+// tile has completed) and after the quad reduction of the partial sums over all k-tiles of the
+// tile (each work tile spans the whole K: data-parallel persistent scheduler, no split-K).
+#include <fmt/format.h>
+
+#include <array>
+#include <mutex>
+
+#include "prefill_sm90.h"
+
+#if FLASHNORM_HAVE_CUTLASS
+#include <cutlass/bfloat16.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/half.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#endif
+
+namespace flashnorm::kernels::cuda::detail {
+
+const char* prefill_tile_name(int tile) {
+  switch (tile) {
+    case 0:
+      return "128x256 cluster 2x1 cooperative";
+    case 1:
+      return "128x128 cooperative";
+    case 2:
+      return "64x128 ping-pong";
+    case 3:
+      return "64x64 ping-pong";
+  }
+  return "?";
+}
+
+int prefill_default_tile(int M, int N, int sm_count) {
+  auto tiles = [&](int bm, int bn) {
+    return static_cast<int64_t>((M + bm - 1) / bm) * ((N + bn - 1) / bn);
+  };
+  if (tiles(128, 256) >= sm_count) return 0;
+  if (tiles(128, 128) >= sm_count) return 1;
+  if (tiles(64, 128) >= sm_count) return 2;
+  return 3;
+}
+
+#if FLASHNORM_HAVE_CUTLASS
+namespace {
+using namespace cute;
+
+// Squares of 8 packed 16-bit values, summed in fp32.
+template <class T>
+__device__ __forceinline__ float sum_squares8(uint4 v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float lo, hi;
+    if constexpr (std::is_same_v<T, cutlass::bfloat16_t>) {
+      lo = __uint_as_float(w[i] << 16);
+      hi = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+      const float2 f = __half22float2(h);
+      lo = f.x, hi = f.y;
+    }
+    s = fmaf(lo, lo, s);
+    s = fmaf(hi, hi, s);
+  }
+  return s;
+}
+
+// The mainloop collective of CUTLASS's sm90 TMA warp-specialized GEMM (Base: the producer side,
+// TMA loads, pipeline and shared storage are Base's) with a consumer that also takes the sum of
+// squares of the A (= x) rows from the staged tiles and scales the accumulators by rstd.
+// kRowScale = false: the same loop without the squares and the scale (a plain GEMM), for the
+// benchmark's measurement of what the in-kernel reduction costs.
+template <class Base, bool kRowScale>
+struct RowScaledMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
+  using typename Base::TiledMma;
+  using typename Base::TileShape;
+  using ElementA = typename Base::ElementA;
+
+  struct Arguments : Base::Arguments {
+    float eps = 1e-6f;
+  };
+  struct Params : Base::Params {
+    float eps;
+    float inv_k;  // 1 / K of the problem (the mean's divisor)
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& shape, Arguments const& args,
+                                        void* workspace) {
+    auto [M, N, K, L] = append<4>(shape, 1);
+    (void)M, (void)N, (void)L;
+    return Params{Base::to_underlying_arguments(shape, args, workspace), args.eps,
+                  1.0f / static_cast<float>(K)};
+  }
+
+  // Same contract as Base::mma: consumes k_tiles stages starting at `read`, releases all but the
+  // last (Base::mma_tail releases that one), leaves the tile's accumulators in accum, here already
+  // multiplied by rstd of their rows.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
+                          int k_tiles, int thread_idx, TensorStorage& smem, Params const& params) {
+    static_assert(std::is_same_v<ElementA, cutlass::bfloat16_t> ||
+                  std::is_same_v<ElementA, cutlass::half_t>);
+    constexpr int kBlkK = size<2>(TileShape{});
+    constexpr int kQuarter = kBlkK / 4;  // k elements of a row one thread of a quad squares
+    static_assert(kQuarter % 8 == 0, "16-byte chunks of a staged x row");
+    constexpr int kMmaM = decltype(size<1>(accum))::value;
+    constexpr int kRows = 2 * kMmaM;  // wgmma D fragment: rows r and r + 8 per 64-row block
+
+    Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});  // (BM,BK,PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});  // (BN,BK,PIPE)
+    TiledMma tiled_mma;
+    const int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    auto wg_mma = tiled_mma.get_slice(warp_group * cutlass::NumThreadsPerWarpGroup);
+    Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA,MMA_M,MMA_K,PIPE)
+    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA,MMA_N,MMA_K,PIPE)
+
+    // The tile rows whose accumulators this thread holds: (m, n) coordinates of its fragment.
+    Tensor tCcC =
+        tiled_mma.get_slice(thread_idx).partition_C(make_identity_tensor(take<0, 2>(TileShape{})));
+    int row[kRows];
+    CUTLASS_PRAGMA_UNROLL
+    for (int mi = 0; mi < kMmaM; ++mi) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) row[2 * mi + h] = get<0>(tCcC(make_coord(0, h, 0), mi, 0));
+    }
+    // The four threads of a quad (lane % 4) hold the same rows; each squares a quarter of the
+    // k-tile.
+    const int k0 = (thread_idx % 4) * kQuarter;
+    float ss[kRows];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRows; ++j) ss[j] = 0.f;
+
+    PipelineState release = read;
+    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(accum);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int t = 0; t < k_tiles; ++t) {
+      pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+      const int stage = read.index();
+      if constexpr (kRowScale) {
+        // Squares of this thread's rows in the staged x tile (TMA zero fills rows >= M and
+        // k >= K, which add nothing), while the previous k-tile's wgmmas still run. The 128-byte
+        // swizzle of the K-major GMMA layout permutes the 16-byte chunks of a row (chunk c of
+        // row r lands at c ^ (r % 8)), so each chunk's address comes from the swizzled layout;
+        // only the 8 elements inside a chunk are contiguous.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kRows; ++j) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kQuarter; c += 8)
+            ss[j] +=
+                sum_squares8<ElementA>(*reinterpret_cast<const uint4*>(&sA(row[j], k0 + c, stage)));
+        }
+        // The stage's release is signalled by one thread of the warpgroup once this k-tile's
+        // wgmmas have completed, which needs every warp to have issued them: so every warp's
+        // reads of the stage must be finished (their values consumed) before it issues them.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kRows; ++j) asm volatile("" : "+f"(ss[j])::"memory");
+      }
+      warpgroup_fence_operand(accum);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accum);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();  // the previous k-tile's wgmmas are done: release its stage
+      warpgroup_fence_operand(accum);
+      if (t > 0) {
+        pipeline.consumer_release(release);
+        ++release;
+      }
+      ++read;
+    }
+    // Join: the row sums cover every k-tile of the tile (quad reduction), and every wgmma that
+    // writes accum has completed (wait<0>), before any accumulator is scaled.
+    float rstd[kRows];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRows; ++j) {
+      float s = ss[j];
+      s += __shfl_xor_sync(0xffffffff, s, 1);
+      s += __shfl_xor_sync(0xffffffff, s, 2);
+      rstd[j] = rsqrtf(s * params.inv_k + params.eps);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(accum);
+    if constexpr (kRowScale) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int mi = 0; mi < kMmaM; ++mi) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int ni = 0; ni < size<2>(accum); ++ni) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int v = 0; v < size<0, 2>(accum); ++v) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int c = 0; c < 2; ++c) accum(make_coord(c, h, v), mi, ni) *= rstd[2 * mi + h];
+            }
+          }
+        }
+      }
+    }
+    warpgroup_fence_operand(accum);
+  }
+};
+
+template <class T, class Tile, class Cluster, class KernelSchedule, class EpilogueSchedule,
+          bool kRowScale>
+struct FusedGemm {
+  using RowMajor = cutlass::layout::RowMajor;        // x [M, K], y [M, N]
+  using ColumnMajor = cutlass::layout::ColumnMajor;  // W [N, K] is B = K x N column-major
+  static constexpr int kAlign = 8;                   // 16 bytes
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, kAlign, T,
+      RowMajor, kAlign, EpilogueSchedule>::CollectiveOp;
+  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, RowMajor, kAlign, T, ColumnMajor,
+      kAlign, float, Tile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+  using Mainloop = RowScaledMainloop<MainloopBase, kRowScale>;
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const LinearArgs& p, int sm_count) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {static_cast<int>(p.M), static_cast<int>(p.N), static_cast<int>(p.K), 1};
+    auto* x = static_cast<const T*>(p.x);
+    auto* w = static_cast<const T*>(p.w);
+    const StrideA da = make_stride(p.ldx, Int<1>{}, p.ldx * p.M);
+    const StrideB db = make_stride(p.ldw, Int<1>{}, p.ldw * p.N);
+    const StrideD dd = make_stride(p.ldy, Int<1>{}, p.ldy * p.M);
+    args.mainloop = typename Mainloop::Arguments{{x, da, w, db}, p.eps};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = dd;
+    args.epilogue.ptr_D = static_cast<T*>(p.y);
+    args.epilogue.dD = dd;
+    int device = 0;
+    cudaGetDevice(&device);
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    return args;
+  }
+
+  static size_t workspace(const LinearArgs& p, int sm_count) {
+    return Gemm::get_workspace_size(arguments(p, sm_count));
+  }
+
+  static Status launch(const LinearArgs& p, int sm_count, void* workspace, cudaStream_t s,
+                       bool* refused) {
+    auto args = arguments(p, sm_count);
+    Gemm gemm;
+    cutlass::Status st = gemm.can_implement(args);
+    if (st != cutlass::Status::kSuccess) {
+      if (refused) *refused = true;
+      return {Code::kUnsupported, fmt::format("flashnorm_linear: fused prefill: CUTLASS cannot "
+                                              "implement M={} N={} K={} ({})",
+                                              p.M, p.N, p.K, cutlass::cutlassGetStatusString(st))};
+    }
+    st = gemm.initialize(args, workspace, s);
+    if (st == cutlass::Status::kSuccess) st = gemm.run(s);
+    if (st != cutlass::Status::kSuccess) {
+      const cudaError_t e = cudaGetLastError();
+      return {Code::kCudaError,
+              fmt::format("flashnorm_linear: fused prefill launch: {} ({})",
+                          cutlass::cutlassGetStatusString(st), cudaGetErrorString(e))};
+    }
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+      return {Code::kCudaError,
+              fmt::format("flashnorm_linear: fused prefill launch: {}", cudaGetErrorString(e))};
+    return {};
+  }
+};
+
+using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using PingPong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using PingPongEpi = cutlass::epilogue::TmaWarpSpecialized;
+
+template <class T, bool S>
+using Tile0 = FusedGemm<T, Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S>;
+template <class T, bool S>
+using Tile1 = FusedGemm<T, Shape<_128, _128, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, S>;
+template <class T, bool S>
+using Tile2 = FusedGemm<T, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
+template <class T, bool S>
+using Tile3 = FusedGemm<T, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
+
+// Calls f.template operator()<G>() with G the FusedGemm of (dtype, tile); row_scale = false (the
+// benchmark's plain-GEMM reference) exists for bf16 only.
+template <class T, bool S, class F>
+auto with_tile(int tile, const F& f) {
+  switch (tile) {
+    case 0:
+      return f.template operator()<Tile0<T, S>>();
+    case 1:
+      return f.template operator()<Tile1<T, S>>();
+    case 2:
+      return f.template operator()<Tile2<T, S>>();
+    default:
+      return f.template operator()<Tile3<T, S>>();
+  }
+}
+template <class F>
+auto with_gemm(DType dt, int tile, bool row_scale, const F& f) {
+  if (dt == DType::kFP16) return with_tile<cutlass::half_t, true>(tile, f);
+  if (!row_scale) return with_tile<cutlass::bfloat16_t, false>(tile, f);
+  return with_tile<cutlass::bfloat16_t, true>(tile, f);
+}
+
+struct WorkspaceOf {
+  const LinearArgs& p;
+  int sms;
+  template <class G>
+  size_t operator()() const {
+    return G::workspace(p, sms);
+  }
+};
+struct LaunchOf {
+  const LinearArgs& p;
+  int sms;
+  void* workspace;
+  cudaStream_t s;
+  bool* refused;
+  template <class G>
+  Status operator()() const {
+    return G::launch(p, sms, workspace, s, refused);
+  }
+};
+
+int sm_count_of_current_device() {
+  static std::mutex mu;
+  static std::array<int, 64> counts{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (counts[device] == 0)
+    cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device);
+  return counts[device];
+}
+}  // namespace
+
+bool prefill_fused_available() { return true; }
+
+size_t prefill_fused_workspace(const LinearArgs& p, int tile, bool row_scale) {
+  const int sms = sm_count_of_current_device();
+  return with_gemm(p.dtype, tile, row_scale, WorkspaceOf{p, sms});
+}
+
+Status launch_prefill_fused(const LinearArgs& p, int tile, bool row_scale, void* workspace,
+                            cudaStream_t s, bool* refused) {
+  if (refused) *refused = false;
+  if (tile < 0 || tile >= kPrefillTiles)
+    return {Code::kInvalidArgument, fmt::format("flashnorm_linear: prefill tile {} ", tile)};
+  const int sms = sm_count_of_current_device();
+  if (sms <= 0) return {Code::kCudaError, "flashnorm_linear: fused prefill: no CUDA device"};
+  if (!row_scale && p.dtype != DType::kBF16) {
+    if (refused) *refused = true;
+    return {Code::kUnsupported, "flashnorm_linear: the plain-GEMM reference is bf16 only"};
+  }
+  return with_gemm(p.dtype, tile, row_scale, LaunchOf{p, sms, workspace, s, refused});
+}
+
+#else  // no CUTLASS in this build
+
+bool prefill_fused_available() { return false; }
+size_t prefill_fused_workspace(const LinearArgs&, int, bool) { return 0; }
+Status launch_prefill_fused(const LinearArgs&, int, bool, void*, cudaStream_t, bool* refused) {
+  if (refused) *refused = true;
+  return {Code::kUnsupported, "flashnorm_linear: this build has no CUTLASS (fused prefill)"};
+}
+
+#endif
+
+}  // namespace flashnorm::kernels::cuda::detail

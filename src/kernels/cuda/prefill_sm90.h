@@ -1,0 +1,37 @@
+// Internal: the fused prefill GEMM of flashnorm_linear (prefill_sm90.cu), y = rstd(x) * (x W^T)
+// in one kernel. Callers validate the arguments (validate_linear) first.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashnorm/kernels/cuda/kernels.h"
+
+namespace flashnorm::kernels::cuda::detail {
+
+// Tile configurations (CTA tile M x N x 64, cluster, CUTLASS 3.x sm90 kernel schedule), each
+// instantiated for bf16 and fp16. Indices 0 .. kPrefillTiles - 1.
+constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
+const char* prefill_tile_name(int tile);
+
+// One fused prefill call on validated LinearArgs (validate_linear; no bias, mask or y_f32): x
+// [M, K], W [N, K], y [M, N]. row_scale = false runs the same kernel without the sum of squares and
+// the scale (y = x W^T; bf16 only): the benchmark's measure of what the in-kernel reduction costs,
+// not a flashnorm_linear result.
+
+// False when this build has no CUTLASS (FLASHNORM_HAVE_CUTLASS unset): every call below then
+// returns kUnsupported.
+bool prefill_fused_available();
+// Bytes of device workspace the kernel needs for this call (the tile scheduler's; often 0).
+size_t prefill_fused_workspace(const LinearArgs& a, int tile, bool row_scale = true);
+// Launches the kernel of tile configuration `tile` on s. workspace: prefill_fused_workspace bytes.
+// *refused (nullable) is set when the status is kUnsupported because CUTLASS cannot implement the
+// shape with this tile (alignment) or the build has no CUTLASS.
+Status launch_prefill_fused(const LinearArgs& a, int tile, bool row_scale, void* workspace,
+                            cudaStream_t s, bool* refused = nullptr);
+// Heuristic tile choice for a shape (no tuning): the largest tile that still gives every SM a tile.
+int prefill_default_tile(int M, int N, int sm_count);
+
+}  // namespace flashnorm::kernels::cuda::detail
