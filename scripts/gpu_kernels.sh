@@ -127,7 +127,7 @@ fi
 if has sanitize; then
   stamp "compute-sanitizer"
   for tool in memcheck racecheck synccheck; do
-    for t in "kernels_gpu_test --gtest_filter=*Small*" "kernels_race_test --gtest_filter=RaceDecode.*:RaceTwoStream.DelayRstd"; do
+    for t in "kernels_gpu_test --gtest_filter=*Small*" "kernels_race_test --gtest_filter=RaceDecode.*:RaceTwoStream.DelayRstd:RacePrefill.*"; do
       echo "--- $tool: $t" >> "$OUT/sanitize.log"
       timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool $tool --error-exitcode 9 $B/$t >> "$OUT/sanitize.log" 2>&1
       echo "sanitizer $tool $t rc=$?" | tee -a "$OUT/sanitize.log"

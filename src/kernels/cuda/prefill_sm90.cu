@@ -90,6 +90,10 @@ __device__ __forceinline__ float sum_squares8(uint4 v) {
 // benchmark's measurement of what the in-kernel reduction costs.
 template <class Base, bool kRowScale>
 struct RowScaledMainloop : Base {
+  // Named barriers kFirstUserBarrier + CTA warpgroup index (consumers 1, 2): past the ids CUTLASS
+  // reserves, below the 16 the hardware has.
+  static constexpr int kFirstUserBarrier =
+      static_cast<int>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
@@ -154,6 +158,16 @@ struct RowScaledMainloop : Base {
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kRows; ++j) ss[j] = 0.f;
 
+    // Stage release. A stage's release is signalled by one thread of the warpgroup once the
+    // wgmmas of a later k-tile have completed, which implies every warp of the warpgroup has
+    // issued them. The squares of k-tile t are read after k-tile t's wgmmas are issued (so they
+    // overlap the tensor cores), and their values are consumed before k-tile t+1's are issued; so
+    // when k-tile t+1's wgmmas complete, every warp is done reading stage t. Hence the reduction
+    // releases stage t-2 after waiting for k-tile t-1 (two stages held instead of one), and at the
+    // end a warpgroup barrier precedes the release of the last two stages (mma_tail releases the
+    // last one). The plain GEMM keeps CUTLASS's order (release t-1).
+    constexpr int kHeld = kRowScale ? 2 : 1;
+    static_assert(Base::DispatchPolicy::Stages > kHeld, "the producer needs a free stage");
     PipelineState release = read;
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
@@ -161,25 +175,6 @@ struct RowScaledMainloop : Base {
     for (int t = 0; t < k_tiles; ++t) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
       const int stage = read.index();
-      if constexpr (kRowScale) {
-        // Squares of this thread's rows in the staged x tile (TMA zero fills rows >= M and
-        // k >= K, which add nothing), while the previous k-tile's wgmmas still run. The 128-byte
-        // swizzle of the K-major GMMA layout permutes the 16-byte chunks of a row (chunk c of
-        // row r lands at c ^ (r % 8)), so each chunk's address comes from the swizzled layout;
-        // only the 8 elements inside a chunk are contiguous.
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kRows; ++j) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kQuarter; c += 8)
-            ss[j] +=
-                sum_squares8<ElementA>(*reinterpret_cast<const uint4*>(&sA(row[j], k0 + c, stage)));
-        }
-        // The stage's release is signalled by one thread of the warpgroup once this k-tile's
-        // wgmmas have completed, which needs every warp to have issued them: so every warp's
-        // reads of the stage must be finished (their values consumed) before it issues them.
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kRows; ++j) asm volatile("" : "+f"(ss[j])::"memory");
-      }
       warpgroup_fence_operand(accum);
       warpgroup_arrive();
       CUTLASS_PRAGMA_UNROLL
@@ -188,13 +183,41 @@ struct RowScaledMainloop : Base {
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      warpgroup_wait<1>();  // the previous k-tile's wgmmas are done: release its stage
+      if constexpr (kRowScale) {
+        // Squares of this thread's rows in the staged x tile (TMA zero fills rows >= M and
+        // k >= K, which add nothing) while this k-tile's wgmmas run. The 128-byte swizzle of the
+        // K-major GMMA layout permutes the 16-byte chunks of a row (chunk c of row r lands at
+        // c ^ (r % 8)), so each chunk's address comes from the swizzled layout; only the 8
+        // elements inside a chunk are contiguous.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kRows; ++j) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kQuarter; c += 8)
+            ss[j] +=
+                sum_squares8<ElementA>(*reinterpret_cast<const uint4*>(&sA(row[j], k0 + c, stage)));
+        }
+        // consumed here, before anything after this point (the next k-tile's wgmmas) issues
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kRows; ++j) asm volatile("" : "+f"(ss[j])::"memory");
+      }
+      warpgroup_wait<1>();  // k-tile t-1's wgmmas are done
       warpgroup_fence_operand(accum);
-      if (t > 0) {
+      if (t >= kHeld) {
         pipeline.consumer_release(release);
         ++release;
       }
       ++read;
+    }
+    if constexpr (kRowScale) {
+      // every warp of this warpgroup has finished reading every stage of the tile
+      // (ids by the CTA-wide warpgroup index: ping-pong passes warpgroup-local thread indices)
+      const int barrier_id =
+          kFirstUserBarrier +
+          static_cast<int>(threadIdx.x) / static_cast<int>(cutlass::NumThreadsPerWarpGroup);
+      asm volatile("bar.sync %0, %1;" ::"r"(barrier_id),
+                   "r"(static_cast<int>(cutlass::NumThreadsPerWarpGroup))
+                   : "memory");
+      if (k_tiles >= 2) pipeline.consumer_release(release);  // stage k_tiles - 2
     }
     // Join: the row sums cover every k-tile of the tile (quad reduction), and every wgmma that
     // writes accum has completed (wait<0>), before any accumulator is scaled.
