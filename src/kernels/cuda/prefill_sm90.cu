@@ -43,6 +43,14 @@ const char* prefill_tile_name(int tile) {
       return "64x128 ping-pong";
     case 3:
       return "64x64 ping-pong";
+    case 4:
+      return "RS 128x256 cluster 2x1 cooperative";
+    case 5:
+      return "RS 128x128 cooperative";
+    case 6:
+      return "RS 64x128 ping-pong";
+    case 7:
+      return "RS 64x64 ping-pong";
   }
   return "?";
 }
@@ -90,10 +98,6 @@ __device__ __forceinline__ float sum_squares8(uint4 v) {
 // benchmark's measurement of what the in-kernel reduction costs.
 template <class Base, bool kRowScale>
 struct RowScaledMainloop : Base {
-  // Named barriers kFirstUserBarrier + CTA warpgroup index (consumers 1, 2): past the ids CUTLASS
-  // reserves, below the 16 the hardware has.
-  static constexpr int kFirstUserBarrier =
-      static_cast<int>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
@@ -158,16 +162,6 @@ struct RowScaledMainloop : Base {
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kRows; ++j) ss[j] = 0.f;
 
-    // Stage release. A stage's release is signalled by one thread of the warpgroup once the
-    // wgmmas of a later k-tile have completed, which implies every warp of the warpgroup has
-    // issued them. The squares of k-tile t are read after k-tile t's wgmmas are issued (so they
-    // overlap the tensor cores), and their values are consumed before k-tile t+1's are issued; so
-    // when k-tile t+1's wgmmas complete, every warp is done reading stage t. Hence the reduction
-    // releases stage t-2 after waiting for k-tile t-1 (two stages held instead of one), and at the
-    // end a warpgroup barrier precedes the release of the last two stages (mma_tail releases the
-    // last one). The plain GEMM keeps CUTLASS's order (release t-1).
-    constexpr int kHeld = kRowScale ? 2 : 1;
-    static_assert(Base::DispatchPolicy::Stages > kHeld, "the producer needs a free stage");
     PipelineState release = read;
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
@@ -175,6 +169,25 @@ struct RowScaledMainloop : Base {
     for (int t = 0; t < k_tiles; ++t) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
       const int stage = read.index();
+      if constexpr (kRowScale) {
+        // Squares of this thread's rows in the staged x tile (TMA zero fills rows >= M and
+        // k >= K, which add nothing), while the previous k-tile's wgmmas still run. The 128-byte
+        // swizzle of the K-major GMMA layout permutes the 16-byte chunks of a row (chunk c of
+        // row r lands at c ^ (r % 8)), so each chunk's address comes from the swizzled layout;
+        // only the 8 elements inside a chunk are contiguous.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kRows; ++j) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kQuarter; c += 8)
+            ss[j] +=
+                sum_squares8<ElementA>(*reinterpret_cast<const uint4*>(&sA(row[j], k0 + c, stage)));
+        }
+        // The stage's release is signalled by one thread of the warpgroup once this k-tile's
+        // wgmmas have completed, which needs every warp to have issued them: so every warp's
+        // reads of the stage must be finished (their values consumed) before it issues them.
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kRows; ++j) asm volatile("" : "+f"(ss[j])::"memory");
+      }
       warpgroup_fence_operand(accum);
       warpgroup_arrive();
       CUTLASS_PRAGMA_UNROLL
@@ -183,41 +196,13 @@ struct RowScaledMainloop : Base {
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      if constexpr (kRowScale) {
-        // Squares of this thread's rows in the staged x tile (TMA zero fills rows >= M and
-        // k >= K, which add nothing) while this k-tile's wgmmas run. The 128-byte swizzle of the
-        // K-major GMMA layout permutes the 16-byte chunks of a row (chunk c of row r lands at
-        // c ^ (r % 8)), so each chunk's address comes from the swizzled layout; only the 8
-        // elements inside a chunk are contiguous.
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kRows; ++j) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kQuarter; c += 8)
-            ss[j] +=
-                sum_squares8<ElementA>(*reinterpret_cast<const uint4*>(&sA(row[j], k0 + c, stage)));
-        }
-        // consumed here, before anything after this point (the next k-tile's wgmmas) issues
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kRows; ++j) asm volatile("" : "+f"(ss[j])::"memory");
-      }
-      warpgroup_wait<1>();  // k-tile t-1's wgmmas are done
+      warpgroup_wait<1>();  // the previous k-tile's wgmmas are done: release its stage
       warpgroup_fence_operand(accum);
-      if (t >= kHeld) {
+      if (t > 0) {
         pipeline.consumer_release(release);
         ++release;
       }
       ++read;
-    }
-    if constexpr (kRowScale) {
-      // every warp of this warpgroup has finished reading every stage of the tile
-      // (ids by the CTA-wide warpgroup index: ping-pong passes warpgroup-local thread indices)
-      const int barrier_id =
-          kFirstUserBarrier +
-          static_cast<int>(threadIdx.x) / static_cast<int>(cutlass::NumThreadsPerWarpGroup);
-      asm volatile("bar.sync %0, %1;" ::"r"(barrier_id),
-                   "r"(static_cast<int>(cutlass::NumThreadsPerWarpGroup))
-                   : "memory");
-      if (k_tiles >= 2) pipeline.consumer_release(release);  // stage k_tiles - 2
     }
     // Join: the row sums cover every k-tile of the tile (quad reduction), and every wgmma that
     // writes accum has completed (wait<0>), before any accumulator is scaled.
@@ -251,8 +236,176 @@ struct RowScaledMainloop : Base {
   }
 };
 
+// The register-A (RS) variant: CUTLASS's sm90 RS mainloop collective (A copied from shared memory
+// into registers with ldmatrix, B read by the wgmma from shared memory), with a consumer (mma) of
+// our own. The x values a thread squares are its own A fragment, already in registers for the
+// wgmma: the rows of its accumulators (the four threads of a quad hold their rows' k columns
+// between them), so the reduction adds no shared-memory traffic.
+template <class Base, bool kRowScale>
+struct RowScaledRsMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
+  using typename Base::TiledMma;
+  using typename Base::TileShape;
+  using ElementA = typename Base::ElementA;
+  using SmemCopyAtomA = typename Base::SmemCopyAtomA;
+
+  struct Arguments : Base::Arguments {
+    float eps = 1e-6f;
+  };
+  struct Params : Base::Params {
+    float eps;
+    float inv_k;
+  };
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& shape, Arguments const& args,
+                                        void* workspace) {
+    auto [M, N, K, L] = append<4>(shape, 1);
+    (void)M, (void)N, (void)L;
+    return Params{Base::to_underlying_arguments(shape, args, workspace), args.eps,
+                  1.0f / static_cast<float>(K)};
+  }
+
+  // Same contract as Base::mma (all stages but the last released; Base::mma_tail releases it).
+  // Per k-tile: ldmatrix of k-block 0, then for each k-block: ldmatrix of the next, squares of
+  // this one, wgmma, at most two wgmma batches left in flight (the next ldmatrix overwrites the
+  // registers of the batch two back). A stage is released once the wgmmas of the next k-tile's
+  // last k-block are issued and all but two have completed: then every batch that read it
+  // (its B by the wgmma, its A by every warp's ldmatrix before that warp issued them) is done.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
+                          int k_tiles, int thread_idx, TensorStorage& smem, Params const& params) {
+    static_assert(std::is_same_v<ElementA, cutlass::bfloat16_t> ||
+                  std::is_same_v<ElementA, cutlass::half_t>);
+    constexpr int kMmaM = decltype(size<1>(accum))::value;
+    constexpr int kRows = 2 * kMmaM;
+    Tensor sA = as_position_independent_swizzle_tensor(
+        make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{}));         // (BM,BK,PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});  // (BN,BK,PIPE)
+    TiledMma tiled_mma;
+    const int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    auto wg_mma = tiled_mma.get_slice(warp_group * cutlass::NumThreadsPerWarpGroup);
+    Tensor tCrA = thr_mma.partition_fragment_A(sA(_, _, Int<0>{}));  // (MMA,MMA_M,MMA_K)
+    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));    // (MMA,MMA_N,MMA_K,PIPE)
+    auto copy_a = make_tiled_copy_A(SmemCopyAtomA{}, tiled_mma);
+    auto thr_copy_a = copy_a.get_thread_slice(thread_idx);
+    Tensor tCrA_dst = thr_copy_a.retile_D(tCrA);   // (CPY,CPY_M,CPY_K)
+    Tensor tCsA_src = thr_copy_a.partition_S(sA);  // (CPY,CPY_M,CPY_K,PIPE)
+    constexpr int kBlocks = decltype(size<2>(tCrA))::value;
+    static_assert(kBlocks >= 3, "two wgmma batches in flight plus the one being loaded");
+
+    float ss[kRows];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRows; ++j) ss[j] = 0.f;
+    PipelineState release = read;
+    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(accum);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int t = 0; t < k_tiles; ++t) {
+      pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+      const int stage = read.index();
+      copy(copy_a, tCsA_src(_, _, 0, stage), tCrA_dst(_, _, 0));
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < kBlocks; ++kb) {
+        if (kb + 1 < kBlocks) copy(copy_a, tCsA_src(_, _, kb + 1, stage), tCrA_dst(_, _, kb + 1));
+        if constexpr (kRowScale) {
+          // wgmma A fragment (m64k16): value (c, h, v) of block mi is row 64 mi + 16 warp +
+          // lane / 4 + 8 h, the same rows as the accumulators' (c, h, v)
+          CUTLASS_PRAGMA_UNROLL
+          for (int mi = 0; mi < kMmaM; ++mi) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int v = 0; v < size<0, 2>(tCrA); ++v) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int h = 0; h < 2; ++h) {
+                CUTLASS_PRAGMA_UNROLL
+                for (int c = 0; c < 2; ++c) {
+                  const float a = static_cast<float>(tCrA(make_coord(c, h, v), mi, kb));
+                  ss[2 * mi + h] = fmaf(a, a, ss[2 * mi + h]);
+                }
+              }
+            }
+          }
+        }
+        warpgroup_fence_operand(accum);
+        warpgroup_arrive();
+        cute::gemm(tiled_mma, tCrA(_, _, kb), tCrB(_, _, kb, stage), accum);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        warpgroup_commit_batch();
+        warpgroup_wait<2>();
+        warpgroup_fence_operand(accum);
+      }
+      if (t > 0) {  // k-tile t-1's batches are all older than the two left in flight
+        pipeline.consumer_release(release);
+        ++release;
+      }
+      ++read;
+    }
+    float rstd[kRows];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRows; ++j) {
+      float s = ss[j];
+      s += __shfl_xor_sync(0xffffffff, s, 1);
+      s += __shfl_xor_sync(0xffffffff, s, 2);
+      rstd[j] = rsqrtf(s * params.inv_k + params.eps);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(accum);
+    if constexpr (kRowScale) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int mi = 0; mi < kMmaM; ++mi) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int ni = 0; ni < size<2>(accum); ++ni) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int v = 0; v < size<0, 2>(accum); ++v) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int c = 0; c < 2; ++c) accum(make_coord(c, h, v), mi, ni) *= rstd[2 * mi + h];
+            }
+          }
+        }
+      }
+    }
+    warpgroup_fence_operand(accum);
+  }
+};
+
+// CUTLASS's RS collective for same-type 16-bit A and B, K-major both (what its collective builder
+// assembles for mixed-input GEMMs, with ldmatrix for A).
+template <class T, class Tile, class Cluster, class KernelSchedule, int kCarveout>
+struct RsCollective {
+  using AtomLayout = cute::conditional_t<
+      cute::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+      Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>;
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<T, T, float, Tile, GMMA::Major::K, GMMA::Major::K>(), AtomLayout{}));
+  using GmemTiledCopyA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+      shape<1>(Cluster{})));
+  using GmemTiledCopyB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+      shape<0>(Cluster{})));
+  using SmemLayoutAtomA =
+      decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+               GMMA::Major::K, T, decltype(get<0>(Tile{})), decltype(get<2>(Tile{}))>());
+  using SmemLayoutAtomB =
+      decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+               GMMA::Major::K, T, decltype(get<1>(Tile{})), decltype(get<2>(Tile{}))>());
+  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, T, T, Tile, kCarveout>(
+      cutlass::gemm::collective::StageCountAutoCarveout<kCarveout>{});
+  using Op = cutlass::gemm::collective::CollectiveMma<
+      cutlass::gemm::MainloopSm90TmaGmmaRmemAWarpSpecialized<kStages, Cluster, KernelSchedule>,
+      Tile, T, cutlass::gemm::TagToStrideA_t<cutlass::layout::RowMajor>, T,
+      cutlass::gemm::TagToStrideB_t<cutlass::layout::ColumnMajor>, TiledMma, GmemTiledCopyA,
+      SmemLayoutAtomA, Copy_Atom<SM75_U32x4_LDSM_N, T>, cute::identity, GmemTiledCopyB,
+      SmemLayoutAtomB, void, cute::identity>;
+};
+
 template <class T, class Tile, class Cluster, class KernelSchedule, class EpilogueSchedule,
-          bool kRowScale>
+          bool kRowScale, bool kRs = false>
 struct FusedGemm {
   using RowMajor = cutlass::layout::RowMajor;        // x [M, K], y [M, N]
   using ColumnMajor = cutlass::layout::ColumnMajor;  // W [N, K] is B = K x N column-major
@@ -267,7 +420,13 @@ struct FusedGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
-  using Mainloop = RowScaledMainloop<MainloopBase, kRowScale>;
+  using Mainloop = cute::conditional_t<
+      kRs,
+      RowScaledRsMainloop<
+          typename RsCollective<T, Tile, Cluster, KernelSchedule,
+                                static_cast<int>(sizeof(typename Epilogue::SharedStorage))>::Op,
+          kRowScale>,
+      RowScaledMainloop<MainloopBase, kRowScale>>;
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -342,6 +501,15 @@ template <class T, bool S>
 using Tile2 = FusedGemm<T, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
 template <class T, bool S>
 using Tile3 = FusedGemm<T, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
+template <class T, bool S>
+using Tile4 = FusedGemm<T, Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S, true>;
+template <class T, bool S>
+using Tile5 = FusedGemm<T, Shape<_128, _128, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, S, true>;
+template <class T, bool S>
+using Tile6 =
+    FusedGemm<T, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
+template <class T, bool S>
+using Tile7 = FusedGemm<T, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
 
 // Calls f.template operator()<G>() with G the FusedGemm of (dtype, tile); row_scale = false (the
 // benchmark's plain-GEMM reference) exists for bf16 only.
@@ -354,8 +522,16 @@ auto with_tile(int tile, const F& f) {
       return f.template operator()<Tile1<T, S>>();
     case 2:
       return f.template operator()<Tile2<T, S>>();
-    default:
+    case 3:
       return f.template operator()<Tile3<T, S>>();
+    case 4:
+      return f.template operator()<Tile4<T, S>>();
+    case 5:
+      return f.template operator()<Tile5<T, S>>();
+    case 6:
+      return f.template operator()<Tile6<T, S>>();
+    default:
+      return f.template operator()<Tile7<T, S>>();
   }
 }
 template <class F>

@@ -199,7 +199,7 @@ class LinearContext {
   static constexpr int kPrefillPrescale = -1;
   int prefill_tile(int64_t M, int64_t N, int64_t K) const;
   static const char* prefill_tile_name(int tile);
-  static constexpr int kPrefillTiles = 4;  // tile configurations 0 .. 3
+  static constexpr int kPrefillTiles = 8;  // tile configurations 0 .. 7
   // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile
   // configuration, each a graph of calls over the n argument sets timed with CUDA events; the
   // fastest is cached for (M, N, K). Returns it (a tile or kPrefillPrescale), or -2 on error or
