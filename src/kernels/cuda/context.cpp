@@ -413,11 +413,9 @@ int LinearContext::prefill_tile(int64_t M, int64_t N, int64_t K) const {
   if (debug.prefill_tile >= kPrefillPrescale) return debug.prefill_tile;
   auto it = tuned_prefill_.find({M, N, K});
   if (it != tuned_prefill_.end()) return it->second;
-  // Untuned: the fused kernel where launches and the norm's extra pass dominate (H200, 2026-11-30:
-  // it won every measured shape up to M*N*K ~ 2e9); above, its in-kernel reduction adds shared-
-  // memory traffic to a compute-bound GEMM (~12 % at 4096 x 16384 x 2048) and prescale wins.
-  if (static_cast<double>(M) * N * K > 4e9) return kPrefillPrescale;
-  return detail::prefill_default_tile(static_cast<int>(M), static_cast<int>(N), num_sms_);
+  // Untuned: detail::prefill_default_tile (H200, 2026-11-30 measurements in docs/kernels.md).
+  return detail::prefill_default_tile(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+                                      num_sms_);
 }
 
 int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stream, Status* status,

@@ -55,10 +55,17 @@ const char* prefill_tile_name(int tile) {
   return "?";
 }
 
-int prefill_default_tile(int M, int N, int sm_count) {
+int prefill_default_tile(int M, int N, int K, int sm_count) {
   auto tiles = [&](int bm, int bn) {
     return static_cast<int64_t>((M + bm - 1) / bm) * ((N + bn - 1) / bn);
   };
+  // Compute-bound sizes: the register-A 128x256 tile (its reduction costs 1-3 %) when it fills
+  // every SM at least once, else prescale (a partial wave of 128x256 tiles lost up to 1.33x to
+  // cuBLAS). Smaller sizes: the shared-memory tiles, the largest that still gives every SM a tile
+  // (launch and the norm's extra pass dominate there; fused won every measured shape up to
+  // M*N*K ~ 2e9).
+  if (static_cast<double>(M) * N * K > 4e9)
+    return tiles(128, 256) >= sm_count ? 4 : LinearContext::kPrefillPrescale;
   if (tiles(128, 256) >= sm_count) return 0;
   if (tiles(128, 128) >= sm_count) return 1;
   if (tiles(64, 128) >= sm_count) return 2;

@@ -11,8 +11,9 @@
 
 namespace flashnorm::kernels::cuda::detail {
 
-// Tile configurations (CTA tile M x N x 64, cluster, CUTLASS 3.x sm90 kernel schedule), each
-// instantiated for bf16 and fp16. Indices 0 .. kPrefillTiles - 1.
+// Tile configurations (CTA tile M x N x 64, cluster, CUTLASS 3.x sm90 kernel schedule; 0-3 with x
+// read by the wgmma from shared memory, 4-7 the same tiles with x in registers), each instantiated
+// for bf16 and fp16. Indices 0 .. kPrefillTiles - 1.
 constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
 const char* prefill_tile_name(int tile);
 
@@ -31,7 +32,8 @@ size_t prefill_fused_workspace(const LinearArgs& a, int tile, bool row_scale = t
 // shape with this tile (alignment) or the build has no CUTLASS.
 Status launch_prefill_fused(const LinearArgs& a, int tile, bool row_scale, void* workspace,
                             cudaStream_t s, bool* refused = nullptr);
-// Heuristic tile choice for a shape (no tuning): the largest tile that still gives every SM a tile.
-int prefill_default_tile(int M, int N, int sm_count);
+// Heuristic choice for a shape (no tuning): a tile 0 .. kPrefillTiles - 1 or
+// LinearContext::kPrefillPrescale.
+int prefill_default_tile(int M, int N, int K, int sm_count);
 
 }  // namespace flashnorm::kernels::cuda::detail

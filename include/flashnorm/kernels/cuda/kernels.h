@@ -118,11 +118,12 @@ struct LinearArgs {
 //              optional split-K over CTAs (joined by a release/acquire counter) tuned per shape;
 //              rstd applied in registers. One launch.
 //  kPrefill:   fused (builds with CUTLASS): one tensor-core GEMM kernel (CUTLASS 3.x sm90 TMA
-//              warp-specialized, 4 tile configurations, tuned per shape by tune_prefill) whose
-//              consumer warps also take the sum of squares of each x row from the x tiles staged
-//              in shared memory for the wgmma (no extra read of x) and multiply the fp32
-//              accumulators by rstd before the epilogue; the join is inside the thread that owns a
-//              row's accumulators (after every wgmma of the tile and every k-tile's partial sum).
+//              warp-specialized, 8 tile configurations, tuned per shape by tune_prefill) whose
+//              consumer warps also take the sum of squares of each x row (tiles 0-3: from the x
+//              tiles staged in shared memory for the wgmma; 4-7: from the x fragments the
+//              register-A wgmma reads) and multiply the fp32 accumulators by rstd before the
+//              epilogue; no extra read of x from memory; the join is inside the thread that owns
+//              a row's accumulators (after every wgmma of the tile and every k-tile's sum).
 //              Fallback (no CUTLASS, y_f32, or CUTLASS refuses the shape): prescale, x_s = x *
 //              rstd(x) (one kernel) then a plain cuBLASLt GEMM on x_s, stream order as the join.
 //              With bias/mask: kTwoStream. last_prefill_path() says which ran.
@@ -194,8 +195,9 @@ class LinearContext {
                            Status* status = nullptr, double* best_us = nullptr);
 
   // kPrefill's choice for this shape: a fused tile configuration (>= 0) or kPrefillPrescale (debug
-  // override, else the tuned value, else a heuristic: prescale above M*N*K = 4e9, else the largest
-  // tile that still gives every SM a tile).
+  // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
+  // tile when it fills every SM, else prescale; below, the largest shared-memory tile that still
+  // gives every SM a tile).
   static constexpr int kPrefillPrescale = -1;
   int prefill_tile(int64_t M, int64_t N, int64_t K) const;
   static const char* prefill_tile_name(int tile);
