@@ -13,11 +13,15 @@ wheel="$dir/nvidia_cutlass-$version-py3-none-any.whl"
 mkdir -p "$dir"
 if [ ! -f "$dir/include/cute/tensor.hpp" ] || [ "$(cat "$dir/version" 2>/dev/null)" != "$version" ]; then
   if [ ! -f "$wheel" ]; then
-    python3 -m pip download -q --disable-pip-version-check --no-deps "nvidia-cutlass==$version" \
-      -d "$dir" >&2
+    python3 -m pip download -q --disable-pip-version-check --retries 1 --no-deps \
+      "nvidia-cutlass==$version" -d "$dir" >&2
   fi
-  echo "$sha  $wheel" | sha256sum -c --quiet - >&2
-  rm -rf "$dir/include"
+  if ! echo "$sha  $wheel" | sha256sum -c --quiet - >&2; then
+    rm -f "$wheel"  # a corrupt or foreign download: fetched again next time
+    echo "fetch_cutlass.sh: $wheel does not match its SHA-256" >&2
+    exit 1
+  fi
+  rm -rf "$dir/include" "$dir/version"
   python3 - "$wheel" "$dir" <<'PY'
 import sys, zipfile, os
 wheel, out = sys.argv[1], sys.argv[2]

@@ -18,7 +18,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # The CUTLASS headers the fused prefill kernel is built on (pinned wheel, SHA-256 checked).
-"$(cd "$(dirname "$0")" && pwd)/fetch_cutlass.sh" > /dev/null
+"$(cd "$(dirname "$0")" && pwd)/fetch_cutlass.sh" > /dev/null ||
+  echo "setup.sh: no CUTLASS headers (no network?): the fused prefill kernel will not be built" >&2
 if [ "${1:-}" = "--test" ]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   [ -x "$root/.venv/bin/python3" ] || python3 -m venv "$root/.venv"

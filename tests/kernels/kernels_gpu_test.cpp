@@ -165,6 +165,9 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   a.y = y.p, a.ldy = c.N, a.eps = kEps;
   if (c.bias) a.bias = b.p;
   if (c.mask) a.scale_mask = static_cast<const uint8_t*>(mk.p);
+  struct ResetHooks {  // also when an ASSERT returns early: later tests share ctx()
+    ~ResetHooks() { ctx().debug = {}; }
+  } reset_hooks;
   ctx().debug = {};
   ctx().debug.decode_ksplit = ksplit;
   ctx().debug.decode_rw = rw;
@@ -229,6 +232,7 @@ TEST(LinearSmall, LargeMSmallShape) {
 // tile configuration: partial tiles in M and N, K not a multiple of the 64-wide k-tile, one k-tile,
 // many k-tiles, more tiles than SMs (persistent scheduler), both dtypes.
 TEST(LinearSmall, PrefillFusedTiles) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
     for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
       for (LinCase c :
@@ -237,6 +241,7 @@ TEST(LinearSmall, PrefillFusedTiles) {
         run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
 }
 TEST(LinearPrefill, FusedTilesLarger) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
     for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
       for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},

@@ -81,10 +81,23 @@ TEST(RaceTwoStream, DelayGemm) {
   h.delay_gemm_cycles = kDelay;
   EXPECT_EQ(run_loop({fk::DType::kBF16, 8, 512, 1024, 100, fk::LinearImpl::kTwoStream, h}), 0);
 }
+// The prescale path (norm kernel, then the GEMM on its output; stream order is the join).
 TEST(RacePrefill, DelayRstd) {
   fk::DebugHooks h;
   h.delay_rstd_cycles = kDelay;
+  h.prefill_prescale = true;
   EXPECT_EQ(run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h}), 0);
+}
+// The fused kernel (sum of squares inside the GEMM), shared-memory and register-A tiles, behind a
+// delayed kernel, outputs reused across steps.
+TEST(RacePrefill, FusedAfterDelayedKernel) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  for (int tile : {3, 7}) {
+    fk::DebugHooks h;
+    h.delay_gemm_cycles = kDelay;
+    h.prefill_tile = tile;
+    EXPECT_EQ(run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h}), 0);
+  }
 }
 TEST(RaceDecode, SplitKReuse) {
   fk::DebugHooks h;

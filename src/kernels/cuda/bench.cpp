@@ -234,7 +234,7 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       // the fastest fused tile for this shape (tuned below, before any timing), and the same
       // kernel without its reduction and scale (a plain CUTLASS GEMM, not a flashnorm result)
       int fused_tile = -2;
-      if (M >= 64) {
+      if (M >= 64 && LinearContext::has_fused_prefill()) {
         variants.push_back({"fn_prefill_fused", [&](int i, cudaStream_t st) {
                               ctx.debug.prefill_tile = fused_tile;
                               Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);

@@ -408,6 +408,7 @@ Status LinearContext::time_graph(const Run& run, const LinearArgs* sets, int n, 
 }
 
 const char* LinearContext::prefill_tile_name(int tile) { return detail::prefill_tile_name(tile); }
+bool LinearContext::has_fused_prefill() { return detail::prefill_fused_available(); }
 
 int LinearContext::prefill_tile(int64_t M, int64_t N, int64_t K) const {
   if (debug.prefill_tile >= kPrefillPrescale) return debug.prefill_tile;
@@ -430,7 +431,12 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
     st = validate_linear(sets[i], LinearImpl::kPrefill);
     if (st.ok() && (sets[i].M != sets[0].M || sets[i].N != sets[0].N || sets[i].K != sets[0].K))
       st = invalid("tune_prefill: argument sets differ in shape");
+    if (st.ok() && (sets[i].bias || sets[i].scale_mask || sets[i].y_f32 || sets[i].K > 32768))
+      st = {Code::kUnsupported,
+            "tune_prefill: bias, scale mask, fp32 y or K > 32768 take the two-stream path"};
   }
+  const DebugHooks saved = debug;  // tune what production runs: no test hooks
+  debug = {};
   int best = -2;
   float best_ms = 1e30f;
   const int reps = std::max(16, n);
@@ -450,6 +456,7 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
     if (st.ok() && ms < best_ms) best_ms = ms, best = tile;
     if (st.ok() && tile >= 0 && ms < fused_ms && best_fused) fused_ms = ms, *best_fused = tile;
   }
+  debug = saved;
   if (status) *status = st;
   if (!st.ok() || best < kPrefillPrescale) return -2;
   tuned_prefill_[{sets[0].M, sets[0].N, sets[0].K}] = best;

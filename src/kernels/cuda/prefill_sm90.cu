@@ -1,12 +1,13 @@
 // The fused prefill path of flashnorm_linear: y = rstd(x) * (x W^T) in one tensor-core GEMM
 // kernel, with the sum of squares of every x row taken inside the GEMM's mainloop from the x tiles
-// already staged in shared memory for the wgmma, and rstd applied to the fp32 accumulators before
-// the epilogue. No second kernel, no extra pass over x, no rstd buffer.
+// it has already loaded (tiles 0-3: from shared memory, where the wgmma reads them; tiles 4-7:
+// from the registers the register-A wgmma reads), and rstd applied to the fp32 accumulators
+// before the epilogue. No second kernel, no extra pass over x in memory, no rstd buffer.
 //
-// Built on CUTLASS 3.x (the nvidia-cutlass pip package's headers): the TMA warp-specialized sm90
-// kernels (cooperative and ping-pong), their epilogue, and the mainloop collective of
-// cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp, of which RowScaledMainloop
-// replaces the consumer side (mma).
+// Built on the CUTLASS 3.x API (headers of the pinned nvidia-cutlass 4.2 wheel): the TMA
+// warp-specialized sm90 kernels (cooperative and ping-pong), their epilogue, and the mainloop
+// collectives of cutlass/gemm/collective/sm90_mma_tma_gmma_{ss,rs}_warpspecialized.hpp, of which
+// RowScaledMainloop and RowScaledRsMainloop replace the consumer side (mma).
 //
 // The join (shared/design/flashnorm.md section 2) is inside one thread: a row's scale is applied
 // by the thread that holds that row's accumulators, after warpgroup_wait<0> (every wgmma of the
@@ -175,6 +176,7 @@ struct RowScaledMainloop : Base {
     CUTLASS_PRAGMA_NO_UNROLL
     for (int t = 0; t < k_tiles; ++t) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+      asm volatile("" ::: "memory");  // the plain loads of the stage below stay after the wait
       const int stage = read.index();
       if constexpr (kRowScale) {
         // Squares of this thread's rows in the staged x tile (TMA zero fills rows >= M and
@@ -279,8 +281,8 @@ struct RowScaledRsMainloop : Base {
   // Same contract as Base::mma (all stages but the last released; Base::mma_tail releases it).
   // Per k-tile: ldmatrix of k-block 0, then for each k-block: ldmatrix of the next, squares of
   // this one, wgmma, at most two wgmma batches left in flight (the next ldmatrix overwrites the
-  // registers of the batch two back). A stage is released once the wgmmas of the next k-tile's
-  // last k-block are issued and all but two have completed: then every batch that read it
+  // registers of the batch kBlocks = 4 back). A stage is released once the wgmmas of the next
+  // k-tile's last k-block are issued and all but two have completed: then every batch that read it
   // (its B by the wgmma, its A by every warp's ldmatrix before that warp issued them) is done.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
@@ -303,7 +305,9 @@ struct RowScaledRsMainloop : Base {
     Tensor tCrA_dst = thr_copy_a.retile_D(tCrA);   // (CPY,CPY_M,CPY_K)
     Tensor tCsA_src = thr_copy_a.partition_S(sA);  // (CPY,CPY_M,CPY_K,PIPE)
     constexpr int kBlocks = decltype(size<2>(tCrA))::value;
-    static_assert(kBlocks >= 3, "two wgmma batches in flight plus the one being loaded");
+    // The ldmatrix of k-block kb + 1 overwrites the registers last read by the batch kBlocks back,
+    // which must be older than the two left in flight: kBlocks >= 4.
+    static_assert(kBlocks >= 4, "ldmatrix would overwrite registers of a wgmma still in flight");
 
     float ss[kRows];
     CUTLASS_PRAGMA_UNROLL

@@ -124,7 +124,8 @@ struct LinearArgs {
 //              register-A wgmma reads) and multiply the fp32 accumulators by rstd before the
 //              epilogue; no extra read of x from memory; the join is inside the thread that owns
 //              a row's accumulators (after every wgmma of the tile and every k-tile's sum).
-//              Fallback (no CUTLASS, y_f32, or CUTLASS refuses the shape): prescale, x_s = x *
+//              Prescale (the tuned or heuristic choice for the shape, or the fallback: no
+//              CUTLASS, y_f32, or CUTLASS refuses the shape): x_s = x *
 //              rstd(x) (one kernel) then a plain cuBLASLt GEMM on x_s, stream order as the join.
 //              With bias/mask: kTwoStream. last_prefill_path() says which ran.
 //  kTwoStream: the seed's scheme: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
@@ -141,7 +142,7 @@ struct DebugHooks {
   int decode_ksplit = 0;            // >0: force the decode kernel's split-K factor
   int decode_rw = 0;                // >0: force the decode CTA's row-warps (1, 2 or 4)
   int decode_kw = 0;                // >0: force the decode CTA's k-warps (rw * kw <= 8)
-  int prefill_tile = -2;            // >=0: force a fused prefill tile (0..3); -1: prescale
+  int prefill_tile = -2;            // >=0: force a fused prefill tile (0..7); -1: prescale
   bool prefill_prescale = false;    // kPrefill: take the prescale path even when fused is built
   // kPrefill, bf16: run the fused kernel WITHOUT the sum of squares and the scale (y = x W^T, a
   // wrong flashnorm result): the benchmark's measure of the in-kernel reduction's cost.
@@ -202,6 +203,8 @@ class LinearContext {
   int prefill_tile(int64_t M, int64_t N, int64_t K) const;
   static const char* prefill_tile_name(int tile);
   static constexpr int kPrefillTiles = 8;  // tile configurations 0 .. 7
+  // Whether this build has the fused prefill kernel (built with the CUTLASS headers).
+  static bool has_fused_prefill();
   // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile
   // configuration, each a graph of calls over the n argument sets timed with CUDA events; the
   // fastest is cached for (M, N, K). Returns it (a tile or kPrefillPrescale), or -2 on error or
