@@ -99,22 +99,10 @@ __device__ __forceinline__ float sum_squares8(uint4 v) {
   return s;
 }
 
-// The mainloop collective of CUTLASS's sm90 TMA warp-specialized GEMM (Base: the producer side,
-// TMA loads, pipeline and shared storage are Base's) with a consumer that also takes the sum of
-// squares of the A (= x) rows from the staged tiles and scales the accumulators by rstd.
-// kRowScale = false: the same loop without the squares and the scale (a plain GEMM), for the
-// benchmark's measurement of what the in-kernel reduction costs.
-template <class Base, bool kRowScale>
-struct RowScaledMainloop : Base {
-  using typename Base::MainloopPipeline;
-  using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
-  using typename Base::TiledMma;
-  using typename Base::TileShape;
-  using ElementA = typename Base::ElementA;
-
+// What both consumers below share: eps and 1 / K in the kernel parameters, and the end of a tile
+// (the join: quad reduction of the row sums, rstd, every wgmma completed, accumulators scaled).
+template <class Base>
+struct RowScaleCollective : Base {
   struct Arguments : Base::Arguments {
     float eps = 1e-6f;
   };
@@ -131,6 +119,62 @@ struct RowScaledMainloop : Base {
     return Params{Base::to_underlying_arguments(shape, args, workspace), args.eps,
                   1.0f / static_cast<float>(K)};
   }
+
+  // ss[2 mi + h]: this thread's partial sum of squares of the row of accumulator values
+  // accum((c, h, v), mi, ni) (the wgmma D fragment: rows r and r + 8 of each 64-row block); the
+  // four threads of a quad hold the same rows. kRowScale = false only waits for the wgmmas.
+  template <bool kRowScale, class FrgTensorC, int kRows>
+  CUTLASS_DEVICE static void finish(FrgTensorC& accum, const float (&ss)[kRows],
+                                    Params const& params) {
+    constexpr int kMmaM = decltype(size<1>(accum))::value;
+    static_assert(kRows == 2 * kMmaM);
+    float rstd[kRows];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRows; ++j) {
+      float s = ss[j];
+      s += __shfl_xor_sync(0xffffffff, s, 1);
+      s += __shfl_xor_sync(0xffffffff, s, 2);
+      rstd[j] = rsqrtf(s * params.inv_k + params.eps);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(accum);
+    if constexpr (kRowScale) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int mi = 0; mi < kMmaM; ++mi) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int ni = 0; ni < size<2>(accum); ++ni) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int v = 0; v < size<0, 2>(accum); ++v) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int c = 0; c < 2; ++c) accum(make_coord(c, h, v), mi, ni) *= rstd[2 * mi + h];
+            }
+          }
+        }
+      }
+    }
+    warpgroup_fence_operand(accum);
+  }
+};
+
+// The mainloop collective of CUTLASS's sm90 TMA warp-specialized GEMM (Base: the producer side,
+// TMA loads, pipeline and shared storage are Base's) with a consumer that also takes the sum of
+// squares of the A (= x) rows from the staged tiles and scales the accumulators by rstd.
+// kRowScale = false: the same loop without the squares and the scale (a plain GEMM), for the
+// benchmark's measurement of what the in-kernel reduction costs.
+template <class Base, bool kRowScale>
+struct RowScaledMainloop : RowScaleCollective<Base> {
+  using Common = RowScaleCollective<Base>;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
+  using typename Base::TiledMma;
+  using typename Base::TileShape;
+  using typename Common::Params;
+  using ElementA = typename Base::ElementA;
 
   // Same contract as Base::mma: consumes k_tiles stages starting at `read`, releases all but the
   // last (Base::mma_tail releases that one), leaves the tile's accumulators in accum, here already
@@ -215,33 +259,7 @@ struct RowScaledMainloop : Base {
     }
     // Join: the row sums cover every k-tile of the tile (quad reduction), and every wgmma that
     // writes accum has completed (wait<0>), before any accumulator is scaled.
-    float rstd[kRows];
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kRows; ++j) {
-      float s = ss[j];
-      s += __shfl_xor_sync(0xffffffff, s, 1);
-      s += __shfl_xor_sync(0xffffffff, s, 2);
-      rstd[j] = rsqrtf(s * params.inv_k + params.eps);
-    }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(accum);
-    if constexpr (kRowScale) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int mi = 0; mi < kMmaM; ++mi) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int ni = 0; ni < size<2>(accum); ++ni) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int v = 0; v < size<0, 2>(accum); ++v) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int h = 0; h < 2; ++h) {
-              CUTLASS_PRAGMA_UNROLL
-              for (int c = 0; c < 2; ++c) accum(make_coord(c, h, v), mi, ni) *= rstd[2 * mi + h];
-            }
-          }
-        }
-      }
-    }
-    warpgroup_fence_operand(accum);
+    Common::template finish<kRowScale>(accum, ss, params);
   }
 };
 
@@ -251,7 +269,8 @@ struct RowScaledMainloop : Base {
 // wgmma: the rows of its accumulators (the four threads of a quad hold their rows' k columns
 // between them), so the reduction adds no shared-memory traffic.
 template <class Base, bool kRowScale>
-struct RowScaledRsMainloop : Base {
+struct RowScaledRsMainloop : RowScaleCollective<Base> {
+  using Common = RowScaleCollective<Base>;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
@@ -259,24 +278,9 @@ struct RowScaledRsMainloop : Base {
   using typename Base::TensorStorage;
   using typename Base::TiledMma;
   using typename Base::TileShape;
+  using typename Common::Params;
   using ElementA = typename Base::ElementA;
   using SmemCopyAtomA = typename Base::SmemCopyAtomA;
-
-  struct Arguments : Base::Arguments {
-    float eps = 1e-6f;
-  };
-  struct Params : Base::Params {
-    float eps;
-    float inv_k;
-  };
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& shape, Arguments const& args,
-                                        void* workspace) {
-    auto [M, N, K, L] = append<4>(shape, 1);
-    (void)M, (void)N, (void)L;
-    return Params{Base::to_underlying_arguments(shape, args, workspace), args.eps,
-                  1.0f / static_cast<float>(K)};
-  }
 
   // Same contract as Base::mma (all stages but the last released; Base::mma_tail releases it).
   // Per k-tile: ldmatrix of k-block 0, then for each k-block: ldmatrix of the next, squares of
@@ -355,33 +359,7 @@ struct RowScaledRsMainloop : Base {
       }
       ++read;
     }
-    float rstd[kRows];
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kRows; ++j) {
-      float s = ss[j];
-      s += __shfl_xor_sync(0xffffffff, s, 1);
-      s += __shfl_xor_sync(0xffffffff, s, 2);
-      rstd[j] = rsqrtf(s * params.inv_k + params.eps);
-    }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(accum);
-    if constexpr (kRowScale) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int mi = 0; mi < kMmaM; ++mi) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int ni = 0; ni < size<2>(accum); ++ni) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int v = 0; v < size<0, 2>(accum); ++v) {
-            CUTLASS_PRAGMA_UNROLL
-            for (int h = 0; h < 2; ++h) {
-              CUTLASS_PRAGMA_UNROLL
-              for (int c = 0; c < 2; ++c) accum(make_coord(c, h, v), mi, ni) *= rstd[2 * mi + h];
-            }
-          }
-        }
-      }
-    }
-    warpgroup_fence_operand(accum);
+    Common::template finish<kRowScale>(accum, ss, params);
   }
 };
 
