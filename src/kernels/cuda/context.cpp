@@ -473,13 +473,13 @@ Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStrea
             "flashnorm_linear: the fused prefill has no bias, scale mask, fp32 y or fused ops"};
   }
   const bool row_scale = !debug.prefill_plain_gemm;
-  Status st =
-      ensure(&prefill_ws_, &prefill_ws_cap_, detail::prefill_fused_workspace(a, tile, row_scale), s,
-             "fused prefill workspace");
+  Status st = ensure(&prefill_ws_, &prefill_ws_cap_,
+                     detail::prefill_fused_workspace(a, tile, row_scale, num_sms_), s,
+                     "fused prefill workspace");
   if (!st.ok()) return st;
   if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
   bool cutlass_refused = false;
-  st = detail::launch_prefill_fused(a, tile, row_scale, prefill_ws_, s, &cutlass_refused);
+  st = detail::launch_prefill_fused(a, tile, row_scale, num_sms_, prefill_ws_, s, &cutlass_refused);
   if (refused) *refused = cutlass_refused;
   return st;
 }

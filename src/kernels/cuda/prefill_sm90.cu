@@ -15,9 +15,6 @@
 // tile (each work tile spans the whole K: data-parallel persistent scheduler, no split-K).
 #include <fmt/format.h>
 
-#include <array>
-#include <mutex>
-
 #include "prefill_sm90.h"
 
 #if FLASHNORM_HAVE_CUTLASS
@@ -550,44 +547,31 @@ struct LaunchOf {
   }
 };
 
-int sm_count_of_current_device() {
-  static std::mutex mu;
-  static std::array<int, 64> counts{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (counts[device] == 0)
-    cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device);
-  return counts[device];
-}
 }  // namespace
 
 bool prefill_fused_available() { return true; }
 
-size_t prefill_fused_workspace(const LinearArgs& p, int tile, bool row_scale) {
-  const int sms = sm_count_of_current_device();
-  return with_gemm(p.dtype, tile, row_scale, WorkspaceOf{p, sms});
+size_t prefill_fused_workspace(const LinearArgs& p, int tile, bool row_scale, int sm_count) {
+  return with_gemm(p.dtype, tile, row_scale, WorkspaceOf{p, sm_count});
 }
 
-Status launch_prefill_fused(const LinearArgs& p, int tile, bool row_scale, void* workspace,
-                            cudaStream_t s, bool* refused) {
+Status launch_prefill_fused(const LinearArgs& p, int tile, bool row_scale, int sm_count,
+                            void* workspace, cudaStream_t s, bool* refused) {
   if (refused) *refused = false;
   if (tile < 0 || tile >= kPrefillTiles)
     return {Code::kInvalidArgument, fmt::format("flashnorm_linear: prefill tile {} ", tile)};
-  const int sms = sm_count_of_current_device();
-  if (sms <= 0) return {Code::kCudaError, "flashnorm_linear: fused prefill: no CUDA device"};
   if (!row_scale && p.dtype != DType::kBF16) {
     if (refused) *refused = true;
     return {Code::kUnsupported, "flashnorm_linear: the plain-GEMM reference is bf16 only"};
   }
-  return with_gemm(p.dtype, tile, row_scale, LaunchOf{p, sms, workspace, s, refused});
+  return with_gemm(p.dtype, tile, row_scale, LaunchOf{p, sm_count, workspace, s, refused});
 }
 
 #else  // no CUTLASS in this build
 
 bool prefill_fused_available() { return false; }
-size_t prefill_fused_workspace(const LinearArgs&, int, bool) { return 0; }
-Status launch_prefill_fused(const LinearArgs&, int, bool, void*, cudaStream_t, bool* refused) {
+size_t prefill_fused_workspace(const LinearArgs&, int, bool, int) { return 0; }
+Status launch_prefill_fused(const LinearArgs&, int, bool, int, void*, cudaStream_t, bool* refused) {
   if (refused) *refused = true;
   return {Code::kUnsupported, "flashnorm_linear: this build has no CUTLASS (fused prefill)"};
 }

@@ -25,13 +25,14 @@ const char* prefill_tile_name(int tile);
 // False when this build has no CUTLASS (FLASHNORM_HAVE_CUTLASS unset): every call below then
 // returns kUnsupported.
 bool prefill_fused_available();
+// sm_count: the current device's SM count (the persistent tile scheduler's grid).
 // Bytes of device workspace the kernel needs for this call (the tile scheduler's; often 0).
-size_t prefill_fused_workspace(const LinearArgs& a, int tile, bool row_scale = true);
+size_t prefill_fused_workspace(const LinearArgs& a, int tile, bool row_scale, int sm_count);
 // Launches the kernel of tile configuration `tile` on s. workspace: prefill_fused_workspace bytes.
 // *refused (nullable) is set when the status is kUnsupported because CUTLASS cannot implement the
 // shape with this tile (alignment) or the build has no CUTLASS.
-Status launch_prefill_fused(const LinearArgs& a, int tile, bool row_scale, void* workspace,
-                            cudaStream_t s, bool* refused = nullptr);
+Status launch_prefill_fused(const LinearArgs& a, int tile, bool row_scale, int sm_count,
+                            void* workspace, cudaStream_t s, bool* refused = nullptr);
 // Heuristic choice for a shape (no tuning): a tile 0 .. kPrefillTiles - 1 or
 // LinearContext::kPrefillPrescale.
 int prefill_default_tile(int M, int N, int K, int sm_count);
