@@ -249,6 +249,46 @@ TEST(LinearPrefill, FusedTilesLarger) {
                         LinCase{dt, 4096, 1544, 576, false, false, 12}})
         run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
 }
+// Every tile-scheduler order (raster direction, swizzle) of a shared-memory and a register-A tile,
+// on shapes with several tiles in both M and N: the order only moves tiles between CTAs, so each
+// must still write every tile with its own rows' scale.
+TEST(LinearSmall, PrefillFusedOrders) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
+    for (int tile : {3, 4})
+      for (LinCase c : {LinCase{fk::DType::kBF16, 300, 520, 200, false, false, 0},
+                        LinCase{fk::DType::kFP16, 520, 264, 136, false, false, 0}})
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
+                   tile + fk::LinearContext::kPrefillTiles * order);
+}
+// tune_gemm times cuBLASLt's candidate algorithms and keeps the fastest in the cached plan: the
+// paths that use that plan (two-stream's GEMM, prescale's) still match the reference afterwards,
+// and argument sets of different shapes are refused.
+TEST(LinearSmall, TuneGemm) {
+  for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16}) {
+    const LinCase c{dt, 130, 264, 200, false, false, 0};
+    DevMem x(c.M * c.K * 2), w(c.N * c.K * 2), y(c.M * c.N * 2), x2(c.M * c.K * 2);
+    CUDA_OK(cudaMemset(x.p, 0, c.M * c.K * 2));
+    CUDA_OK(cudaMemset(x2.p, 0, c.M * c.K * 2));
+    CUDA_OK(cudaMemset(w.p, 0, c.N * c.K * 2));
+    fk::LinearArgs a[2];
+    for (int i = 0; i < 2; ++i) {
+      a[i].dtype = dt, a[i].M = c.M, a[i].N = c.N, a[i].K = c.K, a[i].x = i ? x2.p : x.p;
+      a[i].ldx = c.K, a[i].w = w.p, a[i].ldw = c.K, a[i].y = y.p, a[i].ldy = c.N;
+    }
+    fk::Status st;
+    int n_algos = 0;
+    const double us = ctx().tune_gemm(a, 2, nullptr, &st, &n_algos);
+    FN_OK(st);
+    EXPECT_GT(us, 0.0);
+    EXPECT_GE(n_algos, 1);
+    run_linear(c, fk::LinearImpl::kTwoStream);
+    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
+    a[1].N = c.N - 8;
+    EXPECT_LT(ctx().tune_gemm(a, 2, nullptr, &st), 0.0);
+    EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
+  }
+}
 // The prescale fallback stays correct (it runs when CUTLASS refuses a shape or y is fp32).
 TEST(LinearSmall, PrefillPrescale) {
   for (LinCase c : {LinCase{fk::DType::kBF16, 33, 72, 1000, false, false, 0},

@@ -282,6 +282,17 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       row["tc_floor_us"] = 2.0 * M * N * K / gemm_rate * 1e6;
       row["floor_us"] =
           std::max(row["hbm_floor_us"].get<double>(), row["tc_floor_us"].get<double>());
+      {  // the cuBLASLt GEMM's algorithm (bare, unfused, prescale, two-stream): fastest of the
+         // heuristic's candidates, timed on the rotating copies
+        Status ts;
+        std::vector<LinearArgs> sets;
+        for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
+        int n_algos = 0;
+        const double us = ctx.tune_gemm(sets.data(), nrot, s, &ts, &n_algos);
+        throw_if_error(ts);
+        row["gemm_tuned_us"] = us;
+        row["gemm_algos_timed"] = n_algos;
+      }
       if (M <= 64) {  // autotune the decode configuration on the rotating copies (graph-timed)
         Status ts;
         std::vector<LinearArgs> sets;

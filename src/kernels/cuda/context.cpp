@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "flashnorm/io/error.h"
 #include "flashnorm/kernels/cuda/kernels.h"
@@ -407,7 +408,9 @@ Status LinearContext::time_graph(const Run& run, const LinearArgs* sets, int n, 
   return st;
 }
 
-const char* LinearContext::prefill_tile_name(int tile) { return detail::prefill_tile_name(tile); }
+std::string LinearContext::prefill_tile_name(int config) {
+  return detail::prefill_tile_name(config);
+}
 bool LinearContext::has_fused_prefill() { return detail::prefill_fused_available(); }
 
 int LinearContext::prefill_tile(int64_t M, int64_t N, int64_t K) const {
@@ -440,28 +443,94 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
   int best = -2;
   float best_ms = 1e30f;
   const int reps = std::max(16, n);
-  for (int tile = kPrefillPrescale; tile < detail::kPrefillTiles && st.ok(); ++tile) {
+  int fused = -2;
+  auto try_config = [&](int config) {
     float ms = 1e30f;
     bool refused = false;
     st = time_graph(
         [&](const LinearArgs& x) {
-          return tile == kPrefillPrescale ? run_prescale(x, stream)
-                                          : run_prefill_fused(x, tile, stream, &refused);
+          return config == kPrefillPrescale ? run_prescale(x, stream)
+                                            : run_prefill_fused(x, config, stream, &refused);
         },
         sets, n, reps, stream, &ms);
     if (refused) {  // CUTLASS refuses this tile for the shape: skip it
       st = {};
-      continue;
+      return;
     }
-    if (st.ok() && ms < best_ms) best_ms = ms, best = tile;
-    if (st.ok() && tile >= 0 && ms < fused_ms && best_fused) fused_ms = ms, *best_fused = tile;
-  }
+    if (st.ok() && ms < best_ms) best_ms = ms, best = config;
+    if (st.ok() && config >= 0 && ms < fused_ms) fused_ms = ms, fused = config;
+  };
+  // every tile in the default order, then the other orders of the fastest tile
+  for (int tile = kPrefillPrescale; tile < detail::kPrefillTiles && st.ok(); ++tile)
+    try_config(tile);
+  const int tile = fused;
+  for (int order = 1; tile >= 0 && order < kPrefillOrders && st.ok(); ++order)
+    try_config(tile + kPrefillTiles * order);
+  if (best_fused) *best_fused = fused;
   debug = saved;
   if (status) *status = st;
   if (!st.ok() || best < kPrefillPrescale) return -2;
   tuned_prefill_[{sets[0].M, sets[0].N, sets[0].K}] = best;
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
+}
+
+double LinearContext::tune_gemm(const LinearArgs* sets, int n, cudaStream_t stream, Status* status,
+                                int* n_algos) {
+  if (n_algos) *n_algos = 0;
+  Status st;
+  if (n < 1) st = invalid("tune_gemm: no argument sets");
+  const LinearArgs& a = n >= 1 ? sets[0] : LinearArgs{};
+  for (int i = 0; i < n && st.ok(); ++i) {
+    st = validate_linear(sets[i], LinearImpl::kTwoStream);
+    if (st.ok() && (sets[i].dtype != a.dtype || sets[i].M != a.M || sets[i].N != a.N ||
+                    sets[i].K != a.K || sets[i].ldx != a.ldx || sets[i].ldw != a.ldw ||
+                    sets[i].ldy != a.ldy || sets[i].y_f32 != a.y_f32))
+      st = invalid("tune_gemm: argument sets differ in shape, strides or output type");
+  }
+  Plan* p = nullptr;
+  if (st.ok()) st = get_plan(a.dtype, a.M, a.N, a.K, a.ldx, a.ldw, a.ldy, false, a.y_f32, &p);
+  std::vector<cublasLtMatmulHeuristicResult_t> res(16);
+  int found = 0;
+  if (st.ok()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    st = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    uint64_t wsb = ws_bytes_;
+    if (st.ok())
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                           sizeof(wsb));
+    const cublasStatus_t cs =
+        !st.ok() ? CUBLAS_STATUS_NOT_INITIALIZED
+                 : cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op, p->a,
+                                                  p->b, p->c, p->c, pref,
+                                                  static_cast<int>(res.size()), res.data(), &found);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st.ok() && (cs != CUBLAS_STATUS_SUCCESS || found < 1))
+      st = {Code::kUnsupported, "tune_gemm: cuBLASLt's heuristic returned no algorithm"};
+  }
+  const cublasLtMatmulAlgo_t first = p ? p->algo : cublasLtMatmulAlgo_t{};
+  cublasLtMatmulAlgo_t best = first;
+  float best_ms = 1e30f;
+  const int reps = std::max(16, n);
+  int timed = 0;
+  for (int i = 0; i < found && st.ok(); ++i) {
+    if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > ws_bytes_) continue;
+    p->algo = res[i].algo;
+    float ms = 1e30f;
+    st = time_graph(
+        [&](const LinearArgs& x) {
+          return gemm(x.dtype, x.M, x.N, x.K, x.x, x.ldx, x.w, x.ldw, x.y, x.ldy, nullptr, stream,
+                      x.y_f32);
+        },
+        sets, n, reps, stream, &ms);
+    ++timed;
+    if (st.ok() && ms < best_ms) best_ms = ms, best = res[i].algo;
+  }
+  if (p) p->algo = st.ok() ? best : first;
+  if (status) *status = st;
+  if (n_algos) *n_algos = timed;
+  if (!st.ok() || timed == 0) return -1;
+  return best_ms * 1e3 / reps;
 }
 
 Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s,

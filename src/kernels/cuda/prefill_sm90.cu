@@ -31,26 +31,31 @@
 
 namespace flashnorm::kernels::cuda::detail {
 
-const char* prefill_tile_name(int tile) {
-  switch (tile) {
-    case 0:
-      return "128x256 cluster 2x1 cooperative";
-    case 1:
-      return "128x128 cooperative";
-    case 2:
-      return "64x128 ping-pong";
-    case 3:
-      return "64x64 ping-pong";
-    case 4:
-      return "RS 128x256 cluster 2x1 cooperative";
-    case 5:
-      return "RS 128x128 cooperative";
-    case 6:
-      return "RS 64x128 ping-pong";
-    case 7:
-      return "RS 64x64 ping-pong";
-  }
-  return "?";
+namespace {
+// Tile-scheduler orders (LinearContext::kPrefillOrders): swizzle width and raster direction of the
+// persistent scheduler (0: CUTLASS's heuristic direction; 1: along M; 2: along N).
+struct Order {
+  int swizzle, raster;
+};
+constexpr Order kOrders[kPrefillOrders] = {{1, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2},
+                                           {4, 1}, {4, 2}, {8, 1}, {8, 2}};
+}  // namespace
+
+std::string prefill_tile_name(int config) {
+  static const char* const kTiles[kPrefillTiles] = {"128x256 cluster 2x1 cooperative",
+                                                    "128x128 cooperative",
+                                                    "64x128 ping-pong",
+                                                    "64x64 ping-pong",
+                                                    "RS 128x256 cluster 2x1 cooperative",
+                                                    "RS 128x128 cooperative",
+                                                    "RS 64x128 ping-pong",
+                                                    "RS 64x64 ping-pong"};
+  if (config < 0 || config >= kPrefillTiles * kPrefillOrders) return "?";
+  const int order = config / kPrefillTiles;
+  std::string name = kTiles[config % kPrefillTiles];
+  if (order == 0) return name;
+  return fmt::format("{}, raster {} swizzle {}", name, kOrders[order].raster == 1 ? 'M' : 'N',
+                     kOrders[order].swizzle);
 }
 
 int prefill_default_tile(int M, int N, int K, int sm_count) {
@@ -417,7 +422,7 @@ struct FusedGemm {
       cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  static typename Gemm::Arguments arguments(const LinearArgs& p, int sm_count) {
+  static typename Gemm::Arguments arguments(const LinearArgs& p, int sm_count, int order) {
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideD = typename Kernel::StrideD;
@@ -440,16 +445,21 @@ struct FusedGemm {
     cudaGetDevice(&device);
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.max_swizzle_size = kOrders[order].swizzle;
+    args.scheduler.raster_order = kOrders[order].raster == 0   ? Raster::Heuristic
+                                  : kOrders[order].raster == 1 ? Raster::AlongM
+                                                               : Raster::AlongN;
     return args;
   }
 
-  static size_t workspace(const LinearArgs& p, int sm_count) {
-    return Gemm::get_workspace_size(arguments(p, sm_count));
+  static size_t workspace(const LinearArgs& p, int sm_count, int order) {
+    return Gemm::get_workspace_size(arguments(p, sm_count, order));
   }
 
-  static Status launch(const LinearArgs& p, int sm_count, void* workspace, cudaStream_t s,
-                       bool* refused) {
-    auto args = arguments(p, sm_count);
+  static Status launch(const LinearArgs& p, int sm_count, int order, void* workspace,
+                       cudaStream_t s, bool* refused) {
+    auto args = arguments(p, sm_count, order);
     Gemm gemm;
     cutlass::Status st = gemm.can_implement(args);
     if (st != cutlass::Status::kSuccess) {
@@ -529,21 +539,21 @@ auto with_gemm(DType dt, int tile, bool row_scale, const F& f) {
 
 struct WorkspaceOf {
   const LinearArgs& p;
-  int sms;
+  int sms, order;
   template <class G>
   size_t operator()() const {
-    return G::workspace(p, sms);
+    return G::workspace(p, sms, order);
   }
 };
 struct LaunchOf {
   const LinearArgs& p;
-  int sms;
+  int sms, order;
   void* workspace;
   cudaStream_t s;
   bool* refused;
   template <class G>
   Status operator()() const {
-    return G::launch(p, sms, workspace, s, refused);
+    return G::launch(p, sms, order, workspace, s, refused);
   }
 };
 
@@ -551,20 +561,25 @@ struct LaunchOf {
 
 bool prefill_fused_available() { return true; }
 
-size_t prefill_fused_workspace(const LinearArgs& p, int tile, bool row_scale, int sm_count) {
-  return with_gemm(p.dtype, tile, row_scale, WorkspaceOf{p, sm_count});
+size_t prefill_fused_workspace(const LinearArgs& p, int config, bool row_scale, int sm_count) {
+  if (config < 0 || config >= kPrefillTiles * kPrefillOrders) return 0;
+  return with_gemm(p.dtype, config % kPrefillTiles, row_scale,
+                   WorkspaceOf{p, sm_count, config / kPrefillTiles});
 }
 
-Status launch_prefill_fused(const LinearArgs& p, int tile, bool row_scale, int sm_count,
+Status launch_prefill_fused(const LinearArgs& p, int config, bool row_scale, int sm_count,
                             void* workspace, cudaStream_t s, bool* refused) {
   if (refused) *refused = false;
-  if (tile < 0 || tile >= kPrefillTiles)
-    return {Code::kInvalidArgument, fmt::format("flashnorm_linear: prefill tile {} ", tile)};
+  if (config < 0 || config >= kPrefillTiles * kPrefillOrders)
+    return {Code::kInvalidArgument,
+            fmt::format("flashnorm_linear: no fused prefill configuration {}", config)};
+  const int tile = config % kPrefillTiles;
   if (!row_scale && p.dtype != DType::kBF16) {
     if (refused) *refused = true;
     return {Code::kUnsupported, "flashnorm_linear: the plain-GEMM reference is bf16 only"};
   }
-  return with_gemm(p.dtype, tile, row_scale, LaunchOf{p, sm_count, workspace, s, refused});
+  return with_gemm(p.dtype, tile, row_scale,
+                   LaunchOf{p, sm_count, config / kPrefillTiles, workspace, s, refused});
 }
 
 #else  // no CUTLASS in this build

@@ -6,16 +6,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "flashnorm/kernels/cuda/kernels.h"
 
 namespace flashnorm::kernels::cuda::detail {
 
-// Tile configurations (CTA tile M x N x 64, cluster, CUTLASS 3.x sm90 kernel schedule; 0-3 with x
-// read by the wgmma from shared memory, 4-7 the same tiles with x in registers), each instantiated
-// for bf16 and fp16. Indices 0 .. kPrefillTiles - 1.
+// Configurations: config = tile + kPrefillTiles * order. Tiles (CTA tile M x N x 64, cluster,
+// CUTLASS 3.x sm90 kernel schedule; 0-3 with x read by the wgmma from shared memory, 4-7 the same
+// tiles with x in registers), each instantiated for bf16 and fp16; orders: the persistent tile
+// scheduler's raster direction and swizzle (runtime arguments of the same kernel).
 constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
-const char* prefill_tile_name(int tile);
+constexpr int kPrefillOrders = LinearContext::kPrefillOrders;
+std::string prefill_tile_name(int config);
 
 // One fused prefill call on validated LinearArgs (validate_linear; no bias, mask or y_f32): x
 // [M, K], W [N, K], y [M, N]. row_scale = false runs the same kernel without the sum of squares and
@@ -27,11 +30,11 @@ const char* prefill_tile_name(int tile);
 bool prefill_fused_available();
 // sm_count: the current device's SM count (the persistent tile scheduler's grid).
 // Bytes of device workspace the kernel needs for this call (the tile scheduler's; often 0).
-size_t prefill_fused_workspace(const LinearArgs& a, int tile, bool row_scale, int sm_count);
-// Launches the kernel of tile configuration `tile` on s. workspace: prefill_fused_workspace bytes.
+size_t prefill_fused_workspace(const LinearArgs& a, int config, bool row_scale, int sm_count);
+// Launches the kernel of configuration `config` on s. workspace: prefill_fused_workspace bytes.
 // *refused (nullable) is set when the status is kUnsupported because CUTLASS cannot implement the
 // shape with this tile (alignment) or the build has no CUTLASS.
-Status launch_prefill_fused(const LinearArgs& a, int tile, bool row_scale, int sm_count,
+Status launch_prefill_fused(const LinearArgs& a, int config, bool row_scale, int sm_count,
                             void* workspace, cudaStream_t s, bool* refused = nullptr);
 // Heuristic choice for a shape (no tuning): a tile 0 .. kPrefillTiles - 1 or
 // LinearContext::kPrefillPrescale.

@@ -142,8 +142,9 @@ struct DebugHooks {
   int decode_ksplit = 0;            // >0: force the decode kernel's split-K factor
   int decode_rw = 0;                // >0: force the decode CTA's row-warps (1, 2 or 4)
   int decode_kw = 0;                // >0: force the decode CTA's k-warps (rw * kw <= 8)
-  int prefill_tile = -2;            // >=0: force a fused prefill tile (0..7); -1: prescale
-  bool prefill_prescale = false;    // kPrefill: take the prescale path even when fused is built
+  int prefill_tile =
+      -2;  // >=0: force a fused prefill configuration (prefill_tile_name); -1: prescale
+  bool prefill_prescale = false;  // kPrefill: take the prescale path even when fused is built
   // kPrefill, bf16: run the fused kernel WITHOUT the sum of squares and the scale (y = x W^T, a
   // wrong flashnorm result): the benchmark's measure of the in-kernel reduction's cost.
   bool prefill_plain_gemm = false;
@@ -199,19 +200,35 @@ class LinearContext {
   // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
   // tile when it fills every SM, else prescale; below, the largest shared-memory tile that still
   // gives every SM a tile).
+  // A fused configuration is tile + kPrefillTiles * order: the CTA tile / mainloop (0 .. 7) and
+  // the persistent tile scheduler's order of the output tiles (0 .. kPrefillOrders - 1: CUTLASS's
+  // default, then raster along M or N with swizzle 1, 2, 4, 8; a runtime argument of the same
+  // kernel, it changes which tiles run concurrently and so what the L2 holds).
   static constexpr int kPrefillPrescale = -1;
   int prefill_tile(int64_t M, int64_t N, int64_t K) const;
-  static const char* prefill_tile_name(int tile);
-  static constexpr int kPrefillTiles = 8;  // tile configurations 0 .. 7
+  // "RS 128x256 cluster 2x1 cooperative, raster N swizzle 4" (tile, then the order unless default).
+  static std::string prefill_tile_name(int config);
+  static constexpr int kPrefillTiles = 8;   // tile configurations 0 .. 7
+  static constexpr int kPrefillOrders = 9;  // tile-scheduler orders 0 .. 8
   // Whether this build has the fused prefill kernel (built with the CUTLASS headers).
   static bool has_fused_prefill();
-  // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile
-  // configuration, each a graph of calls over the n argument sets timed with CUDA events; the
-  // fastest is cached for (M, N, K). Returns it (a tile or kPrefillPrescale), or -2 on error or
-  // when this build has no fused prefill.
-  // *best_fused (optional): the fastest fused tile even when prescale won (-2 if none ran).
+  // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile in
+  // CUTLASS's default order, then every other order of the fastest fused tile, each a graph of
+  // calls over the n argument sets timed with CUDA events; the fastest is cached for (M, N, K).
+  // Returns it (a fused configuration or kPrefillPrescale), or -2 on error or when this build has
+  // no fused prefill.
+  // *best_fused (optional): the fastest fused configuration even when prescale won (-2 if none).
   int tune_prefill(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr,
                    double* best_us = nullptr, int* best_fused = nullptr);
+  // Autotune the plain cuBLASLt GEMM y = x W^T of one shape (what `gemm` runs: the prescale
+  // path's and the two-stream path's GEMM, the benchmark's bare and unfused baselines): up to 16
+  // algorithms from cuBLASLt's heuristic (32 MiB workspace), each timed like tune_decode on the n
+  // argument sets (x, w, y, ldx, ldw, ldy, y_f32 used; no bias, mask or scale); the fastest
+  // replaces the heuristic's first choice in the cached plan of that (dtype, M, N, K, ld*, y_f32).
+  // Returns its time per call in microseconds (-1 on error, *status set); *n_algos (optional):
+  // how many algorithms were timed.
+  double tune_gemm(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr,
+                   int* n_algos = nullptr);
 
   DebugHooks debug;
 
