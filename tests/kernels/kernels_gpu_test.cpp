@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "flashnorm/kernels/cuda/device.h"
 #include "gpu_util.h"
 
 namespace {
@@ -146,23 +147,24 @@ fk::LinearContext& ctx() {
 }
 
 void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0,
-                int prefill_tile = -2, bool prescale = false) {
+                int prefill_tile = -2, bool prescale = false, bool y_f32 = false) {
   SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
                                   << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
                                   << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw
-                                  << " prefill_tile=" << prefill_tile);
+                                  << " prefill_tile=" << prefill_tile << " y_f32=" << y_f32);
   const LinData& d = lin_data(c);
   const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
                yn = static_cast<size_t>(c.M) * c.N;
-  DevMem x(xn * 2), w(wn * 2), y(yn * 2), b(c.N * 2), mk(c.N);
+  const size_t ysz = y_f32 ? 4 : 2;
+  DevMem x(xn * 2), w(wn * 2), y(yn * ysz), b(c.N * 2), mk(c.N);
   CUDA_OK(cudaMemcpy(x.p, d.xb.data(), xn * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(w.p, d.wb.data(), wn * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(b.p, d.bb.data(), c.N * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(mk.p, d.mask.data(), c.N, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(y.p, 0xff, yn * 2));  // poison
+  CUDA_OK(cudaMemset(y.p, 0xff, yn * ysz));  // poison (NaN in every output type)
   fk::LinearArgs a;
   a.dtype = c.dt, a.M = c.M, a.N = c.N, a.K = c.K, a.x = x.p, a.ldx = c.K, a.w = w.p, a.ldw = c.K;
-  a.y = y.p, a.ldy = c.N, a.eps = kEps;
+  a.y = y.p, a.ldy = c.N, a.eps = kEps, a.y_f32 = y_f32;
   if (c.bias) a.bias = b.p;
   if (c.mask) a.scale_mask = static_cast<const uint8_t*>(mk.p);
   struct ResetHooks {  // also when an ASSERT returns early: later tests share ctx()
@@ -179,7 +181,12 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   if (prescale) EXPECT_EQ(ctx().last_prefill_path(), "prescale");
   CUDA_OK(cudaDeviceSynchronize());
   ctx().debug = {};
-  std::vector<float> got = download_half(c.dt, y.p, yn);
+  std::vector<float> got(yn);
+  if (y_f32) {
+    CUDA_OK(cudaMemcpy(got.data(), y.p, yn * 4, cudaMemcpyDeviceToHost));
+  } else {
+    got = download_half(c.dt, y.p, yn);
+  }
   ASSERT_EQ(got.size(), yn);
   for (size_t i = 0; i < yn; ++i)
     ASSERT_TRUE(std::isfinite(got[i])) << "unwritten/NaN output at " << i;
@@ -278,18 +285,31 @@ TEST(LinearSmall, TuneGemm) {
     }
     fk::Status st;
     int n_algos = 0;
-    const double us = ctx().tune_gemm(a, 2, nullptr, &st, &n_algos);
+    fk::Stream stream;  // a capturable stream (tuning captures CUDA graphs)
+    const double us = ctx().tune_gemm(a, 2, stream.get(), &st, &n_algos);
     FN_OK(st);
     EXPECT_GT(us, 0.0);
     EXPECT_GE(n_algos, 1);
     run_linear(c, fk::LinearImpl::kTwoStream);
     run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
     a[1].N = c.N - 8;
-    EXPECT_LT(ctx().tune_gemm(a, 2, nullptr, &st), 0.0);
+    EXPECT_LT(ctx().tune_gemm(a, 2, stream.get(), &st), 0.0);
     EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
   }
 }
-// The prescale fallback stays correct (it runs when CUTLASS refuses a shape or y is fp32).
+// fp32 y (the CUDA engine's projections): every tile with the fp32 epilogue, and the tuned path.
+TEST(LinearSmall, PrefillFusedFp32Output) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+      for (LinCase c : {LinCase{dt, 33, 72, 1000, false, false, 0},
+                        LinCase{dt, 130, 264, 200, false, false, 0}})
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile, false, /*y_f32=*/true);
+  run_linear({fk::DType::kBF16, 513, 960, 576, false, false, 0}, fk::LinearImpl::kAuto, 0, 0, 0, -2,
+             false, true);
+  EXPECT_EQ(ctx().last_prefill_path(), "fused");  // the engine's prompt-pass shape (SmolLM2 q|k|v)
+}
+// The prescale fallback stays correct (it runs when CUTLASS refuses a shape or the build has none).
 TEST(LinearSmall, PrefillPrescale) {
   for (LinCase c : {LinCase{fk::DType::kBF16, 33, 72, 1000, false, false, 0},
                     LinCase{fk::DType::kFP16, 130, 264, 200, false, false, 0}})

@@ -434,9 +434,9 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
     st = validate_linear(sets[i], LinearImpl::kPrefill);
     if (st.ok() && (sets[i].M != sets[0].M || sets[i].N != sets[0].N || sets[i].K != sets[0].K))
       st = invalid("tune_prefill: argument sets differ in shape");
-    if (st.ok() && (sets[i].bias || sets[i].scale_mask || sets[i].y_f32 || sets[i].K > 32768))
+    if (st.ok() && (sets[i].bias || sets[i].scale_mask || sets[i].K > 32768))
       st = {Code::kUnsupported,
-            "tune_prefill: bias, scale mask, fp32 y or K > 32768 take the two-stream path"};
+            "tune_prefill: bias, scale mask or K > 32768 take the two-stream path"};
   }
   const DebugHooks saved = debug;  // tune what production runs: no test hooks
   debug = {};
@@ -536,10 +536,10 @@ double LinearContext::tune_gemm(const LinearArgs* sets, int n, cudaStream_t stre
 Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s,
                                         bool* refused) {
   if (refused) *refused = false;
-  if (a.bias || a.scale_mask || a.y_f32 || a.accumulate || a.x_glu) {
+  if (a.bias || a.scale_mask || a.accumulate || a.x_glu) {
     if (refused) *refused = true;
     return {Code::kUnsupported,
-            "flashnorm_linear: the fused prefill has no bias, scale mask, fp32 y or fused ops"};
+            "flashnorm_linear: the fused prefill has no bias, scale mask or fused ops"};
   }
   const bool row_scale = !debug.prefill_plain_gemm;
   Status st = ensure(&prefill_ws_, &prefill_ws_cap_,
@@ -627,7 +627,7 @@ Status LinearContext::run_prefill(const LinearArgs& a, cudaStream_t s) {
     return run_two_stream(a, s);
   }
   const int tile = prefill_tile(a.M, a.N, a.K);
-  if (detail::prefill_fused_available() && !a.y_f32 && !debug.prefill_prescale && tile >= 0) {
+  if (detail::prefill_fused_available() && !debug.prefill_prescale && tile >= 0) {
     bool refused = false;
     Status st = run_prefill_fused(a, tile, s, &refused);
     if (!refused) {

@@ -395,16 +395,18 @@ struct RsCollective {
       SmemLayoutAtomB, void, cute::identity>;
 };
 
-template <class T, class Tile, class Cluster, class KernelSchedule, class EpilogueSchedule,
-          bool kRowScale, bool kRs = false>
+// T: x and W; TOut: y (T, or float for LinearArgs::y_f32).
+template <class T, class TOut, class Tile, class Cluster, class KernelSchedule,
+          class EpilogueSchedule, bool kRowScale, bool kRs = false>
 struct FusedGemm {
   using RowMajor = cutlass::layout::RowMajor;        // x [M, K], y [M, N]
   using ColumnMajor = cutlass::layout::ColumnMajor;  // W [N, K] is B = K x N column-major
-  static constexpr int kAlign = 8;                   // 16 bytes
+  static constexpr int kAlign = 8;                   // 16 bytes of T
+  static constexpr int kAlignOut = 16 / static_cast<int>(sizeof(TOut));
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, kAlign, T,
-      RowMajor, kAlign, EpilogueSchedule>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, kAlignOut,
+      TOut, RowMajor, kAlignOut, EpilogueSchedule>::CollectiveOp;
   using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, RowMajor, kAlign, T, ColumnMajor,
       kAlign, float, Tile, Cluster,
@@ -439,7 +441,7 @@ struct FusedGemm {
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = dd;
-    args.epilogue.ptr_D = static_cast<T*>(p.y);
+    args.epilogue.ptr_D = static_cast<TOut*>(p.y);
     args.epilogue.dD = dd;
     int device = 0;
     cudaGetDevice(&device);
@@ -489,52 +491,58 @@ using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using PingPong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using PingPongEpi = cutlass::epilogue::TmaWarpSpecialized;
 
-template <class T, bool S>
-using Tile0 = FusedGemm<T, Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S>;
-template <class T, bool S>
-using Tile1 = FusedGemm<T, Shape<_128, _128, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, S>;
-template <class T, bool S>
-using Tile2 = FusedGemm<T, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
-template <class T, bool S>
-using Tile3 = FusedGemm<T, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
-template <class T, bool S>
-using Tile4 = FusedGemm<T, Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S, true>;
-template <class T, bool S>
-using Tile5 = FusedGemm<T, Shape<_128, _128, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, S, true>;
-template <class T, bool S>
+template <class T, class D, bool S>
+using Tile0 = FusedGemm<T, D, Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S>;
+template <class T, class D, bool S>
+using Tile1 = FusedGemm<T, D, Shape<_128, _128, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, S>;
+template <class T, class D, bool S>
+using Tile2 = FusedGemm<T, D, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
+template <class T, class D, bool S>
+using Tile3 = FusedGemm<T, D, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S>;
+template <class T, class D, bool S>
+using Tile4 = FusedGemm<T, D, Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S, true>;
+template <class T, class D, bool S>
+using Tile5 = FusedGemm<T, D, Shape<_128, _128, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, S, true>;
+template <class T, class D, bool S>
 using Tile6 =
-    FusedGemm<T, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
-template <class T, bool S>
-using Tile7 = FusedGemm<T, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
+    FusedGemm<T, D, Shape<_64, _128, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
+template <class T, class D, bool S>
+using Tile7 =
+    FusedGemm<T, D, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
 
-// Calls f.template operator()<G>() with G the FusedGemm of (dtype, tile); row_scale = false (the
-// benchmark's plain-GEMM reference) exists for bf16 only.
-template <class T, bool S, class F>
+// Calls f.template operator()<G>() with G the FusedGemm of (dtype, output type, tile); row_scale =
+// false (the benchmark's plain-GEMM reference) exists for bf16 in and out only.
+template <class T, class D, bool S, class F>
 auto with_tile(int tile, const F& f) {
   switch (tile) {
     case 0:
-      return f.template operator()<Tile0<T, S>>();
+      return f.template operator()<Tile0<T, D, S>>();
     case 1:
-      return f.template operator()<Tile1<T, S>>();
+      return f.template operator()<Tile1<T, D, S>>();
     case 2:
-      return f.template operator()<Tile2<T, S>>();
+      return f.template operator()<Tile2<T, D, S>>();
     case 3:
-      return f.template operator()<Tile3<T, S>>();
+      return f.template operator()<Tile3<T, D, S>>();
     case 4:
-      return f.template operator()<Tile4<T, S>>();
+      return f.template operator()<Tile4<T, D, S>>();
     case 5:
-      return f.template operator()<Tile5<T, S>>();
+      return f.template operator()<Tile5<T, D, S>>();
     case 6:
-      return f.template operator()<Tile6<T, S>>();
+      return f.template operator()<Tile6<T, D, S>>();
     default:
-      return f.template operator()<Tile7<T, S>>();
+      return f.template operator()<Tile7<T, D, S>>();
   }
 }
 template <class F>
-auto with_gemm(DType dt, int tile, bool row_scale, const F& f) {
-  if (dt == DType::kFP16) return with_tile<cutlass::half_t, true>(tile, f);
-  if (!row_scale) return with_tile<cutlass::bfloat16_t, false>(tile, f);
-  return with_tile<cutlass::bfloat16_t, true>(tile, f);
+auto with_gemm(DType dt, bool y_f32, int tile, bool row_scale, const F& f) {
+  using cutlass::bfloat16_t;
+  using cutlass::half_t;
+  if (dt == DType::kFP16)
+    return y_f32 ? with_tile<half_t, float, true>(tile, f)
+                 : with_tile<half_t, half_t, true>(tile, f);
+  if (!row_scale) return with_tile<bfloat16_t, bfloat16_t, false>(tile, f);
+  return y_f32 ? with_tile<bfloat16_t, float, true>(tile, f)
+               : with_tile<bfloat16_t, bfloat16_t, true>(tile, f);
 }
 
 struct WorkspaceOf {
@@ -563,7 +571,7 @@ bool prefill_fused_available() { return true; }
 
 size_t prefill_fused_workspace(const LinearArgs& p, int config, bool row_scale, int sm_count) {
   if (config < 0 || config >= kPrefillTiles * kPrefillOrders) return 0;
-  return with_gemm(p.dtype, config % kPrefillTiles, row_scale,
+  return with_gemm(p.dtype, p.y_f32, config % kPrefillTiles, row_scale,
                    WorkspaceOf{p, sm_count, config / kPrefillTiles});
 }
 
@@ -574,11 +582,12 @@ Status launch_prefill_fused(const LinearArgs& p, int config, bool row_scale, int
     return {Code::kInvalidArgument,
             fmt::format("flashnorm_linear: no fused prefill configuration {}", config)};
   const int tile = config % kPrefillTiles;
-  if (!row_scale && p.dtype != DType::kBF16) {
+  if (!row_scale && (p.dtype != DType::kBF16 || p.y_f32)) {
     if (refused) *refused = true;
-    return {Code::kUnsupported, "flashnorm_linear: the plain-GEMM reference is bf16 only"};
+    return {Code::kUnsupported,
+            "flashnorm_linear: the plain-GEMM reference is bf16 in and out only"};
   }
-  return with_gemm(p.dtype, tile, row_scale,
+  return with_gemm(p.dtype, p.y_f32, tile, row_scale,
                    LaunchOf{p, sm_count, config / kPrefillTiles, workspace, s, refused});
 }
 

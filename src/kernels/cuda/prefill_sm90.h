@@ -20,10 +20,10 @@ constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
 constexpr int kPrefillOrders = LinearContext::kPrefillOrders;
 std::string prefill_tile_name(int config);
 
-// One fused prefill call on validated LinearArgs (validate_linear; no bias, mask or y_f32): x
-// [M, K], W [N, K], y [M, N]. row_scale = false runs the same kernel without the sum of squares and
-// the scale (y = x W^T; bf16 only): the benchmark's measure of what the in-kernel reduction costs,
-// not a flashnorm_linear result.
+// One fused prefill call on validated LinearArgs (validate_linear; no bias or mask): x [M, K],
+// W [N, K], y [M, N] (dtype, or fp32 with y_f32). row_scale = false runs the same kernel without
+// the sum of squares and the scale (y = x W^T; bf16 in and out only): the benchmark's measure of
+// what the in-kernel reduction costs, not a flashnorm_linear result.
 
 // False when this build has no CUTLASS (FLASHNORM_HAVE_CUTLASS unset): every call below then
 // returns kUnsupported.

@@ -122,11 +122,12 @@ struct LinearArgs {
 //              consumer warps also take the sum of squares of each x row (tiles 0-3: from the x
 //              tiles staged in shared memory for the wgmma; 4-7: from the x fragments the
 //              register-A wgmma reads) and multiply the fp32 accumulators by rstd before the
-//              epilogue; no extra read of x from memory; the join is inside the thread that owns
-//              a row's accumulators (after every wgmma of the tile and every k-tile's sum).
+//              epilogue (y in the input type or fp32); no extra read of x from memory; the join is
+//              inside the thread that owns a row's accumulators (after every wgmma of the tile
+//              and every k-tile's sum).
 //              Prescale (the tuned or heuristic choice for the shape, or the fallback: no
-//              CUTLASS, y_f32, or CUTLASS refuses the shape): x_s = x *
-//              rstd(x) (one kernel) then a plain cuBLASLt GEMM on x_s, stream order as the join.
+//              CUTLASS, or CUTLASS refuses the shape): x_s = x * rstd(x) (one kernel) then a
+//              plain cuBLASLt GEMM on x_s, stream order as the join.
 //              With bias/mask: kTwoStream. last_prefill_path() says which ran.
 //  kTwoStream: the seed's scheme: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
 //              events recorded on both, the post-scale kernel waits on both events.
