@@ -108,9 +108,15 @@ fi
 if has bench; then
   stamp "bench"
   D=""; [[ "$DIRTY" == "1" ]] && D="--dirty"
+  # the card's SM clock, power and temperature every 100 ms while the benchmark runs (read-only
+  # query): how far compute-bound GEMMs pull the clocks down, i.e. why every variant is interleaved
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
+    --format=csv,noheader -lms 100 > "$OUT/clocks.csv" 2>/dev/null & SMI=$!
   "$KBENCH" bench --shapes bench/shapes.json --out "$OUT/kernels.json" --commit "$COMMIT" \
     --driver "$DRIVER" $D $BENCH_ARGS
   echo "bench rc=$?"
+  kill $SMI 2>/dev/null
+  awk -F', ' '{c[NR]=$2+0} END {n=asort(c); if (n) print "SM clock during the bench (MHz): min", c[1], "median", c[int((n+1)/2)], "max", c[n], "over", n, "samples"}' "$OUT/clocks.csv"
 fi
 
 if has ncu && command -v ncu > /dev/null; then

@@ -11,6 +11,10 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "flashnorm/io/error.h"
 #include "flashnorm/kernels/cpu/reference.h"
@@ -35,35 +39,73 @@ double median(std::vector<double> v) {
 
 using Step = std::function<void(int, cudaStream_t)>;
 
-// Median microseconds per step over graph replays of one graph running every rotating item once.
-double time_graph(const Step& step, int n, int reps, cudaStream_t s) {
-  for (int i = 0; i < n; ++i) step(i, s);  // warm-up: plans, buffers
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < n; ++i) step(i, s);
-  CK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t ge;
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> ts;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms * 1e3 / n);
+// One variant's CUDA graph: every rotating item's step once, captured after a warm-up.
+class VariantGraph {
+ public:
+  VariantGraph(const Step& step, int n, cudaStream_t s) : n_(n) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; ++i) step(i, s);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge_, g, 0));
+    cudaGraphDestroy(g);
+    CK(cudaEventCreate(&a_));
+    CK(cudaEventCreate(&b_));
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return median(ts);
+  ~VariantGraph() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+    cudaGraphExecDestroy(ge_);
+  }
+  VariantGraph(const VariantGraph&) = delete;
+  VariantGraph& operator=(const VariantGraph&) = delete;
+  void launch(cudaStream_t s) { CK(cudaGraphLaunch(ge_, s)); }
+  // One timed replay: microseconds per step.
+  double time_once(cudaStream_t s) {
+    CK(cudaEventRecord(a_, s));
+    CK(cudaGraphLaunch(ge_, s));
+    CK(cudaEventRecord(b_, s));
+    CK(cudaEventSynchronize(b_));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a_, b_));
+    return ms * 1e3 / n_;
+  }
+
+ private:
+  int n_;
+  cudaGraphExec_t ge_ = nullptr;
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+};
+
+// Graph medians of every variant, interleaved replay by replay: all graphs are captured first
+// (after a warm-up of every variant, so no workspace grows between captures), then each of `reps`
+// sweeps replays every variant's graph once, starting at a different variant each sweep. Variants
+// thus share the card's clock and temperature history (long compute-bound GEMMs lower the clocks
+// within tens of milliseconds), instead of each meeting it at a different point of the run.
+// Returns the per-replay times of each variant (microseconds per step).
+std::vector<std::vector<double>> time_graphs_interleaved(
+    const std::vector<std::pair<std::string, Step>>& variants, int n, int reps, cudaStream_t s,
+    LinearContext& ctx) {
+  std::vector<std::vector<double>> times(variants.size());
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    for (auto& v : variants)
+      for (int i = 0; i < n; ++i) v.second(i, s);  // warm-up: plans, workspaces
+    CK(cudaStreamSynchronize(s));
+    const uint64_t gen = ctx.workspace_generation();
+    std::vector<std::unique_ptr<VariantGraph>> graphs;
+    for (auto& v : variants) graphs.push_back(std::make_unique<VariantGraph>(v.second, n, s));
+    if (ctx.workspace_generation() != gen) continue;  // a capture grew a workspace: capture again
+    for (auto& g : graphs)
+      for (int i = 0; i < 3; ++i) g->launch(s);
+    const size_t V = variants.size();
+    for (int r = 0; r < reps; ++r)
+      for (size_t j = 0; j < V; ++j) {
+        const size_t vi = (j + static_cast<size_t>(r)) % V;
+        times[vi].push_back(graphs[vi]->time_once(s));
+      }
+    return times;
+  }
+  throw flashnorm::Error("bench: LinearContext workspaces kept growing during graph capture");
 }
 
 double time_eager(const Step& step, int n, int reps, cudaStream_t s) {
@@ -225,6 +267,12 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
                             throw_if_error(ctx.gemm(dt, M, N, K, X[i]->get(), K, W[i]->get(), K,
                                                     Y[i]->get(), N, nullptr, st));
                           }});
+      // the same GEMM as `bare`, timed as a separate variant: the spread between the two is the
+      // run's noise (an A/A control for every ratio in the row)
+      variants.push_back({"bare_repeat", [&](int i, cudaStream_t st) {
+                            throw_if_error(ctx.gemm(dt, M, N, K, X[i]->get(), K, W[i]->get(), K,
+                                                    Y[i]->get(), N, nullptr, st));
+                          }});
       std::vector<LinearImpl> impls = {LinearImpl::kPrefill, LinearImpl::kTwoStream};
       if (M <= 64) impls.insert(impls.begin(), LinearImpl::kDecode);
       for (LinearImpl im : impls)
@@ -322,19 +370,16 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       row["decode_kw"] = dc.kw;
       row["auto_impl"] = std::string("fn_") + impl_name(ctx.choose(largs(0)));
       nlohmann::json vj;
-      // graph timings in interleaved rounds (every variant once per round), median over rounds, so
-      // that clock drift during the run (long compute-bound GEMMs heat the card) hits all alike
-      constexpr int kRounds = 3;
-      std::vector<std::vector<double>> rounds(variants.size());
-      for (int r = 0; r < kRounds; ++r)
-        for (size_t vi = 0; vi < variants.size(); ++vi)
-          rounds[vi].push_back(time_graph(variants[vi].second, nrot, opt.graph_reps, s));
+      const std::vector<std::vector<double>> times =
+          time_graphs_interleaved(variants, nrot, opt.graph_reps, s, ctx);
       for (size_t vi = 0; vi < variants.size(); ++vi) {
         const std::string& vname = variants[vi].first;
         const Step& step = variants[vi].second;
         nlohmann::json v;
-        v["graph_us"] = median(rounds[vi]);
-        v["graph_us_rounds"] = rounds[vi];
+        std::vector<double> sorted = times[vi];
+        std::sort(sorted.begin(), sorted.end());
+        v["graph_us"] = median(times[vi]);
+        v["graph_us_p10_p90"] = {sorted[sorted.size() / 10], sorted[sorted.size() * 9 / 10]};
         v["eager_us"] = time_eager(step, nrot, opt.eager_reps, s);
         if (vname == "fn_prefill") v["path"] = ctx.last_prefill_path();
         if (opt.check && vname.rfind("fn_", 0) == 0) {
