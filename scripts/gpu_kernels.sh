@@ -116,7 +116,8 @@ if has bench; then
     --driver "$DRIVER" $D $BENCH_ARGS
   echo "bench rc=$?"
   kill $SMI 2>/dev/null
-  awk -F', ' '{c[NR]=$2+0} END {n=asort(c); if (n) print "SM clock during the bench (MHz): min", c[1], "median", c[int((n+1)/2)], "max", c[n], "over", n, "samples"}' "$OUT/clocks.csv"
+  awk -F', ' '{print $2 + 0}' "$OUT/clocks.csv" | sort -n |
+    awk '{a[NR] = $1} END {if (NR) print "SM clock during the bench (MHz): min", a[1], "p10", a[int(NR / 10) + 1], "median", a[int((NR + 1) / 2)], "max", a[NR], "over", NR, "samples"}'
 fi
 
 if has ncu && command -v ncu > /dev/null; then

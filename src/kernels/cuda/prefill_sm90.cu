@@ -1,6 +1,6 @@
 // The fused prefill path of flashnorm_linear: y = rstd(x) * (x W^T) in one tensor-core GEMM
 // kernel, with the sum of squares of every x row taken inside the GEMM's mainloop from the x tiles
-// it has already loaded (tiles 0-3: from shared memory, where the wgmma reads them; tiles 4-7:
+// it has already loaded (tiles 0-3: from shared memory, where the wgmma reads them; tiles 4-9:
 // from the registers the register-A wgmma reads), and rstd applied to the fp32 accumulators
 // before the epilogue. No second kernel, no extra pass over x in memory, no rstd buffer.
 //
@@ -49,7 +49,9 @@ std::string prefill_tile_name(int config) {
                                                     "RS 128x256 cluster 2x1 cooperative",
                                                     "RS 128x128 cooperative",
                                                     "RS 64x128 ping-pong",
-                                                    "RS 64x64 ping-pong"};
+                                                    "RS 64x64 ping-pong",
+                                                    "RS 256x128 cluster 1x2 cooperative",
+                                                    "RS 128x192 cluster 2x1 cooperative"};
   if (config < 0 || config >= kPrefillTiles * kPrefillOrders) return "?";
   const int order = config / kPrefillTiles;
   std::string name = kTiles[config % kPrefillTiles];
@@ -509,6 +511,13 @@ using Tile6 =
 template <class T, class D, bool S>
 using Tile7 =
     FusedGemm<T, D, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
+// Shapes of the kind cuBLAS picks for large bf16 GEMMs on the H200 (ncu kernel names, 2026-12-01:
+// 256x96 / 320x128 / 192x192 with 1x2 or 2x1 clusters): a 256x128 tile multicasting x across a
+// 1x2 cluster, and a 128x192 tile (different wave quantization over N).
+template <class T, class D, bool S>
+using Tile8 = FusedGemm<T, D, Shape<_256, _128, _64>, Shape<_1, _2, _1>, Coop, CoopEpi, S, true>;
+template <class T, class D, bool S>
+using Tile9 = FusedGemm<T, D, Shape<_128, _192, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, S, true>;
 
 // Calls f.template operator()<G>() with G the FusedGemm of (dtype, output type, tile); row_scale =
 // false (the benchmark's plain-GEMM reference) exists for bf16 in and out only.
@@ -529,8 +538,12 @@ auto with_tile(int tile, const F& f) {
       return f.template operator()<Tile5<T, D, S>>();
     case 6:
       return f.template operator()<Tile6<T, D, S>>();
-    default:
+    case 7:
       return f.template operator()<Tile7<T, D, S>>();
+    case 8:
+      return f.template operator()<Tile8<T, D, S>>();
+    default:
+      return f.template operator()<Tile9<T, D, S>>();
   }
 }
 template <class F>

@@ -14,7 +14,8 @@ namespace flashnorm::kernels::cuda::detail {
 
 // Configurations: config = tile + kPrefillTiles * order. Tiles (CTA tile M x N x 64, cluster,
 // CUTLASS 3.x sm90 kernel schedule; 0-3 with x read by the wgmma from shared memory, 4-7 the same
-// tiles with x in registers), each instantiated for bf16 and fp16; orders: the persistent tile
+// tiles with x in registers, 8-9 two more register-A tiles), each instantiated for bf16 and fp16
+// (y in the input type or fp32); orders: the persistent tile
 // scheduler's raster direction and swizzle (runtime arguments of the same kernel).
 constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
 constexpr int kPrefillOrders = LinearContext::kPrefillOrders;

@@ -118,9 +118,9 @@ struct LinearArgs {
 //              optional split-K over CTAs (joined by a release/acquire counter) tuned per shape;
 //              rstd applied in registers. One launch.
 //  kPrefill:   fused (builds with CUTLASS): one tensor-core GEMM kernel (CUTLASS 3.x sm90 TMA
-//              warp-specialized, 8 tile configurations, tuned per shape by tune_prefill) whose
+//              warp-specialized, 10 tile configurations, tuned per shape by tune_prefill) whose
 //              consumer warps also take the sum of squares of each x row (tiles 0-3: from the x
-//              tiles staged in shared memory for the wgmma; 4-7: from the x fragments the
+//              tiles staged in shared memory for the wgmma; 4-9: from the x fragments the
 //              register-A wgmma reads) and multiply the fp32 accumulators by rstd before the
 //              epilogue (y in the input type or fp32); no extra read of x from memory; the join is
 //              inside the thread that owns a row's accumulators (after every wgmma of the tile
@@ -201,7 +201,7 @@ class LinearContext {
   // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
   // tile when it fills every SM, else prescale; below, the largest shared-memory tile that still
   // gives every SM a tile).
-  // A fused configuration is tile + kPrefillTiles * order: the CTA tile / mainloop (0 .. 7) and
+  // A fused configuration is tile + kPrefillTiles * order: the CTA tile / mainloop (0 .. 9) and
   // the persistent tile scheduler's order of the output tiles (0 .. kPrefillOrders - 1: CUTLASS's
   // default, then raster along M or N with swizzle 1, 2, 4, 8; a runtime argument of the same
   // kernel, it changes which tiles run concurrently and so what the L2 holds).
@@ -209,7 +209,7 @@ class LinearContext {
   int prefill_tile(int64_t M, int64_t N, int64_t K) const;
   // "RS 128x256 cluster 2x1 cooperative, raster N swizzle 4" (tile, then the order unless default).
   static std::string prefill_tile_name(int config);
-  static constexpr int kPrefillTiles = 8;   // tile configurations 0 .. 7
+  static constexpr int kPrefillTiles = 10;  // tile configurations 0 .. 9
   static constexpr int kPrefillOrders = 9;  // tile-scheduler orders 0 .. 8
   // Whether this build has the fused prefill kernel (built with the CUTLASS headers).
   static bool has_fused_prefill();
