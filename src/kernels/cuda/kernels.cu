@@ -217,16 +217,19 @@ struct DecodeTraits {
   static constexpr int kMinBlocks = MT <= 2 ? 2 : 1;
 };
 
+// One batch of U 32-wide chunks from k on; kq = k + q * 8 (this thread's 8-group) and ke the end of
+// the warp's K range: 8-groups at or past ke load zeros (the last batch of a warp may be partial).
 template <class E, int MT>
-__device__ __forceinline__ void decode_load_w(int k, bool vA, bool vB, const typename E::T* wa,
-                                              const typename E::T* wb,
+__device__ __forceinline__ void decode_load_w(int k, int kq, int ke, bool vA, bool vB,
+                                              const typename E::T* wa, const typename E::T* wb,
                                               uint4 (&A)[DecodeTraits<E, MT>::U],
                                               uint4 (&B)[DecodeTraits<E, MT>::U]) {
   const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int u = 0; u < DecodeTraits<E, MT>::U; ++u) {
-    A[u] = vA ? ld_stream(wa + k + u * 32) : z4;
-    B[u] = vB ? ld_stream(wb + k + u * 32) : z4;
+    const bool in = kq + u * 32 < ke;
+    A[u] = vA && in ? ld_stream(wa + k + u * 32) : z4;
+    B[u] = vB && in ? ld_stream(wb + k + u * 32) : z4;
   }
 }
 
@@ -242,23 +245,24 @@ __device__ __forceinline__ uint4 ld_x(const void* p) {
 }
 
 template <class E, int MT, int XG>
-__device__ __forceinline__ void decode_load(int k, bool vA, bool vB, const typename E::T* wa,
-                                            const typename E::T* wb, const bool (&vx)[MT],
-                                            const typename E::T* const (&xr)[MT],
-                                            uint4 (&A)[DecodeTraits<E, MT>::U],
-                                            uint4 (&B)[DecodeTraits<E, MT>::U],
-                                            uint4 (&X)[DecodeTraits<E, MT>::U][MT]) {
+__device__ __forceinline__ void decode_load(
+    int k, int kq, int ke, bool vA, bool vB, const typename E::T* wa, const typename E::T* wb,
+    const bool (&vx)[MT], const typename E::T* const (&xr)[MT], uint4 (&A)[DecodeTraits<E, MT>::U],
+    uint4 (&B)[DecodeTraits<E, MT>::U], uint4 (&X)[DecodeTraits<E, MT>::U][MT]) {
   constexpr int U = DecodeTraits<E, MT>::U;
   const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    A[u] = vA ? ld_stream(wa + k + u * 32) : z4;
-    B[u] = vB ? ld_stream(wb + k + u * 32) : z4;
+    const bool in = kq + u * 32 < ke;
+    A[u] = vA && in ? ld_stream(wa + k + u * 32) : z4;
+    B[u] = vB && in ? ld_stream(wb + k + u * 32) : z4;
   }
 #pragma unroll
-  for (int u = 0; u < U; ++u)
+  for (int u = 0; u < U; ++u) {
+    const bool in = kq + u * 32 < ke;
 #pragma unroll
-    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_x<XG>(xr[t] + k + u * 32) : z4;
+    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + k + u * 32) : z4;
+  }
 }
 
 template <class E, int MT, int RW, int XG>
@@ -309,12 +313,16 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   const uint4 z4 = make_uint4(0, 0, 0, 0);
   const bool do_ss = (wr == 0);
 
-  const int nfull = max(0, (ke - kb) / (32 * U));
+  // Batches of U chunks over [kb, ke); the last one may be partial (its missing chunks and 8-groups
+  // load zeros, which add nothing to the products or the sums of squares), so every load of the
+  // warp is issued one batch ahead: no dependent round trip for a remainder of chunks.
+  const int nb = max(0, (ke - kb + 32 * U - 1) / (32 * U));
+  const int q8 = q * 8;
   uint4 A[U], B[U], X[U][MT];
   // PDL: W (never written by the preceding kernel) is requested before the wait; x, y and the
   // workspace are touched only after griddepcontrol.wait (preceding grid complete, memory flushed).
   // Without PDL both instructions are no-ops.
-  if (nfull > 0) decode_load_w<E, MT>(kb, vA, vB, wa, wb, A, B);
+  if (nb > 0) decode_load_w<E, MT>(kb, kb + q8, ke, vA, vB, wa, wb, A, B);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if constexpr (XG != 0) {
@@ -339,17 +347,19 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
 #pragma unroll
     for (int t = 0; t < MT; ++t) xr[t] = xs + (vx[t] ? t * 8 + g : 0) * klen - kc_beg + q * 8;
   }
-  if (nfull > 0) {
-    const uint4 z4 = make_uint4(0, 0, 0, 0);
+  if (nb > 0) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
+      const bool in = kb + q8 + u * 32 < ke;
 #pragma unroll
-      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
+      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
+    }
   }
-  for (int bi = 0; bi < nfull; ++bi) {
+  for (int bi = 0; bi < nb; ++bi) {
     uint4 An[U], Bn[U], Xn[U][MT];
-    const bool more = bi + 1 < nfull;
-    if (more) decode_load<E, MT, XG>(kb + (bi + 1) * 32 * U, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
+    const bool more = bi + 1 < nb;
+    const int kn = kb + (bi + 1) * 32 * U;
+    if (more) decode_load<E, MT, XG>(kn, kn + q8, ke, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -368,19 +378,6 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
       }
     }
   }
-  for (int k = kb + nfull * 32 * U; k < ke; k += 32) {  // tail: K % 8 == 0, 8-groups in or out
-    const bool in = k + q * 8 < ke;
-    const uint4 Ar = (vA && in) ? ld_stream(wa + k) : z4;
-    const uint4 Br = (vB && in) ? ld_stream(wb + k) : z4;
-#pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      const uint4 Xr = (vx[t] && in) ? ld_x<XG>(xr[t] + k) : z4;
-      if (do_ss) ssa[t] += sumsq8<E>(Xr);
-      mma16816<E>(acc[t], Ar.x, Br.x, Ar.y, Br.y, Xr.x, Xr.y);
-      mma16816<E>(acc[t], Ar.z, Br.z, Ar.w, Br.w, Xr.z, Xr.w);
-    }
-  }
-
   // intra-CTA reduction through shared memory
   float* rr = red + wk * ROWS * LD;
 #pragma unroll
