@@ -346,6 +346,18 @@ struct CudaEngine::Impl {
     }
   }
 
+  // The decode GEMV configurations of another engine (CudaEngineOptions::gemv_configs).
+  void use_gemv_configs(const std::vector<GemvTuning>& cfgs) {
+    const std::pair<int, int> shapes[] = {{nqkv, H}, {H, nq}, {2 * F, H}, {H, F}, {V, H}};
+    for (const GemvTuning& t : cfgs) {
+      if (std::find(std::begin(shapes), std::end(shapes), std::pair{t.N, t.K}) == std::end(shapes))
+        throw Error(fmt::format("gemv_configs: {} N={} K={} is not a projection of this model",
+                                t.name, t.N, t.K));
+      ok(ctx->set_decode_config(1, t.N, t.K, t.config));
+    }
+    tuning = cfgs;
+  }
+
   void set_pos_device(int p) {
     *h_pos.as<int32_t>() = p;
     FN_CUDA_CHECK(
@@ -560,7 +572,11 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
   FN_CUDA_CHECK(cudaMemset(e.vc.get(), 0, kv));
   e.ctx = std::make_unique<fk::LinearContext>();
   e.ctx->debug = opt.debug;
-  if (opt.tune) e.tune_gemvs();
+  if (!opt.gemv_configs.empty()) {
+    e.use_gemv_configs(opt.gemv_configs);
+  } else if (opt.tune) {
+    e.tune_gemvs();
+  }
   FN_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -43,6 +43,16 @@ enum class Deferred {
   kTwoStream,  // the seed's scheme: cuBLASLt GEMM + rstd on a side stream, events, post-scale
 };
 
+// The decode GEMV launch configuration chosen at load for one one-token projection shape
+// (options.tune), with its time per call in microseconds (graph replay, weights rotated over the
+// layers; LinearContext::tune_decode).
+struct GemvTuning {
+  std::string name;  // "q|k|v", "o", "gate|up", "down", "lm_head"
+  int N = 0, K = 0;
+  kernels::cuda::DecodeConfig config;
+  double us = 0;
+};
+
 struct CudaEngineOptions {
   int max_context = 0;  // KV cache positions; 0: min(model context, 8192); at most 32768
   int max_batch = 512;  // largest number of tokens in one forward pass (longer ones are split)
@@ -69,6 +79,11 @@ struct CudaEngineOptions {
   // At load, autotune the decode GEMV's launch configuration (CTA shape, split-K) for each
   // one-token projection shape over the layers' own weights (LinearContext::tune_decode).
   bool tune = true;
+  // When not empty: these decode GEMV configurations (another engine's gemv_tuning()) instead of
+  // tuning, so that two engines on the same model run identical kernels (the long-generation race
+  // test's eager reference must differ from the graph-replayed engine only in the graph). An entry
+  // whose (N, K) is not one of this model's projections is an error.
+  std::vector<GemvTuning> gemv_configs;
   kernels::cuda::DebugHooks debug;  // race tests only (no_join, producer delays)
 };
 
@@ -82,16 +97,6 @@ struct StepProfile {
   double total_us() const {
     return norm_us + normed_proj_us + other_proj_us + attention_us + other_us;
   }
-};
-
-// The decode GEMV launch configuration chosen at load for one one-token projection shape
-// (options.tune), with its time per call in microseconds (graph replay, weights rotated over the
-// layers; LinearContext::tune_decode).
-struct GemvTuning {
-  std::string name;  // "q|k|v", "o", "gate|up", "down", "lm_head"
-  int N = 0, K = 0;
-  kernels::cuda::DecodeConfig config;
-  double us = 0;
 };
 
 class CudaEngine final : public Engine {

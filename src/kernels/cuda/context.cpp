@@ -300,6 +300,17 @@ bool valid_decode_config(const DecodeConfig& c, int M, int K) {
 }
 }  // namespace
 
+Status LinearContext::set_decode_config(int64_t M, int64_t N, int64_t K, const DecodeConfig& c) {
+  if (M < 1 || M > detail::kMaxDecodeM || N < 1 || K < 1 ||
+      !valid_decode_config(c, static_cast<int>(M), static_cast<int>(K)))
+    return invalid(
+        fmt::format("set_decode_config: rw={} kw={} ks={} is not a decode configuration "
+                    "for M={} N={} K={}",
+                    c.rw, c.kw, c.ks, M, N, K));
+  tuned_[{detail::decode_mp(static_cast<int>(M)), N, K}] = c;
+  return {};
+}
+
 DecodeConfig LinearContext::decode_config(int64_t M, int64_t N, int64_t K) const {
   DecodeConfig c;
   auto it = tuned_.find({detail::decode_mp(static_cast<int>(M)), N, K});

@@ -188,6 +188,10 @@ class LinearContext {
   // a heuristic (rw = 1, kw = 8 for M <= 8, about 8 warps per SM in total, split-K when the row
   // blocks cannot fill the SMs).
   DecodeConfig decode_config(int64_t M, int64_t N, int64_t K) const;
+  // Sets the decode configuration of a shape as tune_decode would (e.g. one tuned by another
+  // context, so that two contexts run identical kernels). kInvalidArgument when the configuration
+  // is not one the decode kernel supports for (M, K).
+  Status set_decode_config(int64_t M, int64_t N, int64_t K, const DecodeConfig& c);
   // Autotune the decode configuration for one shape: for every candidate (rw x kw in {1,2,4} x
   // {2,4,8}, split-K 1/2/4/8), captures a CUDA graph of `reps` calls cycling over the n argument
   // sets (same shape, different buffers, so that W is rotated past the L2; their y are
