@@ -218,8 +218,9 @@ struct DecodeTraits {
 };
 
 // One batch of U 32-wide chunks from k on; kq = k + q * 8 (this thread's 8-group) and ke the end of
-// the warp's K range: 8-groups at or past ke load zeros (the last batch of a warp may be partial).
-template <class E, int MT>
+// the warp's K range. kPartial (the last batch of a warp may be partial): 8-groups at or past ke
+// load zeros; full batches load without the per-chunk test.
+template <class E, int MT, bool kPartial>
 __device__ __forceinline__ void decode_load_w(int k, int kq, int ke, bool vA, bool vB,
                                               const typename E::T* wa, const typename E::T* wb,
                                               uint4 (&A)[DecodeTraits<E, MT>::U],
@@ -227,7 +228,7 @@ __device__ __forceinline__ void decode_load_w(int k, int kq, int ke, bool vA, bo
   const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int u = 0; u < DecodeTraits<E, MT>::U; ++u) {
-    const bool in = kq + u * 32 < ke;
+    const bool in = !kPartial || kq + u * 32 < ke;
     A[u] = vA && in ? ld_stream(wa + k + u * 32) : z4;
     B[u] = vB && in ? ld_stream(wb + k + u * 32) : z4;
   }
@@ -244,7 +245,7 @@ __device__ __forceinline__ uint4 ld_x(const void* p) {
   }
 }
 
-template <class E, int MT, int XG>
+template <class E, int MT, int XG, bool kPartial>
 __device__ __forceinline__ void decode_load(
     int k, int kq, int ke, bool vA, bool vB, const typename E::T* wa, const typename E::T* wb,
     const bool (&vx)[MT], const typename E::T* const (&xr)[MT], uint4 (&A)[DecodeTraits<E, MT>::U],
@@ -253,13 +254,13 @@ __device__ __forceinline__ void decode_load(
   const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const bool in = kq + u * 32 < ke;
+    const bool in = !kPartial || kq + u * 32 < ke;
     A[u] = vA && in ? ld_stream(wa + k + u * 32) : z4;
     B[u] = vB && in ? ld_stream(wb + k + u * 32) : z4;
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const bool in = kq + u * 32 < ke;
+    const bool in = !kPartial || kq + u * 32 < ke;
 #pragma unroll
     for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + k + u * 32) : z4;
   }
@@ -317,12 +318,17 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   // load zeros, which add nothing to the products or the sums of squares), so every load of the
   // warp is issued one batch ahead: no dependent round trip for a remainder of chunks.
   const int nb = max(0, (ke - kb + 32 * U - 1) / (32 * U));
+  const int nfull = max(0, (ke - kb) / (32 * U));  // batches before a partial last one
   const int q8 = q * 8;
   uint4 A[U], B[U], X[U][MT];
   // PDL: W (never written by the preceding kernel) is requested before the wait; x, y and the
   // workspace are touched only after griddepcontrol.wait (preceding grid complete, memory flushed).
   // Without PDL both instructions are no-ops.
-  if (nb > 0) decode_load_w<E, MT>(kb, kb + q8, ke, vA, vB, wa, wb, A, B);
+  if (nfull > 0) {
+    decode_load_w<E, MT, false>(kb, kb + q8, ke, vA, vB, wa, wb, A, B);
+  } else if (nb > 0) {
+    decode_load_w<E, MT, true>(kb, kb + q8, ke, vA, vB, wa, wb, A, B);
+  }
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if constexpr (XG != 0) {
@@ -350,7 +356,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   if (nb > 0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool in = kb + q8 + u * 32 < ke;
+      const bool in = nfull > 0 || kb + q8 + u * 32 < ke;
 #pragma unroll
       for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
     }
@@ -359,7 +365,11 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
     uint4 An[U], Bn[U], Xn[U][MT];
     const bool more = bi + 1 < nb;
     const int kn = kb + (bi + 1) * 32 * U;
-    if (more) decode_load<E, MT, XG>(kn, kn + q8, ke, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
+    if (bi + 1 < nfull) {
+      decode_load<E, MT, XG, false>(kn, kn + q8, ke, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
+    } else if (more) {
+      decode_load<E, MT, XG, true>(kn, kn + q8, ke, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
