@@ -44,7 +44,8 @@ void register_bench(CLI::App& app) {
                          "every flashnorm_linear implementation over each shape and M of a shapes "
                          "file; CUDA-graph and "
                          "eager medians, W rotated past the L2; prints a table and writes JSON.");
-  sub->add_option("--shapes", o->shapes, "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
+  sub->add_option("--shapes", o->shapes,
+                  "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
       ->capture_default_str();
   sub->add_option("--out", o->out,
                   "JSON output path (default bench/results/kernels_<date>.json, with --model "
@@ -52,8 +53,11 @@ void register_bench(CLI::App& app) {
   sub->add_option("--M", o->Ms, "override the M list");
   sub->add_option("--only", o->only, "only these shape names");
   sub->add_option("--graph-reps", o->graph_reps, "graph replays per variant")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  sub->add_option("--eager-reps", o->eager_reps, "eager passes per variant")->capture_default_str();
+  sub->add_option("--eager-reps", o->eager_reps, "eager passes per variant")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   sub->add_flag("--no-check", o->no_check, "skip the comparison with the fp64 CPU reference");
   sub->add_flag("--decode-sweep", o->decode_sweep, "also time the decode kernel at split-K 1..32");
   sub->add_option("--commit", o->commit, "commit id to record");

@@ -355,6 +355,11 @@ struct CudaEngine::Impl {
                                 t.name, t.N, t.K));
       ok(ctx->set_decode_config(1, t.N, t.K, t.config));
     }
+    for (const auto& [n, k] : shapes)  // a shape left out would run the heuristic instead
+      if (std::none_of(cfgs.begin(), cfgs.end(),
+                       [&](const GemvTuning& t) { return t.N == n && t.K == k; }))
+        throw Error(
+            fmt::format("gemv_configs: no configuration for the N={} K={} projection", n, k));
     tuning = cfgs;
   }
 

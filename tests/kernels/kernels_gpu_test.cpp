@@ -258,7 +258,8 @@ TEST(LinearPrefill, FusedTilesLarger) {
 }
 // Every tile-scheduler order (raster direction, swizzle) of a shared-memory and a register-A tile,
 // on shapes with several tiles in both M and N: the order only moves tiles between CTAs, so each
-// must still write every tile with its own rows' scale.
+// must still write every tile with its own rows' scale. (The output does not depend on the order,
+// so these tests check correctness under each order, not that the order took effect.)
 TEST(LinearSmall, PrefillFusedOrders) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
@@ -267,6 +268,15 @@ TEST(LinearSmall, PrefillFusedOrders) {
                         LinCase{fk::DType::kFP16, 520, 264, 136, false, false, 0}})
         run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
                    tile + fk::LinearContext::kPrefillTiles * order);
+}
+// More tiles than SMs, so each persistent CTA runs several tiles in an order the scheduler
+// arguments change: the row sums must restart with every tile (tiles 3, 4 and 9, every order).
+TEST(LinearPrefill, FusedOrdersManyTilesPerCta) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  for (int order = 0; order < fk::LinearContext::kPrefillOrders; ++order)
+    for (int tile : {3, 4, 9})
+      run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
+                 0, 0, tile + fk::LinearContext::kPrefillTiles * order);
 }
 // tune_gemm times cuBLASLt's candidate algorithms and keeps the fastest in the cached plan: the
 // paths that use that plan (two-stream's GEMM, prescale's) still match the reference afterwards,

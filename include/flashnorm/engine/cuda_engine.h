@@ -82,7 +82,8 @@ struct CudaEngineOptions {
   // When not empty: these decode GEMV configurations (another engine's gemv_tuning()) instead of
   // tuning, so that two engines on the same model run identical kernels (the long-generation race
   // test's eager reference must differ from the graph-replayed engine only in the graph). An entry
-  // whose (N, K) is not one of this model's projections is an error.
+  // whose (N, K) is not one of this model's projections, or a projection without an entry, is an
+  // error.
   std::vector<GemvTuning> gemv_configs;
   kernels::cuda::DebugHooks debug;  // race tests only (no_join, producer delays)
 };

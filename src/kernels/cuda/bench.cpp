@@ -78,34 +78,34 @@ class VariantGraph {
 };
 
 // Graph medians of every variant, interleaved replay by replay: all graphs are captured first
-// (after a warm-up of every variant, so no workspace grows between captures), then each of `reps`
-// sweeps replays every variant's graph once, starting at a different variant each sweep. Variants
+// (after a warm-up of every variant, so no workspace grows during a capture: LinearContext refuses
+// to grow one while the stream captures), then each of `reps` sweeps replays every variant's graph
+// once, starting at the next variant each sweep (each variant keeps the same predecessor). Variants
 // thus share the card's clock and temperature history (long compute-bound GEMMs lower the clocks
 // within tens of milliseconds), instead of each meeting it at a different point of the run.
-// Returns the per-replay times of each variant (microseconds per step).
+// Returns the per-replay times of each variant (microseconds per step); reps >= 1.
 std::vector<std::vector<double>> time_graphs_interleaved(
     const std::vector<std::pair<std::string, Step>>& variants, int n, int reps, cudaStream_t s,
     LinearContext& ctx) {
+  if (reps < 1) throw flashnorm::Error("bench: --graph-reps must be >= 1");
   std::vector<std::vector<double>> times(variants.size());
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    for (auto& v : variants)
-      for (int i = 0; i < n; ++i) v.second(i, s);  // warm-up: plans, workspaces
-    CK(cudaStreamSynchronize(s));
-    const uint64_t gen = ctx.workspace_generation();
-    std::vector<std::unique_ptr<VariantGraph>> graphs;
-    for (auto& v : variants) graphs.push_back(std::make_unique<VariantGraph>(v.second, n, s));
-    if (ctx.workspace_generation() != gen) continue;  // a capture grew a workspace: capture again
-    for (auto& g : graphs)
-      for (int i = 0; i < 3; ++i) g->launch(s);
-    const size_t V = variants.size();
-    for (int r = 0; r < reps; ++r)
-      for (size_t j = 0; j < V; ++j) {
-        const size_t vi = (j + static_cast<size_t>(r)) % V;
-        times[vi].push_back(graphs[vi]->time_once(s));
-      }
-    return times;
-  }
-  throw flashnorm::Error("bench: LinearContext workspaces kept growing during graph capture");
+  for (auto& v : variants)
+    for (int i = 0; i < n; ++i) v.second(i, s);  // warm-up: plans, workspaces
+  CK(cudaStreamSynchronize(s));
+  const uint64_t gen = ctx.workspace_generation();
+  std::vector<std::unique_ptr<VariantGraph>> graphs;
+  for (auto& v : variants) graphs.push_back(std::make_unique<VariantGraph>(v.second, n, s));
+  if (ctx.workspace_generation() != gen)  // the graphs captured first would hold freed buffers
+    throw flashnorm::Error("bench: a LinearContext workspace grew between graph captures");
+  for (auto& g : graphs)
+    for (int i = 0; i < 3; ++i) g->launch(s);
+  const size_t V = variants.size();
+  for (int r = 0; r < reps; ++r)
+    for (size_t j = 0; j < V; ++j) {
+      const size_t vi = (j + static_cast<size_t>(r)) % V;
+      times[vi].push_back(graphs[vi]->time_once(s));
+    }
+  return times;
 }
 
 double time_eager(const Step& step, int n, int reps, cudaStream_t s) {

@@ -524,23 +524,33 @@ double LinearContext::tune_gemm(const LinearArgs* sets, int n, cudaStream_t stre
   float best_ms = 1e30f;
   const int reps = std::max(16, n);
   int timed = 0;
+  Status last_failure;
   for (int i = 0; i < found && st.ok(); ++i) {
     if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > ws_bytes_) continue;
     p->algo = res[i].algo;
     float ms = 1e30f;
-    st = time_graph(
+    const Status t = time_graph(
         [&](const LinearArgs& x) {
           return gemm(x.dtype, x.M, x.N, x.K, x.x, x.ldx, x.w, x.ldw, x.y, x.ldy, nullptr, stream,
                       x.y_f32);
         },
         sets, n, reps, stream, &ms);
+    if (!t.ok()) {  // this candidate failed to run: skip it (a sticky CUDA error ends the loop)
+      last_failure = t;
+      if (cudaPeekAtLastError() != cudaSuccess) st = t;
+      continue;
+    }
     ++timed;
-    if (st.ok() && ms < best_ms) best_ms = ms, best = res[i].algo;
+    if (ms < best_ms) best_ms = ms, best = res[i].algo;
   }
+  if (st.ok() && timed == 0)
+    st = last_failure.ok()
+             ? Status{Code::kUnsupported, "tune_gemm: no candidate algorithm fits the workspace"}
+             : last_failure;
   if (p) p->algo = st.ok() ? best : first;
   if (status) *status = st;
   if (n_algos) *n_algos = timed;
-  if (!st.ok() || timed == 0) return -1;
+  if (!st.ok()) return -1;
   return best_ms * 1e3 / reps;
 }
 
