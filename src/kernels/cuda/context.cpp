@@ -38,6 +38,27 @@ Status lt_status(cublasStatus_t e, const char* what) {
 Status invalid(std::string msg) { return {Code::kInvalidArgument, std::move(msg)}; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 cudaDataType_t cuda_type(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+// cuBLASLt's heuristic candidates for a matmul (D and C share layout c) within ws_bytes of
+// workspace: up to `count` results in *out, resized to the number found; *heuristic_status is
+// the heuristic call's status. The returned Status is an error only when the preference object
+// could not be created.
+Status lt_heuristics(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, uint64_t ws_bytes,
+                     int count, std::vector<cublasLtMatmulHeuristicResult_t>* out,
+                     cublasStatus_t* heuristic_status) {
+  cublasLtMatmulPreference_t pref;
+  FN_LT(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                       sizeof(ws_bytes));
+  out->assign(count, cublasLtMatmulHeuristicResult_t{});
+  int found = 0;
+  *heuristic_status =
+      cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, count, out->data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  out->resize(*heuristic_status == CUBLAS_STATUS_SUCCESS ? found : 0);
+  return {};
+}
 }  // namespace
 
 void throw_if_error(const Status& s) {
@@ -234,18 +255,13 @@ Status LinearContext::get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_
       FN_LT(cublasLtMatrixLayoutCreate(&p->c, t, M, N, ldy));
       FN_LT(
           cublasLtMatrixLayoutSetAttribute(p->c, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof(row)));
-      cublasLtMatmulPreference_t pref;
-      FN_LT(cublasLtMatmulPreferenceCreate(&pref));
-      uint64_t wsb = ws_bytes_;
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                           sizeof(wsb));
-      cublasLtMatmulHeuristicResult_t res{};
-      int n = 0;
-      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op,
-                                                         p->a, p->b, p->c, p->c, pref, 1, &res, &n);
-      cublasLtMatmulPreferenceDestroy(pref);
-      if (st == CUBLAS_STATUS_SUCCESS && n >= 1) {
-        p->algo = res.algo;
+      std::vector<cublasLtMatmulHeuristicResult_t> res;
+      cublasStatus_t hs;
+      Status st = lt_heuristics(static_cast<cublasLtHandle_t>(lt_), p->op, p->a, p->b, p->c,
+                                ws_bytes_, 1, &res, &hs);
+      if (!st.ok()) return st;
+      if (!res.empty()) {
+        p->algo = res[0].algo;
         p->ok = true;
         p->kind = kind;
         return {};
@@ -253,21 +269,16 @@ Status LinearContext::get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_
     }
     return {Code::kUnsupported, "cuBLASLt has no per-row-alpha algorithm for this GEMM"};
   }
-  cublasLtMatmulPreference_t pref;
-  FN_LT(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t wsb = ws_bytes_;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                       sizeof(wsb));
-  cublasLtMatmulHeuristicResult_t res{};
-  int n = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op,
-                                                     p->a, p->b, p->c, p->c, pref, 1, &res, &n);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || n < 1)
+  std::vector<cublasLtMatmulHeuristicResult_t> res;
+  cublasStatus_t hs;
+  Status st = lt_heuristics(static_cast<cublasLtHandle_t>(lt_), p->op, p->a, p->b, p->c, ws_bytes_,
+                            1, &res, &hs);
+  if (!st.ok()) return st;
+  if (res.empty())
     return {Code::kUnsupported,
             fmt::format("cuBLASLt has no algorithm for this GEMM (status {}, {} results)",
-                        static_cast<int>(st), n)};
-  p->algo = res.algo;
+                        static_cast<int>(hs), res.size())};
+  p->algo = res[0].algo;
   p->ok = true;
   return {};
 }
@@ -501,24 +512,15 @@ double LinearContext::tune_gemm(const LinearArgs* sets, int n, cudaStream_t stre
   }
   Plan* p = nullptr;
   if (st.ok()) st = get_plan(a.dtype, a.M, a.N, a.K, a.ldx, a.ldw, a.ldy, false, a.y_f32, &p);
-  std::vector<cublasLtMatmulHeuristicResult_t> res(16);
-  int found = 0;
+  std::vector<cublasLtMatmulHeuristicResult_t> res;
   if (st.ok()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    st = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-    uint64_t wsb = ws_bytes_;
-    if (st.ok())
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                           sizeof(wsb));
-    const cublasStatus_t cs =
-        !st.ok() ? CUBLAS_STATUS_NOT_INITIALIZED
-                 : cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op, p->a,
-                                                  p->b, p->c, p->c, pref,
-                                                  static_cast<int>(res.size()), res.data(), &found);
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (st.ok() && (cs != CUBLAS_STATUS_SUCCESS || found < 1))
+    cublasStatus_t hs;
+    st = lt_heuristics(static_cast<cublasLtHandle_t>(lt_), p->op, p->a, p->b, p->c, ws_bytes_, 16,
+                       &res, &hs);
+    if (st.ok() && res.empty())
       st = {Code::kUnsupported, "tune_gemm: cuBLASLt's heuristic returned no algorithm"};
   }
+  const int found = static_cast<int>(res.size());
   const cublasLtMatmulAlgo_t first = p ? p->algo : cublasLtMatmulAlgo_t{};
   cublasLtMatmulAlgo_t best = first;
   float best_ms = 1e30f;
