@@ -48,6 +48,9 @@ def rows_with_targets(doc):
         p = peer(peers, r["name"], r["M"])
         t_eager = p.get("unfused_graph_us") if p else None
         t_comp = p.get("compile_unfused_graph_us") if p else None
+        # FlashNorm timed by torch_peers.py in PyTorch's own process and sweeps (C ABI): the torch
+        # targets compare against it when present (same clock history); else against `fn`
+        fn_t = p.get("flashnorm_graph_us") if p else None
         misses = []
         M, wb = r["M"], r["w_bytes"]
         if M <= 64:
@@ -62,13 +65,14 @@ def rows_with_targets(doc):
                 misses.append(f"{fn / unf:.2f}x unfused (target <= 1.00x)")
             if fn > 1.03 * bare:
                 misses.append(f"{(fn / bare - 1) * 100:+.1f}% vs bare (target <= +3%)")
+        ours = fn_t if fn_t is not None else fn
         for lab, t in (("torch eager", t_eager), ("torch.compile", t_comp)):
-            if t is not None and fn >= t:
-                misses.append(f"{fn / t:.2f}x {lab} (target < 1x)")
+            if t is not None and ours >= t:
+                misses.append(f"{ours / t:.2f}x {lab} (target < 1x)")
             if t is None:
                 misses.append(f"no {lab} figure")
         out.append(dict(r=r, fn=fn, fn_impl=fn_impl, unf=unf, bare=bare, hbm=hbm, floor=floor,
-                        t_eager=t_eager, t_comp=t_comp, misses=misses))
+                        t_eager=t_eager, t_comp=t_comp, fn_t=fn_t, misses=misses))
     return out
 
 
@@ -105,8 +109,9 @@ def table(doc):
         f", microseconds per call; W rotated past the L2.",
         "",
         "| shape | M | W MB | unfused | bare cuBLAS | flashnorm | impl | decode | prefill | 2-stream "
-        "| torch eager | torch.compile | floor | unfused/fn | bare/fn | fn/floor | bare A/A | max rel err | targets |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| torch eager | torch.compile | fn (torch run) | floor | unfused/fn | bare/fn | fn/floor | bare A/A | "
+        "max rel err | targets |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     met = total = 0
     for x in rows:
@@ -118,7 +123,7 @@ def table(doc):
             f"| {r['name']} | {r['M']} | {r['w_bytes'] / MB:.1f} | {fmt(x['unf'])} | {fmt(x['bare'])} | "
             f"**{fmt(x['fn'])}** | {x['fn_impl'][3:]} | {fmt(v.get('fn_decode', {}).get('graph_us'))} | "
             f"{fmt(v['fn_prefill']['graph_us'])} | {fmt(v['fn_two_stream']['graph_us'])} | "
-            f"{fmt(x['t_eager'])} | {fmt(x['t_comp'])} | {fmt(x['floor'])} | {x['unf'] / x['fn']:.2f}x | "
+            f"{fmt(x['t_eager'])} | {fmt(x['t_comp'])} | {fmt(x['fn_t'])} | {fmt(x['floor'])} | {x['unf'] / x['fn']:.2f}x | "
             f"{x['bare'] / x['fn']:.2f}x | {x['fn'] / x['floor']:.2f}x | {aa(v)} | {max(errs) if errs else 0:.1e} | "
             f"{'ok' if not x['misses'] else 'MISS: ' + '; '.join(x['misses'])} |")
     lines += ["", f"Rows meeting every target: {met} of {total}.", "",

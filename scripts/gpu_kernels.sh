@@ -51,8 +51,9 @@ mkdir -p "$B"
 
 if has build; then
   stamp "build ($B)"
-  NV="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Iinclude -I$DEPS/include"
-  CX="g++ -std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -DFLASHNORM_HAVE_CUDA=1 -Iinclude -I$DEPS/include -I$CUDA_HOME/include"
+  # position-independent objects: they also make the C ABI's shared library (libflashnorm_capi.so)
+  NV="nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xcompiler -fPIC -Iinclude -I$DEPS/include"
+  CX="g++ -std=c++20 -O2 -fPIC -DNDEBUG -DFMT_HEADER_ONLY -DFLASHNORM_HAVE_CUDA=1 -Iinclude -I$DEPS/include -I$CUDA_HOME/include"
   pids=()
   $NV -Xptxas -v -c src/kernels/cuda/kernels.cu -o "$B/kernels.o" > "$B/ptxas.txt" 2>&1 & pids+=($!)
   for f in engine_ops decode_attention; do
@@ -66,12 +67,13 @@ if has build; then
   $CX -c src/kernels/cuda/context.cpp -o "$B/context.o" & pids+=($!)
   $CX -c src/kernels/cuda/bench.cpp -o "$B/bench.o" & pids+=($!)
   $CX -c src/kernels/cuda/device.cpp -o "$B/device.o" & pids+=($!)
+  $CX -c src/kernels/cuda/c_api.cpp -o "$B/c_api.o" & pids+=($!)
   $CX -c src/kernels/cpu/reference.cpp -o "$B/reference.o" & pids+=($!)
   $CX -c src/cli/cmd_bench.cpp -o "$B/cmd_bench.o" & pids+=($!)
   $CX -c src/io/atomic_file.cpp -o "$B/atomic_file.o" & pids+=($!)
   $CX -c src/io/error.cpp -o "$B/error.o" & pids+=($!)
   $CX -c src/kernels/cuda/kbench_main.cpp -o "$B/kbench_main.o" & pids+=($!)
-  for t in kernels_gpu_test kernels_race_test gpu_main; do
+  for t in kernels_gpu_test kernels_race_test gpu_main c_api_test; do
     $CX -Itests/kernels -c tests/kernels/$t.cpp -o "$B/$t.o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "BUILD FAILED (compile)"; cat "$B/ptxas.txt" | grep -i error; exit 1; }; done
@@ -80,7 +82,10 @@ if has build; then
   g++ -o "$B/flashnorm_kbench" "$B/kbench_main.o" "$B/cmd_bench.o" "$B/atomic_file.o" "$B/error.o" \
     $OBJS $LIBS &&
   g++ -o "$B/kernels_gpu_test" "$B/kernels_gpu_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
-  g++ -o "$B/kernels_race_test" "$B/kernels_race_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS ||
+  g++ -o "$B/kernels_race_test" "$B/kernels_race_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
+  g++ -shared -o "$B/libflashnorm_capi.so" "$B/c_api.o" $OBJS $LIBS &&
+  g++ -o "$B/kernels_c_api_test" "$B/c_api_test.o" -L"$B" -Wl,-rpath,"$(realpath "$B")" -lflashnorm_capi \
+    "$DEPS/lib/libgtest.a" "$DEPS/lib/libgtest_main.a" $LIBS ||
     { echo "BUILD FAILED"; exit 1; }
   grep -E "Compiling entry|registers|spill" "$B/ptxas.txt" | sed 's/_ZN9flashnorm7kernels4cuda6detail[0-9A-Za-z_]*N__[0-9a-f_]*kernels_cu_[0-9a-f]*//' > "$OUT/res_usage.txt"
   if command -v cuobjdump > /dev/null; then
@@ -96,6 +101,9 @@ if has tests; then
   stamp "GPU tests"
   "$B/kernels_gpu_test" --gtest_brief=1 2>&1 | tail -40
   echo "kernels_gpu_test rc=${PIPESTATUS[0]}"
+  stamp "C ABI test"
+  "$B/kernels_c_api_test" --gtest_brief=1 2>&1 | tail -5
+  echo "kernels_c_api_test rc=${PIPESTATUS[0]}"
   stamp "race test (with the join)"
   "$B/kernels_race_test" 2>&1 | tail -30
   echo "kernels_race_test rc=${PIPESTATUS[0]}"
@@ -145,7 +153,10 @@ fi
 
 if has peers; then
   stamp "PyTorch peers"
-  PYTHONUNBUFFERED=1 OUT="$OUT" timeout ${PEERS_TIMEOUT:-420} python3 bench/torch_peers.py bench/shapes.json > "$OUT/peers.log" 2>&1
+  # FlashNorm itself, through its C ABI, timed in the same process and sweeps as PyTorch
+  CAPI="$B/libflashnorm_capi.so"; [[ "${FN_BUNDLE:-0}" == "1" ]] && CAPI=/tmp/fn/lib/libflashnorm_capi.so
+  [[ -f "$CAPI" ]] || { echo "no $CAPI: the peers run without flashnorm"; CAPI=""; }
+  PYTHONUNBUFFERED=1 FLASHNORM_CAPI="$CAPI" OUT="$OUT" timeout ${PEERS_TIMEOUT:-420} python3 bench/torch_peers.py bench/shapes.json > "$OUT/peers.log" 2>&1
   echo "peers rc=$?"
   tail -35 "$OUT/peers.log"
 fi

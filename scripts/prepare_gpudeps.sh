@@ -9,5 +9,5 @@ d=.cache/gpudeps
 rm -rf "$d"
 mkdir -p "$d/include" "$d/lib"
 for h in fmt nlohmann CLI gtest; do cp -r "/usr/include/$h" "$d/include/"; done
-cp /usr/lib/x86_64-linux-gnu/libgtest.a "$d/lib/"
+cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a "$d/lib/"
 echo "$d ready ($(du -sh "$d" | cut -f1))"

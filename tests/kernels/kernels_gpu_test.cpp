@@ -2,9 +2,12 @@
 // outputs poisoned (NaN) before each run, every element checked finite, relative error
 // ||y - ref|| / ||ref|| below 1e-2 per checked row (bf16 output rounding alone gives ~2e-3).
 // Suites named *Small* are the ones scripts/gpu_kernels.sh runs under compute-sanitizer.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "flashnorm/kernels/cuda/device.h"
 #include "gpu_util.h"
@@ -306,6 +309,42 @@ TEST(LinearSmall, TuneGemm) {
     EXPECT_LT(ctx().tune_gemm(a, 2, stream.get(), &st), 0.0);
     EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
   }
+}
+// kAuto between 16 < M <= 64: kPrefill until both implementations are tuned for the shape, then
+// the one whose tuned time was lower; each candidate timed by tune_decode is reported.
+TEST(LinearSmall, AutoChoosesFasterTunedImplementation) {
+  const LinCase c{fk::DType::kBF16, 40, 264, 512, false, false, 0};
+  const LinData& d = lin_data(c);
+  DevMem x(d.xb.size() * 2), w(d.wb.size() * 2), y(static_cast<size_t>(c.M) * c.N * 2);
+  CUDA_OK(cudaMemcpy(x.p, d.xb.data(), d.xb.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(w.p, d.wb.data(), d.wb.size() * 2, cudaMemcpyHostToDevice));
+  fk::LinearArgs a;
+  a.dtype = c.dt, a.M = c.M, a.N = c.N, a.K = c.K, a.x = x.p, a.ldx = c.K, a.w = w.p, a.ldw = c.K;
+  a.y = y.p, a.ldy = c.N, a.eps = kEps;
+  fk::LinearContext local;  // fresh tuning state
+  EXPECT_EQ(local.choose(a), fk::LinearImpl::kPrefill);
+  fk::Stream stream;
+  fk::Status st;
+  double dec_us = 0, pre_us = 0;
+  std::vector<std::pair<fk::DecodeConfig, double>> cand;
+  local.tune_decode(&a, 1, stream.get(), &st, &dec_us, &cand);
+  FN_OK(st);
+  EXPECT_EQ(local.choose(a), fk::LinearImpl::kPrefill);  // prefill not tuned yet
+  ASSERT_FALSE(cand.empty());
+  double best = cand[0].second;
+  for (const auto& [cfg, us] : cand) {
+    EXPECT_GT(us, 0.0);
+    best = std::min(best, us);
+  }
+  EXPECT_DOUBLE_EQ(best, dec_us);
+  local.tune_prefill(&a, 1, stream.get(), &st, &pre_us);
+  if (st.code == fk::Code::kUnsupported) GTEST_SKIP() << st.message;
+  FN_OK(st);
+  EXPECT_EQ(local.choose(a),
+            dec_us < pre_us ? fk::LinearImpl::kDecode : fk::LinearImpl::kPrefill)
+      << "decode " << dec_us << " us, prefill " << pre_us << " us";
+  a.M = 41;  // another shape: nothing tuned
+  EXPECT_EQ(local.choose(a), fk::LinearImpl::kPrefill);
 }
 // fp32 y (the CUDA engine's projections): every tile with the fp32 epilogue, and the tuned path.
 TEST(LinearSmall, PrefillFusedFp32Output) {

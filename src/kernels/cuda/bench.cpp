@@ -346,9 +346,13 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         std::vector<LinearArgs> sets;
         for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
         double tuned_us = 0;
-        ctx.tune_decode(sets.data(), nrot, s, &ts, &tuned_us);
+        std::vector<std::pair<DecodeConfig, double>> cand;
+        ctx.tune_decode(sets.data(), nrot, s, &ts, &tuned_us, &cand);
         throw_if_error(ts);
         row["decode_tuned_us"] = tuned_us;
+        nlohmann::json cj = nlohmann::json::array();  // every candidate: rw, kw, ks, us
+        for (const auto& [c, us] : cand) cj.push_back({c.rw, c.kw, c.ks, us});
+        row["decode_candidates"] = cj;
       }
       {  // autotune the fused prefill tile the same way (when this build has it)
         Status ts;

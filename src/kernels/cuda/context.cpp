@@ -302,6 +302,9 @@ Status LinearContext::gemm(DType dtype, int64_t M, int64_t N, int64_t K, const v
 }
 
 namespace {
+// K elements per CTA of the decode kernel for a split-K factor ks (whole 32-wide chunks).
+int64_t decode_kchunk(int64_t K, int ks) { return ((K + ks - 1) / ks + 31) / 32 * 32; }
+
 bool valid_decode_config(const DecodeConfig& c, int M, int K) {
   if (!(c.rw == 1 || c.rw == 2 || c.rw == 4) || c.kw < 1 || c.ks < 1) return false;
   if (c.rw * c.kw * 32 > detail::kDecodeMaxThreads) return false;
@@ -343,7 +346,8 @@ DecodeConfig LinearContext::decode_config(int64_t M, int64_t N, int64_t K) const
 }
 
 DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
-                                        Status* status, double* best_us) {
+                                        Status* status, double* best_us,
+                                        std::vector<std::pair<DecodeConfig, double>>* timings) {
   if (n < 1) {
     if (status) *status = invalid("tune_decode: no argument sets");
     return {};
@@ -368,8 +372,8 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
           continue;
         if (ks > 1 && a.K / ks < 32 * kw) continue;  // at least one chunk per warp
         if (a.x_glu) {  // the staged GLU input must fit next to the partials
-          const int64_t kchunk = ((a.K + ks - 1) / ks + 31) / 32 * 32;
-          if (detail::decode_smem_bytes(static_cast<int>(a.M), rw, kw, static_cast<int>(kchunk)) >
+          if (detail::decode_smem_bytes(static_cast<int>(a.M), rw, kw,
+                                        static_cast<int>(decode_kchunk(a.K, ks))) >
               static_cast<size_t>(detail::kDecodeMaxSmem))
             continue;
         }
@@ -377,12 +381,16 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
         float ms = 1e30f;
         st = time_graph([&](const LinearArgs& x) { return run_decode(x, stream); }, sets, n, reps,
                         stream, &ms);
+        if (st.ok() && timings) timings->push_back({c, ms * 1e3 / reps});
         if (st.ok() && ms < best_ms) best_ms = ms, best = c;
       }
   debug = saved;
   if (status) *status = st;
   if (!st.ok()) return {};
-  if (best.rw > 0) tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best;
+  if (best.rw > 0) {
+    tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best;
+    tuned_decode_us_[{a.M, a.N, a.K}] = best_ms * 1e3 / reps;
+  }
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
 }
@@ -493,6 +501,7 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
   if (status) *status = st;
   if (!st.ok() || best < kPrefillPrescale) return -2;
   tuned_prefill_[{sets[0].M, sets[0].N, sets[0].K}] = best;
+  tuned_prefill_us_[{sets[0].M, sets[0].N, sets[0].K}] = best_ms * 1e3 / reps;
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
 }
@@ -578,7 +587,15 @@ Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStrea
 
 LinearImpl LinearContext::choose(const LinearArgs& a) {
   if (a.M <= kAutoDecodeMaxM) return LinearImpl::kDecode;
-  if (!a.bias && !a.scale_mask) return LinearImpl::kPrefill;
+  if (!a.bias && !a.scale_mask) {
+    if (a.M <= detail::kMaxDecodeM) {  // both tuned for this shape: the faster one
+      const auto key = std::make_tuple(a.M, a.N, a.K);
+      const auto d = tuned_decode_us_.find(key), p = tuned_prefill_us_.find(key);
+      if (d != tuned_decode_us_.end() && p != tuned_prefill_us_.end() && d->second < p->second)
+        return LinearImpl::kDecode;
+    }
+    return LinearImpl::kPrefill;
+  }
   return LinearImpl::kTwoStream;
 }
 
@@ -607,9 +624,7 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
   p.eps = a.eps;
   const DecodeConfig c = decode_config(a.M, a.N, a.K);
-  if (!(c.rw == 1 || c.rw == 2 || c.rw == 4) || c.kw < 1 || c.ks < 1 ||
-      c.rw * c.kw * 32 > detail::kDecodeMaxThreads ||
-      detail::decode_smem_bytes(p.M, c.rw, c.kw) > static_cast<size_t>(detail::kDecodeMaxSmem))
+  if (!valid_decode_config(c, p.M, p.K))
     return invalid(fmt::format("flashnorm_linear: bad decode configuration rw={} kw={} ks={}", c.rw,
                                c.kw, c.ks));
   const int rows = 16 * c.rw;
@@ -617,7 +632,7 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   if (nrb > (1 << 16))
     return {Code::kUnsupported, "flashnorm_linear: N too large for the decode kernel"};
   int ks = c.ks;
-  int kchunk = static_cast<int>(((a.K + ks - 1) / ks + 31) / 32 * 32);
+  int kchunk = static_cast<int>(decode_kchunk(a.K, ks));
   ks = static_cast<int>((a.K + kchunk - 1) / kchunk);
   p.rw = c.rw, p.kw = c.kw;
   p.pdl = a.pdl ? 1 : 0;

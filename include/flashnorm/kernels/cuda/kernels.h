@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace flashnorm::kernels::cuda {
 
@@ -169,8 +171,9 @@ class LinearContext {
   LinearContext& operator=(const LinearContext&) = delete;
 
   Status run(const LinearArgs& a, LinearImpl impl, cudaStream_t stream);
-  // kAuto's choice: kDecode for M <= kAutoDecodeMaxM (at M = 64 the decode kernel measured 1.6-3.2x
-  // slower than the prescale path on the H200); else kPrefill without bias/mask, else kTwoStream.
+  // kAuto's choice: kDecode for M <= kAutoDecodeMaxM; without bias/mask, for M <= 64 kDecode when
+  // tune_decode and tune_prefill both timed this exact shape and decode was faster, else kPrefill;
+  // with bias/mask kTwoStream.
   LinearImpl choose(const LinearArgs& a);
   static constexpr int64_t kAutoDecodeMaxM = 16;
 
@@ -197,9 +200,11 @@ class LinearContext {
   // sets (same shape, different buffers, so that W is rotated past the L2; their y are
   // overwritten), times its replay with CUDA events, and caches the fastest for (padded M, N, K).
   // Synchronizes the stream; must not be called during capture. Returns the choice ({} on error);
-  // *best_us (optional) receives its time per call in microseconds.
+  // *best_us (optional) receives its time per call in microseconds, *timings (optional) every
+  // candidate's configuration and time per call in microseconds, in the order timed.
   DecodeConfig tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
-                           Status* status = nullptr, double* best_us = nullptr);
+                           Status* status = nullptr, double* best_us = nullptr,
+                           std::vector<std::pair<DecodeConfig, double>>* timings = nullptr);
 
   // kPrefill's choice for this shape: a fused tile configuration (>= 0) or kPrefillPrescale (debug
   // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
@@ -277,6 +282,8 @@ class LinearContext {
   uint64_t workspace_generation_ = 0;
   std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, int> tuned_prefill_;
+  // graph-timed microseconds per call of the tuned choices, by exact (M, N, K): choose()'s input
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> tuned_decode_us_, tuned_prefill_us_;
   void* prefill_ws_ = nullptr;  // the fused prefill kernel's tile-scheduler workspace
   size_t prefill_ws_cap_ = 0;
 };
