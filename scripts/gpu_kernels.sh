@@ -4,8 +4,9 @@
 # racecheck / synccheck on the kernel tests, resource usage + SASS checks, the benchmark
 # (`flashnorm bench`), ncu on the decode kernel, and the PyTorch peers in the same call.
 #
-# Usage (repository root, on the GPU machine):
-#   FN_COMMIT=$(git rev-parse HEAD) FN_DIRTY=1 STAGES="build tests sanitize bench ncu peers" \
+# Usage (repository root, on the GPU machine; FN_COMMIT written out on the development machine:
+# the device machine's copy of the tree carries older git metadata, so git there misreports it):
+#   FN_COMMIT=<hash> FN_DIRTY=0 STAGES="build tests sanitize bench ncu peers" \
 #     bash scripts/gpu_kernels.sh
 # Everything goes under $OUT (default /tmp/fn_out): gpu_kernels.log, kernels.json, torch_peers.json,
 # sanitize.log, nojoin.log, ncu.txt, res_usage.txt.
