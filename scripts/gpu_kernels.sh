@@ -12,8 +12,9 @@
 # sanitize.log, nojoin.log, ncu.txt, res_usage.txt.
 #
 # FN_BUNDLE=1: no build here; the binaries come from the bundle that scripts/gpu_stage.sh makes on
-# the development machine (carry .cache/device/bundle): kernels_gpu_test, kernels_race_test and the
-# `flashnorm` CLI as the benchmark. Saves the device-side compile of the CUTLASS kernels.
+# the development machine (carry .cache/device/bundle): kernels_gpu_test, kernels_race_test,
+# kernels_c_api_test, lib/libflashnorm_capi.so (the PyTorch peers load it) and the `flashnorm` CLI
+# as the benchmark. Saves the device-side compile of the CUTLASS kernels.
 #
 # Build: with CMake when the project's dependencies are installed (FN_BUILD=cmake), else (default on
 # the device machine, whose image lacks fmt/CLI11/gtest/BLAS/PCRE2) a direct nvcc/g++ build of the

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 namespace {
@@ -20,8 +21,13 @@ bool has_gpu() {
 
 TEST(CApi, SymbolsAreExportedUnmangled) {
   for (const char* name : {"fn_context_create", "fn_context_destroy", "fn_linear",
-                           "fn_tune_linear", "fn_choose", "fn_last_error"})
+                           "fn_tune_linear", "fn_choose", "fn_workspace_generation",
+                           "fn_last_error"})
     EXPECT_NE(dlsym(RTLD_DEFAULT, name), nullptr) << name;
+  // ... and nothing of the C++ library behind them (LinearContext's constructor, validate_linear)
+  for (const char* name : {"_ZN9flashnorm7kernels4cuda13LinearContextC1Ev",
+                           "_ZN9flashnorm7kernels4cuda15validate_linearERKNS1_10LinearArgsENS1_10LinearImplE"})
+    EXPECT_EQ(dlsym(RTLD_DEFAULT, name), nullptr) << name;
 }
 
 TEST(CApi, NullArgumentsAreRefused) {
@@ -40,6 +46,8 @@ TEST(CApi, NullArgumentsAreRefused) {
   EXPECT_EQ(d, -1.0);
   EXPECT_EQ(p, -1.0);
   EXPECT_EQ(fn_choose(nullptr, 1, 8, 8, &dummy), FN_INVALID_ARGUMENT);
+  uint64_t gen = 0;
+  EXPECT_EQ(fn_workspace_generation(nullptr, &gen), FN_INVALID_ARGUMENT);
   fn_context_destroy(nullptr);  // ignored
 }
 
@@ -78,10 +86,20 @@ TEST(CApi, ArgumentErrorsWithContext) {
   EXPECT_EQ(fn_linear(ctx, FN_BF16, 1, 8, 8, host, 8, host, 8, host, 8, 1e-6f, FN_AUTO, nullptr),
             FN_INVALID_ARGUMENT);  // host pointers
   int impl = -1;
+  EXPECT_EQ(fn_choose(ctx, 0, 2048, 2048, &impl), FN_INVALID_ARGUMENT);
   EXPECT_EQ(fn_choose(ctx, 4096, 2048, 2048, &impl), FN_OK);
   EXPECT_EQ(impl, FN_PREFILL);
   EXPECT_EQ(fn_choose(ctx, 1, 2048, 2048, &impl), FN_OK);
   EXPECT_EQ(impl, FN_DECODE);
+  const void* xs[1] = {host};
+  void* ys[1] = {host};
+  EXPECT_EQ(fn_tune_linear(ctx, FN_BF16, 1, 8, 8, xs, xs, ys, 1, 1e-6f, nullptr, nullptr, nullptr,
+                           nullptr),
+            FN_INVALID_ARGUMENT);  // the legacy stream cannot be captured
+  EXPECT_NE(std::string(fn_last_error()).find("stream is NULL"), std::string::npos);
+  uint64_t gen = 99;
+  EXPECT_EQ(fn_workspace_generation(ctx, &gen), FN_OK);
+  EXPECT_EQ(gen, 0u);  // nothing grew yet
   fn_context_destroy(ctx);
 }
 

@@ -18,12 +18,18 @@ struct fn_context {
 namespace {
 thread_local std::string g_error;
 
-int fail(int code, std::string msg) {
-  g_error = std::move(msg);
+// Records the message (which may fail to allocate: then the message is dropped, the code stays).
+int fail(int code, const char* msg) noexcept {
+  try {
+    g_error = msg;
+  } catch (...) {
+    g_error.clear();
+  }
   return code;
 }
+int fail(int code, const std::string& msg) noexcept { return fail(code, msg.c_str()); }
 
-int from_status(const fk::Status& st) {
+int from_status(const fk::Status& st) noexcept {
   switch (st.code) {
     case fk::Code::kOk:
       g_error.clear();
@@ -68,7 +74,7 @@ int from_impl(fk::LinearImpl i) {
 }
 
 template <class F>
-int guarded(F&& f) {
+int guarded(F&& f) noexcept {
   try {
     return f();
   } catch (const std::bad_alloc&) {
@@ -83,12 +89,14 @@ int guarded(F&& f) {
 
 extern "C" {
 
-int fn_context_create(fn_context** out) {
+int fn_context_create(fn_context** out) noexcept {
   if (!out) return fail(FN_INVALID_ARGUMENT, "fn_context_create: out is NULL");
   *out = nullptr;
   try {
     *out = new fn_context{};
-  } catch (const std::exception& e) {  // no device, cuBLASLt or allocation failure
+  } catch (const std::bad_alloc&) {
+    return fail(FN_INTERNAL_ERROR, "fn_context_create: out of host memory");
+  } catch (const std::exception& e) {  // no device, cuBLASLt or a device allocation failed
     return fail(FN_CUDA_ERROR, e.what());
   } catch (...) {
     return fail(FN_INTERNAL_ERROR, "fn_context_create: unknown exception");
@@ -97,11 +105,11 @@ int fn_context_create(fn_context** out) {
   return FN_OK;
 }
 
-void fn_context_destroy(fn_context* ctx) { delete ctx; }
+void fn_context_destroy(fn_context* ctx) noexcept { delete ctx; }
 
 int fn_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K, const void* x,
               int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy, float eps, int impl,
-              void* stream) {
+              void* stream) noexcept {
   if (!ctx) return fail(FN_INVALID_ARGUMENT, "fn_linear: ctx is NULL");
   fk::LinearArgs a;
   fk::LinearImpl im;
@@ -116,12 +124,15 @@ int fn_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K, const
 
 int fn_tune_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K,
                    const void* const* x, const void* const* w, void* const* y, int n, float eps,
-                   void* stream, double* gemm_us, double* decode_us, double* prefill_us) {
+                   void* stream, double* gemm_us, double* decode_us, double* prefill_us) noexcept {
   for (double* p : {gemm_us, decode_us, prefill_us})
     if (p) *p = -1.0;
   if (!ctx) return fail(FN_INVALID_ARGUMENT, "fn_tune_linear: ctx is NULL");
   if (n < 1 || !x || !w || !y)
     return fail(FN_INVALID_ARGUMENT, "fn_tune_linear: needs n >= 1 and non-NULL x, w, y arrays");
+  if (!stream)
+    return fail(FN_INVALID_ARGUMENT,
+                "fn_tune_linear: stream is NULL (the legacy default stream cannot be captured)");
   fk::DType dt;
   if (!to_dtype(dtype, &dt))
     return fail(FN_INVALID_ARGUMENT, "fn_tune_linear: dtype must be FN_BF16 or FN_FP16");
@@ -154,8 +165,9 @@ int fn_tune_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K,
   });
 }
 
-int fn_choose(fn_context* ctx, int64_t M, int64_t N, int64_t K, int* impl) {
+int fn_choose(fn_context* ctx, int64_t M, int64_t N, int64_t K, int* impl) noexcept {
   if (!ctx || !impl) return fail(FN_INVALID_ARGUMENT, "fn_choose: ctx and impl must be non-NULL");
+  if (M < 1 || N < 1 || K < 1) return fail(FN_INVALID_ARGUMENT, "fn_choose: M, N, K must be >= 1");
   fk::LinearArgs a;
   a.M = M, a.N = N, a.K = K;
   return guarded([&] {
@@ -165,6 +177,14 @@ int fn_choose(fn_context* ctx, int64_t M, int64_t N, int64_t K, int* impl) {
   });
 }
 
-const char* fn_last_error(void) { return g_error.c_str(); }
+int fn_workspace_generation(fn_context* ctx, uint64_t* generation) noexcept {
+  if (!ctx || !generation)
+    return fail(FN_INVALID_ARGUMENT, "fn_workspace_generation: ctx and generation must be non-NULL");
+  *generation = ctx->ctx.workspace_generation();
+  g_error.clear();
+  return FN_OK;
+}
+
+const char* fn_last_error(void) noexcept { return g_error.c_str(); }
 
 }  // extern "C"

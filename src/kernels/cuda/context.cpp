@@ -142,6 +142,16 @@ struct LinearContext::Plan {
 };
 
 LinearContext::LinearContext() {
+  // The destructor does not run for a constructor that throws: release what was created first.
+  try {
+    init();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void LinearContext::init() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) throw flashnorm::Error("LinearContext: no CUDA device");
   cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev);
@@ -164,7 +174,9 @@ LinearContext::LinearContext() {
   chk(cudaMemset(counters_, 0, kCounters * sizeof(unsigned)), "cudaMemset(counters)");
 }
 
-LinearContext::~LinearContext() {
+LinearContext::~LinearContext() { release(); }
+
+void LinearContext::release() noexcept {
   plans_.clear();
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
   cudaFree(ws_);
@@ -176,6 +188,8 @@ LinearContext::~LinearContext() {
   if (side_) cudaStreamDestroy(side_);
   for (auto e : {ev_fork_, ev_gemm_, ev_rstd_})
     if (e) cudaEventDestroy(e);
+  lt_ = nullptr, ws_ = rstd_ = xs_ = part_ = prefill_ws_ = nullptr, counters_ = nullptr;
+  side_ = nullptr, ev_fork_ = ev_gemm_ = ev_rstd_ = nullptr;
 }
 
 Status LinearContext::ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s,
@@ -322,6 +336,7 @@ Status LinearContext::set_decode_config(int64_t M, int64_t N, int64_t K, const D
                     "for M={} N={} K={}",
                     c.rw, c.kw, c.ks, M, N, K));
   tuned_[{detail::decode_mp(static_cast<int>(M)), N, K}] = c;
+  tuned_decode_us_.erase({detail::decode_mp(static_cast<int>(M)), N, K});  // not timed here
   return {};
 }
 
@@ -389,7 +404,7 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
   if (!st.ok()) return {};
   if (best.rw > 0) {
     tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best;
-    tuned_decode_us_[{a.M, a.N, a.K}] = best_ms * 1e3 / reps;
+    tuned_decode_us_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best_ms * 1e3 / reps;
   }
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
@@ -589,8 +604,8 @@ LinearImpl LinearContext::choose(const LinearArgs& a) {
   if (a.M <= kAutoDecodeMaxM) return LinearImpl::kDecode;
   if (!a.bias && !a.scale_mask) {
     if (a.M <= detail::kMaxDecodeM) {  // both tuned for this shape: the faster one
-      const auto key = std::make_tuple(a.M, a.N, a.K);
-      const auto d = tuned_decode_us_.find(key), p = tuned_prefill_us_.find(key);
+      const auto d = tuned_decode_us_.find({detail::decode_mp(static_cast<int>(a.M)), a.N, a.K});
+      const auto p = tuned_prefill_us_.find({a.M, a.N, a.K});
       if (d != tuned_decode_us_.end() && p != tuned_prefill_us_.end() && d->second < p->second)
         return LinearImpl::kDecode;
     }

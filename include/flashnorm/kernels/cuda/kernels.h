@@ -172,8 +172,9 @@ class LinearContext {
 
   Status run(const LinearArgs& a, LinearImpl impl, cudaStream_t stream);
   // kAuto's choice: kDecode for M <= kAutoDecodeMaxM; without bias/mask, for M <= 64 kDecode when
-  // tune_decode and tune_prefill both timed this exact shape and decode was faster, else kPrefill;
-  // with bias/mask kTwoStream.
+  // tune_decode (for this padded M, N, K) and tune_prefill (this exact shape) both timed it and
+  // decode was faster, else kPrefill; with bias/mask kTwoStream. Only M, N, K, bias and scale_mask
+  // of `a` are read; no validation (run() validates).
   LinearImpl choose(const LinearArgs& a);
   static constexpr int64_t kAutoDecodeMaxM = 16;
 
@@ -282,8 +283,13 @@ class LinearContext {
   uint64_t workspace_generation_ = 0;
   std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, int> tuned_prefill_;
-  // graph-timed microseconds per call of the tuned choices, by exact (M, N, K): choose()'s input
-  std::map<std::tuple<int64_t, int64_t, int64_t>, double> tuned_decode_us_, tuned_prefill_us_;
+  // graph-timed microseconds per call of the tuned choices, keyed as the choices are (decode: padded
+  // M; prefill: exact M): choose()'s input. Both tuners time on the card as it is at that moment,
+  // decode first; a candidate timed on a hotter card is disadvantaged (no interleaving across them).
+  std::map<std::tuple<int, int64_t, int64_t>, double> tuned_decode_us_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> tuned_prefill_us_;
+  void init();              // the constructor's body (throws flashnorm::Error)
+  void release() noexcept;  // frees every resource (destructor, and a constructor that throws)
   void* prefill_ws_ = nullptr;  // the fused prefill kernel's tile-scheduler workspace
   size_t prefill_ws_cap_ = 0;
 };
