@@ -284,7 +284,7 @@ TEST(LinearPrefill, FusedOrdersManyTilesPerCta) {
 // tune_gemm times cuBLASLt's candidate algorithms and keeps the fastest in the cached plan: the
 // paths that use that plan (two-stream's GEMM, prescale's) still match the reference afterwards,
 // and argument sets of different shapes are refused.
-TEST(LinearSmall, TuneGemm) {
+TEST(LinearTune, TuneGemm) {
   for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16}) {
     const LinCase c{dt, 130, 264, 200, false, false, 0};
     DevMem x(c.M * c.K * 2), w(c.N * c.K * 2), y(c.M * c.N * 2), x2(c.M * c.K * 2);
