@@ -20,13 +20,13 @@ bool has_gpu() {
 }
 
 TEST(CApi, SymbolsAreExportedUnmangled) {
-  for (const char* name : {"fn_context_create", "fn_context_destroy", "fn_linear",
-                           "fn_tune_linear", "fn_choose", "fn_workspace_generation",
-                           "fn_last_error"})
+  for (const char* name : {"fn_context_create", "fn_context_destroy", "fn_linear", "fn_tune_linear",
+                           "fn_choose", "fn_workspace_generation", "fn_last_error"})
     EXPECT_NE(dlsym(RTLD_DEFAULT, name), nullptr) << name;
   // ... and nothing of the C++ library behind them (LinearContext's constructor, validate_linear)
-  for (const char* name : {"_ZN9flashnorm7kernels4cuda13LinearContextC1Ev",
-                           "_ZN9flashnorm7kernels4cuda15validate_linearERKNS1_10LinearArgsENS1_10LinearImplE"})
+  for (const char* name :
+       {"_ZN9flashnorm7kernels4cuda13LinearContextC1Ev",
+        "_ZN9flashnorm7kernels4cuda15validate_linearERKNS1_10LinearArgsENS1_10LinearImplE"})
     EXPECT_EQ(dlsym(RTLD_DEFAULT, name), nullptr) << name;
 }
 

@@ -341,8 +341,7 @@ TEST(LinearTune, AutoChoosesFasterTunedImplementation) {
   local.tune_prefill(&a, 1, stream.get(), &st, &pre_us);
   if (st.code == fk::Code::kUnsupported) GTEST_SKIP() << st.message;
   FN_OK(st);
-  EXPECT_EQ(local.choose(a),
-            dec_us < pre_us ? fk::LinearImpl::kDecode : fk::LinearImpl::kPrefill)
+  EXPECT_EQ(local.choose(a), dec_us < pre_us ? fk::LinearImpl::kDecode : fk::LinearImpl::kPrefill)
       << "decode " << dec_us << " us, prefill " << pre_us << " us";
   a.M = 41;  // another shape: nothing tuned
   EXPECT_EQ(local.choose(a), fk::LinearImpl::kPrefill);

@@ -47,28 +47,43 @@ int from_status(const fk::Status& st) noexcept {
 }
 
 bool to_dtype(int d, fk::DType* out) {
-  if (d == FN_BF16) *out = fk::DType::kBF16;
-  else if (d == FN_FP16) *out = fk::DType::kFP16;
-  else return false;
+  if (d == FN_BF16)
+    *out = fk::DType::kBF16;
+  else if (d == FN_FP16)
+    *out = fk::DType::kFP16;
+  else
+    return false;
   return true;
 }
 
 bool to_impl(int i, fk::LinearImpl* out) {
   switch (i) {
-    case FN_AUTO: *out = fk::LinearImpl::kAuto; return true;
-    case FN_DECODE: *out = fk::LinearImpl::kDecode; return true;
-    case FN_PREFILL: *out = fk::LinearImpl::kPrefill; return true;
-    case FN_TWO_STREAM: *out = fk::LinearImpl::kTwoStream; return true;
+    case FN_AUTO:
+      *out = fk::LinearImpl::kAuto;
+      return true;
+    case FN_DECODE:
+      *out = fk::LinearImpl::kDecode;
+      return true;
+    case FN_PREFILL:
+      *out = fk::LinearImpl::kPrefill;
+      return true;
+    case FN_TWO_STREAM:
+      *out = fk::LinearImpl::kTwoStream;
+      return true;
   }
   return false;
 }
 
 int from_impl(fk::LinearImpl i) {
   switch (i) {
-    case fk::LinearImpl::kDecode: return FN_DECODE;
-    case fk::LinearImpl::kPrefill: return FN_PREFILL;
-    case fk::LinearImpl::kTwoStream: return FN_TWO_STREAM;
-    case fk::LinearImpl::kAuto: break;
+    case fk::LinearImpl::kDecode:
+      return FN_DECODE;
+    case fk::LinearImpl::kPrefill:
+      return FN_PREFILL;
+    case fk::LinearImpl::kTwoStream:
+      return FN_TWO_STREAM;
+    case fk::LinearImpl::kAuto:
+      break;
   }
   return FN_AUTO;
 }
@@ -179,7 +194,8 @@ int fn_choose(fn_context* ctx, int64_t M, int64_t N, int64_t K, int* impl) noexc
 
 int fn_workspace_generation(fn_context* ctx, uint64_t* generation) noexcept {
   if (!ctx || !generation)
-    return fail(FN_INVALID_ARGUMENT, "fn_workspace_generation: ctx and generation must be non-NULL");
+    return fail(FN_INVALID_ARGUMENT,
+                "fn_workspace_generation: ctx and generation must be non-NULL");
   *generation = ctx->ctx.workspace_generation();
   g_error.clear();
   return FN_OK;

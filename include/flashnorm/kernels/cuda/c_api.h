@@ -37,7 +37,7 @@ enum {
   FN_CUBLAS_ERROR = 4,
   FN_INTERNAL_ERROR = 5
 };
-enum { FN_BF16 = 0, FN_FP16 = 1 };                                // dtype of x, W and y
+enum { FN_BF16 = 0, FN_FP16 = 1 };                                       // dtype of x, W and y
 enum { FN_AUTO = 0, FN_DECODE = 1, FN_PREFILL = 2, FN_TWO_STREAM = 3 };  // LinearImpl
 
 // Creates a context on the current CUDA device. *out is NULL on error (FN_CUDA_ERROR without a
@@ -61,8 +61,8 @@ FN_API int fn_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K
 // workspaces (see CUDA graphs above); synchronizes. The results stay in the context and change what
 // later calls run for this shape: the GEMM algorithm of the unfused, prescale and two-stream paths,
 // the decode configuration, the fused prefill tile, and FN_AUTO's choice for 16 < M <= 64. The
-// optional outputs receive each tuned time in microseconds per call, or -1 where that implementation
-// was not tuned (decode for M > 64; prefill without CUTLASS).
+// optional outputs receive each tuned time in microseconds per call, or -1 where that
+// implementation was not tuned (decode for M > 64; prefill without CUTLASS).
 FN_API int fn_tune_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K,
                           const void* const* x, const void* const* w, void* const* y, int n,
                           float eps, void* stream, double* gemm_us, double* decode_us,

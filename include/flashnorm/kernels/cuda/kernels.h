@@ -283,13 +283,14 @@ class LinearContext {
   uint64_t workspace_generation_ = 0;
   std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, int> tuned_prefill_;
-  // graph-timed microseconds per call of the tuned choices, keyed as the choices are (decode: padded
-  // M; prefill: exact M): choose()'s input. Both tuners time on the card as it is at that moment,
-  // decode first; a candidate timed on a hotter card is disadvantaged (no interleaving across them).
+  // graph-timed microseconds per call of the tuned choices, keyed as the choices are (decode:
+  // padded M; prefill: exact M): choose()'s input. Both tuners time on the card as it is at that
+  // moment, decode first; a candidate timed on a hotter card is disadvantaged (no interleaving
+  // across them).
   std::map<std::tuple<int, int64_t, int64_t>, double> tuned_decode_us_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, double> tuned_prefill_us_;
-  void init();              // the constructor's body (throws flashnorm::Error)
-  void release() noexcept;  // frees every resource (destructor, and a constructor that throws)
+  void init();                  // the constructor's body (throws flashnorm::Error)
+  void release() noexcept;      // frees every resource (destructor, and a constructor that throws)
   void* prefill_ws_ = nullptr;  // the fused prefill kernel's tile-scheduler workspace
   size_t prefill_ws_cap_ = 0;
 };
