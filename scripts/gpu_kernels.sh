@@ -69,7 +69,7 @@ if has build; then
   $CX -c src/kernels/cuda/context.cpp -o "$B/context.o" & pids+=($!)
   $CX -c src/kernels/cuda/bench.cpp -o "$B/bench.o" & pids+=($!)
   $CX -c src/kernels/cuda/device.cpp -o "$B/device.o" & pids+=($!)
-  $CX -c src/kernels/cuda/c_api.cpp -o "$B/c_api.o" & pids+=($!)
+  $CX -fvisibility=hidden -c src/kernels/cuda/c_api.cpp -o "$B/c_api.o" & pids+=($!)
   $CX -c src/kernels/cpu/reference.cpp -o "$B/reference.o" & pids+=($!)
   $CX -c src/cli/cmd_bench.cpp -o "$B/cmd_bench.o" & pids+=($!)
   $CX -c src/io/atomic_file.cpp -o "$B/atomic_file.o" & pids+=($!)
@@ -85,7 +85,10 @@ if has build; then
     $OBJS $LIBS &&
   g++ -o "$B/kernels_gpu_test" "$B/kernels_gpu_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
   g++ -o "$B/kernels_race_test" "$B/kernels_race_test.o" "$B/gpu_main.o" $OBJS "$DEPS/lib/libgtest.a" $LIBS &&
-  g++ -shared -o "$B/libflashnorm_capi.so" "$B/c_api.o" $OBJS $LIBS &&
+  # the C ABI exports its fn_* only: the rest comes from an archive whose symbols stay local
+  rm -f "$B/libfn_objs.a" && ar rcs "$B/libfn_objs.a" $OBJS &&
+  g++ -shared -o "$B/libflashnorm_capi.so" "$B/c_api.o" "$B/libfn_objs.a" -Wl,--exclude-libs,ALL \
+    $LIBS &&
   g++ -o "$B/kernels_c_api_test" "$B/c_api_test.o" -L"$B" -Wl,-rpath,"$(realpath "$B")" -lflashnorm_capi \
     "$DEPS/lib/libgtest.a" "$DEPS/lib/libgtest_main.a" $LIBS ||
     { echo "BUILD FAILED"; exit 1; }
