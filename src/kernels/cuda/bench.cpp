@@ -330,42 +330,26 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       row["tc_floor_us"] = 2.0 * M * N * K / gemm_rate * 1e6;
       row["floor_us"] =
           std::max(row["hbm_floor_us"].get<double>(), row["tc_floor_us"].get<double>());
-      {  // the cuBLASLt GEMM's algorithm (bare, unfused, prescale, two-stream): fastest of the
-         // heuristic's candidates, timed on the rotating copies
-        Status ts;
+      {  // tune on the rotating copies (graph-timed): the cuBLASLt GEMM's algorithm (bare,
+         // unfused, prescale, two-stream), the decode configuration, the fused prefill tile
         std::vector<LinearArgs> sets;
         for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
-        int n_algos = 0;
-        const double us = ctx.tune_gemm(sets.data(), nrot, s, &ts, &n_algos);
-        throw_if_error(ts);
-        row["gemm_tuned_us"] = us;
-        row["gemm_algos_timed"] = n_algos;
-      }
-      if (M <= 64) {  // autotune the decode configuration on the rotating copies (graph-timed)
-        Status ts;
-        std::vector<LinearArgs> sets;
-        for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
-        double tuned_us = 0;
-        std::vector<std::pair<DecodeConfig, double>> cand;
-        ctx.tune_decode(sets.data(), nrot, s, &ts, &tuned_us, &cand);
-        throw_if_error(ts);
-        row["decode_tuned_us"] = tuned_us;
-        nlohmann::json cj = nlohmann::json::array();  // every candidate: rw, kw, ks, us
-        for (const auto& [c, us] : cand) cj.push_back({c.rw, c.kw, c.ks, us});
-        row["decode_candidates"] = cj;
-      }
-      {  // autotune the fused prefill tile the same way (when this build has it)
-        Status ts;
-        std::vector<LinearArgs> sets;
-        for (int i = 0; i < nrot; ++i) sets.push_back(largs(i));
-        double tuned_us = 0;
-        const int tile = ctx.tune_prefill(sets.data(), nrot, s, &ts, &tuned_us, &fused_tile);
-        if (ts.code != Code::kUnsupported) throw_if_error(ts);
-        if (tile >= LinearContext::kPrefillPrescale) {
-          row["prefill_tile"] = tile == LinearContext::kPrefillPrescale
+        LinearContext::ShapeTuning t;
+        throw_if_error(ctx.tune_shape(sets.data(), nrot, s, &t));
+        row["gemm_tuned_us"] = t.gemm_us;
+        row["gemm_algos_timed"] = t.gemm_algos;
+        if (M <= 64) {
+          row["decode_tuned_us"] = t.decode_us;
+          nlohmann::json cj = nlohmann::json::array();  // every candidate: rw, kw, ks, us
+          for (const auto& [c, us] : t.decode_candidates) cj.push_back({c.rw, c.kw, c.ks, us});
+          row["decode_candidates"] = cj;
+        }
+        fused_tile = t.prefill_fused;
+        if (t.prefill_config >= LinearContext::kPrefillPrescale) {
+          row["prefill_tile"] = t.prefill_config == LinearContext::kPrefillPrescale
                                     ? "prescale"
-                                    : LinearContext::prefill_tile_name(tile);
-          row["prefill_tuned_us"] = tuned_us;
+                                    : LinearContext::prefill_tile_name(t.prefill_config);
+          row["prefill_tuned_us"] = t.prefill_us;
         }
       }
       const DecodeConfig dc = ctx.decode_config(M, N, K);

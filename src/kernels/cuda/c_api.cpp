@@ -160,21 +160,13 @@ int fn_tune_linear(fn_context* ctx, int dtype, int64_t M, int64_t N, int64_t K,
       fk::Status v = fk::validate_linear(a, fk::LinearImpl::kPrefill);
       if (!v.ok()) return from_status(v);
     }
-    const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    fk::Status st;
-    const double g = ctx->ctx.tune_gemm(sets.data(), n, s, &st);
+    fk::LinearContext::ShapeTuning t;
+    const fk::Status st =
+        ctx->ctx.tune_shape(sets.data(), n, static_cast<cudaStream_t>(stream), &t);
     if (!st.ok()) return from_status(st);
-    if (gemm_us) *gemm_us = g;
-    if (M <= 64) {
-      double us = -1.0;
-      ctx->ctx.tune_decode(sets.data(), n, s, &st, &us);
-      if (!st.ok()) return from_status(st);
-      if (decode_us) *decode_us = us;
-    }
-    double us = -1.0;
-    ctx->ctx.tune_prefill(sets.data(), n, s, &st, &us);
-    if (!st.ok() && st.code != fk::Code::kUnsupported) return from_status(st);
-    if (st.ok() && prefill_us) *prefill_us = us;
+    if (gemm_us) *gemm_us = t.gemm_us;
+    if (decode_us) *decode_us = t.decode_us;
+    if (prefill_us) *prefill_us = t.prefill_us;
     g_error.clear();
     return static_cast<int>(FN_OK);
   });

@@ -335,8 +335,7 @@ Status LinearContext::set_decode_config(int64_t M, int64_t N, int64_t K, const D
         fmt::format("set_decode_config: rw={} kw={} ks={} is not a decode configuration "
                     "for M={} N={} K={}",
                     c.rw, c.kw, c.ks, M, N, K));
-  tuned_[{detail::decode_mp(static_cast<int>(M)), N, K}] = c;
-  tuned_decode_us_.erase({detail::decode_mp(static_cast<int>(M)), N, K});  // not timed here
+  tuned_[{detail::decode_mp(static_cast<int>(M)), N, K}] = {c, -1.0};  // not timed here
   return {};
 }
 
@@ -344,7 +343,7 @@ DecodeConfig LinearContext::decode_config(int64_t M, int64_t N, int64_t K) const
   DecodeConfig c;
   auto it = tuned_.find({detail::decode_mp(static_cast<int>(M)), N, K});
   if (it != tuned_.end()) {
-    c = it->second;
+    c = it->second.config;
   } else {
     c.rw = 1;  // the tuner picked rw = 1 on every benchmark shape (H200, 2026-11-29)
     c.kw = M <= 16 ? 8 : 4;
@@ -403,8 +402,7 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
   if (status) *status = st;
   if (!st.ok()) return {};
   if (best.rw > 0) {
-    tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best;
-    tuned_decode_us_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = best_ms * 1e3 / reps;
+    tuned_[{detail::decode_mp(static_cast<int>(a.M)), a.N, a.K}] = {best, best_ms * 1e3 / reps};
   }
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
@@ -461,7 +459,7 @@ bool LinearContext::has_fused_prefill() { return detail::prefill_fused_available
 int LinearContext::prefill_tile(int64_t M, int64_t N, int64_t K) const {
   if (debug.prefill_tile >= kPrefillPrescale) return debug.prefill_tile;
   auto it = tuned_prefill_.find({M, N, K});
-  if (it != tuned_prefill_.end()) return it->second;
+  if (it != tuned_prefill_.end()) return it->second.config;
   // Untuned: detail::prefill_default_tile (H200, 2026-11-30 measurements in docs/kernels.md).
   return detail::prefill_default_tile(static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
                                       num_sms_);
@@ -515,8 +513,7 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
   debug = saved;
   if (status) *status = st;
   if (!st.ok() || best < kPrefillPrescale) return -2;
-  tuned_prefill_[{sets[0].M, sets[0].N, sets[0].K}] = best;
-  tuned_prefill_us_[{sets[0].M, sets[0].N, sets[0].K}] = best_ms * 1e3 / reps;
+  tuned_prefill_[{sets[0].M, sets[0].N, sets[0].K}] = {best, best_ms * 1e3 / reps};
   if (best_us) *best_us = best_ms * 1e3 / reps;
   return best;
 }
@@ -580,6 +577,23 @@ double LinearContext::tune_gemm(const LinearArgs* sets, int n, cudaStream_t stre
   return best_ms * 1e3 / reps;
 }
 
+Status LinearContext::tune_shape(const LinearArgs* sets, int n, cudaStream_t stream,
+                                 ShapeTuning* out) {
+  ShapeTuning t;
+  Status st;
+  t.gemm_us = tune_gemm(sets, n, stream, &st, &t.gemm_algos);
+  if (st.ok() && sets[0].M <= detail::kMaxDecodeM)
+    tune_decode(sets, n, stream, &st, &t.decode_us, &t.decode_candidates);
+  if (st.ok()) {
+    double us = -1;
+    t.prefill_config = tune_prefill(sets, n, stream, &st, &us, &t.prefill_fused);
+    if (st.ok()) t.prefill_us = us;
+    if (st.code == Code::kUnsupported) st = {}, t.prefill_config = -2;
+  }
+  if (out) *out = std::move(t);
+  return st;
+}
+
 Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s,
                                         bool* refused) {
   if (refused) *refused = false;
@@ -604,9 +618,10 @@ LinearImpl LinearContext::choose(const LinearArgs& a) {
   if (a.M <= kAutoDecodeMaxM) return LinearImpl::kDecode;
   if (!a.bias && !a.scale_mask) {
     if (a.M <= detail::kMaxDecodeM) {  // both tuned for this shape: the faster one
-      const auto d = tuned_decode_us_.find({detail::decode_mp(static_cast<int>(a.M)), a.N, a.K});
-      const auto p = tuned_prefill_us_.find({a.M, a.N, a.K});
-      if (d != tuned_decode_us_.end() && p != tuned_prefill_us_.end() && d->second < p->second)
+      const auto d = tuned_.find({detail::decode_mp(static_cast<int>(a.M)), a.N, a.K});
+      const auto p = tuned_prefill_.find({a.M, a.N, a.K});
+      if (d != tuned_.end() && p != tuned_prefill_.end() && d->second.us >= 0 &&
+          p->second.us >= 0 && d->second.us < p->second.us)
         return LinearImpl::kDecode;
     }
     return LinearImpl::kPrefill;

@@ -241,6 +241,22 @@ class LinearContext {
   double tune_gemm(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr,
                    int* n_algos = nullptr);
 
+  // What tune_shape measured (microseconds per call; -1 / -2 where not tuned).
+  struct ShapeTuning {
+    double gemm_us = -1;  // tune_gemm
+    int gemm_algos = 0;
+    double decode_us = -1;  // tune_decode (M <= 64), with every candidate it timed
+    std::vector<std::pair<DecodeConfig, double>> decode_candidates;
+    double prefill_us = -1;   // tune_prefill: its choice (a fused configuration or prescale)
+    int prefill_config = -2;  // and the fastest fused configuration
+    int prefill_fused = -2;
+  };
+  // Everything run() may use for the shape of the n argument sets, in this order: tune_gemm,
+  // tune_decode (M <= 64), tune_prefill (kUnsupported from it, e.g. no CUTLASS in the build,
+  // leaves prefill untuned and is not an error). Same requirements as those; stops at the first
+  // error and returns it.
+  Status tune_shape(const LinearArgs* sets, int n, cudaStream_t stream, ShapeTuning* out);
+
   DebugHooks debug;
 
   // Bumped whenever a workspace buffer is reallocated: a CUDA graph captured before a change holds
@@ -281,14 +297,20 @@ class LinearContext {
       plans_;
   std::string last_prefill_path_;
   uint64_t workspace_generation_ = 0;
-  std::map<std::tuple<int, int64_t, int64_t>, DecodeConfig> tuned_;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, int> tuned_prefill_;
-  // graph-timed microseconds per call of the tuned choices, keyed as the choices are (decode:
-  // padded M; prefill: exact M): choose()'s input. Both tuners time on the card as it is at that
-  // moment, decode first; a candidate timed on a hotter card is disadvantaged (no interleaving
-  // across them).
-  std::map<std::tuple<int, int64_t, int64_t>, double> tuned_decode_us_;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, double> tuned_prefill_us_;
+  // The tuned choices with their graph-timed microseconds per call (choose()'s input; -1: set,
+  // not timed), decode by padded M, prefill by exact M. Both tuners time on the card as it is at
+  // that moment, decode first; a candidate timed on a hotter card is disadvantaged (no
+  // interleaving across them).
+  struct TunedDecode {
+    DecodeConfig config;
+    double us = -1;
+  };
+  struct TunedPrefill {
+    int config = kPrefillPrescale;
+    double us = -1;
+  };
+  std::map<std::tuple<int, int64_t, int64_t>, TunedDecode> tuned_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, TunedPrefill> tuned_prefill_;
   void init();                  // the constructor's body (throws flashnorm::Error)
   void release() noexcept;      // frees every resource (destructor, and a constructor that throws)
   void* prefill_ws_ = nullptr;  // the fused prefill kernel's tile-scheduler workspace
