@@ -153,21 +153,27 @@ def table(doc):
     pre = [x for x in rows if "fn_prefill_fused" in x["r"]["variants"]]
     if pre:
         lines += ["", "Prefill implementations (graph us). `fused`: one CUTLASS sm90 GEMM that sums the x "
-                  "rows' squares from its staged tiles and scales the accumulators (fastest tile of the "
-                  "tuner); `plain`: the same kernel without the reduction and the scale (a plain GEMM, not a "
-                  "flashnorm result: it isolates the reduction's cost); `prescale`: norm kernel + cuBLASLt; "
-                  "`choice`: what kPrefill runs after tuning.", "",
-                  "| shape | M | choice | fused tile | fused | plain | prescale | bare cuBLAS | unfused | "
-                  "fused/plain | plain/bare | fused/bare |",
-                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "rows' squares from its staged tiles and scales the accumulators (fastest such configuration "
+                  "of the tuner); `pdl`: an rstd kernel, then the same GEMM without the reduction launched "
+                  "behind it with programmatic dependent launch, its epilogue waiting for rstd and scaling the "
+                  "rows (fastest such configuration); `plain`: the fused configuration's kernel without the "
+                  "reduction and the scale (a plain GEMM, not a flashnorm result: it isolates the reduction's "
+                  "cost); `prescale`: norm kernel + cuBLASLt; `choice`: what kPrefill runs after tuning.", "",
+                  "| shape | M | choice | fused tile | fused | pdl tile | pdl | plain | prescale | bare cuBLAS | "
+                  "unfused | fused/plain | pdl/plain | plain/bare | best/bare |",
+                  "|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for x in pre:
             r, v = x["r"], x["r"]["variants"]
             f = v["fn_prefill_fused"]["graph_us"]
+            p = v.get("fn_prefill_pdl", {}).get("graph_us")
             pl = v.get("cutlass_plain", {}).get("graph_us")
+            best = min(t for t in (f, p, v["fn_prefill_prescale"]["graph_us"]) if t)
             lines.append(f"| {r['name']} | {r['M']} | {r.get('prefill_tile', '-')} | {r.get('fused_tile', '-')} | "
-                         f"{fmt(f)} | {fmt(pl)} | {fmt(v['fn_prefill_prescale']['graph_us'])} | {fmt(x['bare'])} | "
-                         f"{fmt(x['unf'])} | {fmt(f / pl if pl else None)}x | {fmt(pl / x['bare'] if pl else None)}x | "
-                         f"{f / x['bare']:.2f}x |")
+                         f"{fmt(f)} | {r.get('pdl_tile', '-')} | {fmt(p)} | {fmt(pl)} | "
+                         f"{fmt(v['fn_prefill_prescale']['graph_us'])} | {fmt(x['bare'])} | "
+                         f"{fmt(x['unf'])} | {fmt(f / pl if pl else None)}x | "
+                         f"{fmt(p / pl if p and pl else None)}x | {fmt(pl / x['bare'] if pl else None)}x | "
+                         f"{best / x['bare']:.2f}x |")
     sweep = [x for x in rows if any(n.startswith("decode_ks") for n in x["r"]["variants"])]
     if sweep:
         lines += ["", "Decode split-K sweep (graph us):", "", "| shape | M | chosen ks | ks=1 | 2 | 4 | 8 | 16 | 32 |",

@@ -180,7 +180,11 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   ctx().debug.prefill_tile = prefill_tile;
   ctx().debug.prefill_prescale = prescale;
   FN_OK(ctx().run(a, impl, nullptr));
-  if (prefill_tile >= 0) EXPECT_EQ(ctx().last_prefill_path(), "fused");
+  if (prefill_tile >= 0)
+    EXPECT_EQ(ctx().last_prefill_path(),
+              prefill_tile >= fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders
+                  ? "rstd_pdl"
+                  : "fused");
   if (prescale) EXPECT_EQ(ctx().last_prefill_path(), "prescale");
   CUDA_OK(cudaDeviceSynchronize());
   ctx().debug = {};
@@ -249,6 +253,35 @@ TEST(LinearSmall, PrefillFusedTiles) {
            {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
             LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
         run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+}
+// The rstd-by-PDL configurations (rstd kernel, then the GEMM launched behind it, epilogue scale):
+// every tile, both dtypes, y in the input type and fp32, the same shapes as the fused tiles.
+constexpr int kPdlConfigs = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
+TEST(LinearSmall, PrefillPdlTiles) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16}) {
+      for (LinCase c :
+           {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
+            LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile + kPdlConfigs);
+      run_linear({dt, 70, 136, 520, false, false, 0}, fk::LinearImpl::kPrefill, 0, 0, 0,
+                 tile + kPdlConfigs, false, true);
+    }
+}
+// More rows than the rstd kernel has warps (its grid-stride loop), more GEMM tiles than SMs, and
+// every scheduler order of a shared-memory and a register-A tile.
+TEST(LinearPrefill, PdlTilesLarger) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+      for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
+                        LinCase{dt, 4096, 1544, 576, false, false, 12}})
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile + kPdlConfigs);
+  for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
+    for (int tile : {3, 4})
+      run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
+                 0, 0, tile + fk::LinearContext::kPrefillTiles * order + kPdlConfigs);
 }
 TEST(LinearPrefill, FusedTilesLarger) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";

@@ -99,6 +99,34 @@ TEST(RacePrefill, FusedAfterDelayedKernel) {
     EXPECT_EQ(run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h}), 0);
   }
 }
+// The PDL prefill: the rstd kernel lets the GEMM launch at once, then every warp spins before
+// writing rstd; the GEMM's mainloop runs meanwhile and its epilogue must wait (griddepcontrol.wait)
+// for the rstd grid. With --no-join the wait is skipped: the epilogue then reads the previous
+// step's rstd (or, at step 0, whatever the buffer held), and this test must FAIL. Shared-memory and
+// register-A tiles; rstd on the SMs the GEMM leaves idle.
+TEST(RacePrefill, PdlRstdDelayed) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
+  for (int tile : {3, 7}) {
+    fk::DebugHooks h;
+    h.no_join = g_no_join;
+    h.delay_rstd_cycles = kDelay;
+    h.prefill_tile = tile + kPdl;
+    EXPECT_EQ(run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h}), 0);
+  }
+}
+// The same with more GEMM tiles than SMs (the rstd kernel then spans the SMs the GEMM needs) and a
+// delayed GEMM predecessor: the rstd kernel and the GEMM both start after it.
+TEST(RacePrefill, PdlRstdDelayedManyTiles) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
+  fk::DebugHooks h;
+  h.no_join = g_no_join;
+  h.delay_rstd_cycles = kDelay / 4;
+  h.delay_gemm_cycles = kDelay / 4;
+  h.prefill_tile = 3 + kPdl;
+  EXPECT_EQ(run_loop({fk::DType::kBF16, 1100, 600, 512, 12, fk::LinearImpl::kPrefill, h}), 0);
+}
 TEST(RaceDecode, SplitKReuse) {
   fk::DebugHooks h;
   h.decode_ksplit = 8;

@@ -281,8 +281,15 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
                             }});
       // the fastest fused tile for this shape (tuned below, before any timing), and the same
       // kernel without its reduction and scale (a plain CUTLASS GEMM, not a flashnorm result)
-      int fused_tile = -2;
+      int fused_tile = -2, pdl_tile = -2;
       if (M >= 64 && LinearContext::has_fused_prefill()) {
+        // the fastest configuration with the rstd kernel + PDL (tuned below)
+        variants.push_back({"fn_prefill_pdl", [&](int i, cudaStream_t st) {
+                              ctx.debug.prefill_tile = pdl_tile;
+                              Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
+                              ctx.debug.prefill_tile = -2;
+                              throw_if_error(r);
+                            }});
         variants.push_back({"fn_prefill_fused", [&](int i, cudaStream_t st) {
                               ctx.debug.prefill_tile = fused_tile;
                               Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
@@ -345,6 +352,7 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           row["decode_candidates"] = cj;
         }
         fused_tile = t.prefill_fused;
+        pdl_tile = t.prefill_pdl;
         if (t.prefill_config >= LinearContext::kPrefillPrescale) {
           row["prefill_tile"] = t.prefill_config == LinearContext::kPrefillPrescale
                                     ? "prescale"
@@ -408,13 +416,16 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           vj["bare"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
           row["flashnorm_graph_us"].get<double>() / row["floor_us"].get<double>());
       if (fused_tile >= 0) row["fused_tile"] = LinearContext::prefill_tile_name(fused_tile);
+      if (pdl_tile >= 0) row["pdl_tile"] = LinearContext::prefill_tile_name(pdl_tile);
       if (vj.contains("cutlass_plain"))
         std::printf(
-            "%-20s M=%-5d   prefill choice %s; fused (%s) %8.2f cutlass_plain %8.2f "
-            "prescale %8.2f\n",
+            "%-20s M=%-5d   prefill choice %s; fused (%s) %8.2f pdl (%s) %8.2f cutlass_plain "
+            "%8.2f prescale %8.2f\n",
             name.c_str(), M, row.value("prefill_tile", std::string("-")).c_str(),
             row.value("fused_tile", std::string("-")).c_str(),
             vj["fn_prefill_fused"]["graph_us"].get<double>(),
+            row.value("pdl_tile", std::string("-")).c_str(),
+            vj["fn_prefill_pdl"]["graph_us"].get<double>(),
             vj["cutlass_plain"]["graph_us"].get<double>(),
             vj["fn_prefill_prescale"]["graph_us"].get<double>());
       std::fflush(stdout);

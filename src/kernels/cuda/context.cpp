@@ -466,9 +466,11 @@ int LinearContext::prefill_tile(int64_t M, int64_t N, int64_t K) const {
 }
 
 int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stream, Status* status,
-                                double* best_us, int* best_fused) {
+                                double* best_us, int* best_fused, int* best_pdl) {
   if (best_fused) *best_fused = -2;
-  float fused_ms = 1e30f;
+  if (best_pdl) *best_pdl = -2;
+  constexpr int kPerMode = kPrefillTiles * kPrefillOrders;
+  float fused_ms = 1e30f, inloop_ms = 1e30f, pdl_ms = 1e30f;
   Status st;
   if (n < 1) st = invalid("tune_prefill: no argument sets");
   if (st.ok() && !detail::prefill_fused_available())
@@ -486,7 +488,7 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
   int best = -2;
   float best_ms = 1e30f;
   const int reps = std::max(16, n);
-  int fused = -2;
+  int fused = -2, inloop = -2, pdl = -2;
   auto try_config = [&](int config) {
     float ms = 1e30f;
     bool refused = false;
@@ -500,16 +502,23 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
       st = {};
       return;
     }
-    if (st.ok() && ms < best_ms) best_ms = ms, best = config;
-    if (st.ok() && config >= 0 && ms < fused_ms) fused_ms = ms, fused = config;
+    if (!st.ok()) return;
+    if (ms < best_ms) best_ms = ms, best = config;
+    if (config >= 0 && ms < fused_ms) fused_ms = ms, fused = config;
+    if (config >= kPerMode && ms < pdl_ms) pdl_ms = ms, pdl = config;
+    if (config >= 0 && config < kPerMode && ms < inloop_ms) inloop_ms = ms, inloop = config;
   };
-  // every tile in the default order, then the other orders of the fastest tile
-  for (int tile = kPrefillPrescale; tile < detail::kPrefillTiles && st.ok(); ++tile)
-    try_config(tile);
-  const int tile = fused;
-  for (int order = 1; tile >= 0 && order < kPrefillOrders && st.ok(); ++order)
-    try_config(tile + kPrefillTiles * order);
-  if (best_fused) *best_fused = fused;
+  // every tile in the default order, rstd in the mainloop and by PDL, then the other orders of
+  // the fastest of those
+  try_config(kPrefillPrescale);
+  for (int pdl_mode = 0; pdl_mode < 2 && st.ok(); ++pdl_mode)
+    for (int tile = 0; tile < detail::kPrefillTiles && st.ok(); ++tile)
+      try_config(tile + pdl_mode * kPerMode);
+  const int first = fused;
+  for (int order = 1; first >= 0 && order < kPrefillOrders && st.ok(); ++order)
+    try_config(first + kPrefillTiles * order);
+  if (best_fused) *best_fused = inloop;
+  if (best_pdl) *best_pdl = pdl;
   debug = saved;
   if (status) *status = st;
   if (!st.ok() || best < kPrefillPrescale) return -2;
@@ -586,7 +595,7 @@ Status LinearContext::tune_shape(const LinearArgs* sets, int n, cudaStream_t str
     tune_decode(sets, n, stream, &st, &t.decode_us, &t.decode_candidates);
   if (st.ok()) {
     double us = -1;
-    t.prefill_config = tune_prefill(sets, n, stream, &st, &us, &t.prefill_fused);
+    t.prefill_config = tune_prefill(sets, n, stream, &st, &us, &t.prefill_fused, &t.prefill_pdl);
     if (st.ok()) t.prefill_us = us;
     if (st.code == Code::kUnsupported) st = {}, t.prefill_config = -2;
   }
@@ -602,16 +611,38 @@ Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStrea
     return {Code::kUnsupported,
             "flashnorm_linear: the fused prefill has no bias, scale mask or fused ops"};
   }
-  const bool row_scale = !debug.prefill_plain_gemm;
+  const bool plain = debug.prefill_plain_gemm;
   Status st = ensure(&prefill_ws_, &prefill_ws_cap_,
-                     detail::prefill_fused_workspace(a, tile, row_scale, num_sms_), s,
+                     detail::prefill_fused_workspace(a, tile, plain, num_sms_), s,
                      "fused prefill workspace");
   if (!st.ok()) return st;
+  detail::PrefillRstd r;
+  if (!plain && detail::prefill_mode(tile) == detail::PrefillMode::kRstdPdl) {
+    st = ensure(&rstd_, &rstd_cap_, static_cast<size_t>(a.M) * sizeof(float), s, "rstd buffer");
+    if (!st.ok()) return st;
+    r.rstd = static_cast<float*>(rstd_);
+    r.ctas = rstd_ctas(a.M, a.N, tile);
+    r.delay = debug.delay_rstd_cycles;
+    r.join = !debug.no_join;
+  }
   if (debug.delay_gemm_cycles > 0) FN_CUDA(detail::launch_spin(debug.delay_gemm_cycles, s));
   bool cutlass_refused = false;
-  st = detail::launch_prefill_fused(a, tile, row_scale, num_sms_, prefill_ws_, s, &cutlass_refused);
+  st = detail::launch_prefill_fused(a, tile, plain, num_sms_, prefill_ws_, s, &cutlass_refused, &r);
   if (refused) *refused = cutlass_refused;
   return st;
+}
+
+// CTAs of the rstd kernel behind a PDL prefill GEMM of configuration `config`: the persistent GEMM
+// fills min(tiles, SMs) SMs with one CTA each, and a GEMM CTA does not fit beside an rstd CTA
+// (registers), so the rstd kernel takes the SMs the GEMM leaves idle when there are at least 8
+// (its GEMM CTAs then start at once); otherwise one CTA per SM at most, so that it finishes fast.
+int LinearContext::rstd_ctas(int64_t M, int64_t N, int config) const {
+  const detail::PrefillTileShape t = detail::prefill_tile_shape(config);
+  const int64_t tiles = ((M + t.bm - 1) / t.bm) * ((N + t.bn - 1) / t.bn);
+  const int64_t idle = num_sms_ - std::min<int64_t>(tiles, num_sms_);
+  const int64_t warp_rows = (M + 7) / 8;  // CTAs of 8 warps, one row per warp
+  if (idle >= 8) return static_cast<int>(std::min(idle, warp_rows));
+  return static_cast<int>(std::min<int64_t>(num_sms_, warp_rows));
 }
 
 LinearImpl LinearContext::choose(const LinearArgs& a) {
@@ -699,7 +730,9 @@ Status LinearContext::run_prefill(const LinearArgs& a, cudaStream_t s) {
     bool refused = false;
     Status st = run_prefill_fused(a, tile, s, &refused);
     if (!refused) {
-      if (st.ok()) last_prefill_path_ = "fused";
+      if (st.ok())
+        last_prefill_path_ =
+            detail::prefill_mode(tile) == detail::PrefillMode::kRstdPdl ? "rstd_pdl" : "fused";
       return st;
     }  // CUTLASS refuses the shape: prescale below
   }

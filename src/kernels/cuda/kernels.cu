@@ -118,26 +118,35 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
   }
 }
 
-// ---- rstd per row: one warp per row
-// --------------------------------------------------------------
+// ---- rstd per row: one warp per row (grid-stride over the rows) -------------------------------
+// It lets the next kernel launch at once (griddepcontrol.launch_dependents: a no-op unless that
+// kernel is launched with PDL); such a kernel must still wait (griddepcontrol.wait) before reading
+// rstd. delay > 0 (race tests): every warp spins that many SM clocks before writing its rows.
 template <class E>
 __global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, float eps,
-                            float* rstd) {
-  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+                            float* rstd, long long delay) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int warps = gridDim.x * (blockDim.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (row >= M) return;
-  const typename E::T* xr = x + static_cast<int64_t>(row) * ldx;
   const int nvec = K / 8;
-  float s = 0.f;
-  int v = lane;
-  for (; v + 96 < nvec; v += 128) {
-    uint4 a = ld_nc(xr + v * 8), b = ld_nc(xr + (v + 32) * 8), c = ld_nc(xr + (v + 64) * 8),
-          d = ld_nc(xr + (v + 96) * 8);
-    s += sumsq8<E>(a) + sumsq8<E>(b) + sumsq8<E>(c) + sumsq8<E>(d);
+  for (int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < M; row += warps) {
+    const typename E::T* xr = x + static_cast<int64_t>(row) * ldx;
+    float s = 0.f;
+    int v = lane;
+    for (; v + 96 < nvec; v += 128) {
+      uint4 a = ld_nc(xr + v * 8), b = ld_nc(xr + (v + 32) * 8), c = ld_nc(xr + (v + 64) * 8),
+            d = ld_nc(xr + (v + 96) * 8);
+      s += sumsq8<E>(a) + sumsq8<E>(b) + sumsq8<E>(c) + sumsq8<E>(d);
+    }
+    for (; v < nvec; v += 32) s += sumsq8<E>(ld_nc(xr + v * 8));
+    s = warp_sum(s);
+    if (delay > 0) {
+      const long long t0 = clock64();
+      while (clock64() - t0 < delay) {
+      }
+    }
+    if (lane == 0) rstd[row] = 1.f / sqrtf(s / static_cast<float>(K) + eps);
   }
-  for (; v < nvec; v += 32) s += sumsq8<E>(ld_nc(xr + v * 8));
-  s = warp_sum(s);
-  if (lane == 0) rstd[row] = 1.f / sqrtf(s / static_cast<float>(K) + eps);
 }
 
 // ---- post-scale (two-stream scheme, prefill fallback)
@@ -554,15 +563,18 @@ cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s) {
 }
 
 cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
-                        float* rstd, cudaStream_t s) {
+                        float* rstd, cudaStream_t s, int max_ctas, long long delay) {
   const int rows_per_cta = 8;
-  const dim3 grid(static_cast<unsigned>((M + rows_per_cta - 1) / rows_per_cta));
+  int64_t ctas = (M + rows_per_cta - 1) / rows_per_cta;
+  if (max_ctas > 0) ctas = std::min<int64_t>(ctas, max_ctas);
+  const dim3 grid(static_cast<unsigned>(ctas));
   if (dt == DType::kBF16)
     rstd_kernel<BF16><<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(x), ldx,
-                                           static_cast<int>(M), static_cast<int>(K), eps, rstd);
+                                           static_cast<int>(M), static_cast<int>(K), eps, rstd,
+                                           delay);
   else
     rstd_kernel<FP16><<<grid, 256, 0, s>>>(static_cast<const __half*>(x), ldx, static_cast<int>(M),
-                                           static_cast<int>(K), eps, rstd);
+                                           static_cast<int>(K), eps, rstd, delay);
   return cudaGetLastError();
 }
 

@@ -126,7 +126,13 @@ struct LinearArgs {
 //              register-A wgmma reads) and multiply the fp32 accumulators by rstd before the
 //              epilogue (y in the input type or fp32); no extra read of x from memory; the join is
 //              inside the thread that owns a row's accumulators (after every wgmma of the tile
-//              and every k-tile's sum).
+//              and every k-tile's sum). Or (configurations >= kPrefillTiles * kPrefillOrders)
+//              rstd by PDL: a small rstd kernel (one warp per row, on the CTAs the GEMM leaves
+//              free) runs first, and the same GEMM without the in-mainloop reduction is launched
+//              behind it with programmatic dependent launch, so its mainloop overlaps the
+//              reduction; each consumer thread executes griddepcontrol.wait (the rstd grid has
+//              completed, its writes are visible) before its epilogue multiplies the tile's
+//              rows by rstd[m] from the context's buffer.
 //              Prescale (the tuned or heuristic choice for the shape, or the fallback: no
 //              CUTLASS, or CUTLASS refuses the shape): x_s = x * rstd(x) (one kernel) then a
 //              plain cuBLASLt GEMM on x_s, stream order as the join.
@@ -139,12 +145,16 @@ const char* impl_name(LinearImpl impl);
 
 // Test hooks for the race tests; never set in production.
 struct DebugHooks {
-  bool no_join = false;             // kTwoStream: skip the event wait on the rstd stream (the bug)
+  // kTwoStream: skip the event wait on the rstd stream; kPrefill by PDL: skip the GEMM's
+  // griddepcontrol.wait before its epilogue reads rstd (the bug the race tests must catch)
+  bool no_join = false;
   long long delay_gemm_cycles = 0;  // spin kernel before the GEMM (caller's stream)
-  long long delay_rstd_cycles = 0;  // spin kernel before the rstd kernel (side stream)
-  int decode_ksplit = 0;            // >0: force the decode kernel's split-K factor
-  int decode_rw = 0;                // >0: force the decode CTA's row-warps (1, 2 or 4)
-  int decode_kw = 0;                // >0: force the decode CTA's k-warps (rw * kw <= 8)
+  // kTwoStream / prescale: spin kernel before the rstd (norm) kernel; kPrefill by PDL: every warp
+  // of the rstd kernel spins this long before writing (after it has let the GEMM launch)
+  long long delay_rstd_cycles = 0;
+  int decode_ksplit = 0;  // >0: force the decode kernel's split-K factor
+  int decode_rw = 0;      // >0: force the decode CTA's row-warps (1, 2 or 4)
+  int decode_kw = 0;      // >0: force the decode CTA's k-warps (rw * kw <= 8)
   int prefill_tile =
       -2;  // >=0: force a fused prefill configuration (prefill_tile_name); -1: prescale
   bool prefill_prescale = false;  // kPrefill: take the prescale path even when fused is built
@@ -186,7 +196,8 @@ class LinearContext {
               const void* w, int64_t ldw, void* y, int64_t ldy, const float* alpha_rows,
               cudaStream_t stream, bool y_f32 = false);
 
-  // Which path the last kPrefill call took: "fused", "prescale" or "two_stream_fallback".
+  // Which path the last kPrefill call took: "fused" (rstd in the GEMM's mainloop), "rstd_pdl"
+  // (rstd kernel + PDL GEMM), "prescale" or "two_stream_fallback".
   const std::string& last_prefill_path() const { return last_prefill_path_; }
   // Decode configuration for this shape: debug overrides, else the tuned value (tune_decode), else
   // a heuristic (rw = 1, kw = 8 for M <= 8, about 8 warps per SM in total, split-K when the row
@@ -221,16 +232,21 @@ class LinearContext {
   static std::string prefill_tile_name(int config);
   static constexpr int kPrefillTiles = 10;  // tile configurations 0 .. 9
   static constexpr int kPrefillOrders = 9;  // tile-scheduler orders 0 .. 8
+  // Every configuration: tile + kPrefillTiles * order (rstd in the mainloop), the same plus
+  // kPrefillTiles * kPrefillOrders (rstd kernel + PDL).
+  static constexpr int kPrefillConfigs = 2 * kPrefillTiles * kPrefillOrders;
   // Whether this build has the fused prefill kernel (built with the CUTLASS headers).
   static bool has_fused_prefill();
   // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile in
-  // CUTLASS's default order, then every other order of the fastest fused tile, each a graph of
-  // calls over the n argument sets timed with CUDA events; the fastest is cached for (M, N, K).
+  // CUTLASS's default order with both ways of getting rstd (in the mainloop; rstd kernel + PDL),
+  // then every other order of the fastest fused configuration, each a graph of calls over the n
+  // argument sets timed with CUDA events; the fastest is cached for (M, N, K).
   // Returns it (a fused configuration or kPrefillPrescale), or -2 on error or when this build has
   // no fused prefill.
-  // *best_fused (optional): the fastest fused configuration even when prescale won (-2 if none).
+  // *best_fused (optional): the fastest fused configuration with rstd in the mainloop even when
+  // another won, *best_pdl (optional) the fastest with rstd kernel + PDL (-2 if none).
   int tune_prefill(const LinearArgs* sets, int n, cudaStream_t stream, Status* status = nullptr,
-                   double* best_us = nullptr, int* best_fused = nullptr);
+                   double* best_us = nullptr, int* best_fused = nullptr, int* best_pdl = nullptr);
   // Autotune the plain cuBLASLt GEMM y = x W^T of one shape (what `gemm` runs: the prescale
   // path's and the two-stream path's GEMM, the benchmark's bare and unfused baselines): up to 16
   // algorithms from cuBLASLt's heuristic (32 MiB workspace), each timed like tune_decode on the n
@@ -248,8 +264,9 @@ class LinearContext {
     double decode_us = -1;  // tune_decode (M <= 64), with every candidate it timed
     std::vector<std::pair<DecodeConfig, double>> decode_candidates;
     double prefill_us = -1;   // tune_prefill: its choice (a fused configuration or prescale)
-    int prefill_config = -2;  // and the fastest fused configuration
-    int prefill_fused = -2;
+    int prefill_config = -2;  // and its configuration
+    int prefill_fused = -2;   // the fastest with rstd in the mainloop
+    int prefill_pdl = -2;     // the fastest with rstd kernel + PDL
   };
   // Everything run() may use for the shape of the n argument sets, in this order: tune_gemm,
   // tune_decode (M <= 64), tune_prefill (kUnsupported from it, e.g. no CUTLASS in the build,
@@ -270,6 +287,7 @@ class LinearContext {
   Status run_two_stream(const LinearArgs& a, cudaStream_t s);
   // *refused: CUTLASS cannot implement this tile for the shape (the caller may fall back).
   Status run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s, bool* refused);
+  int rstd_ctas(int64_t M, int64_t N, int config) const;  // rstd kernel of a PDL configuration
   Status run_prescale(const LinearArgs& a, cudaStream_t s);
   // Times graph replays of `reps` calls of run(sets[r % n]) (best of 3); *ms per graph.
   template <class Run>
