@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -293,6 +294,15 @@ class LinearContext {
   template <class Run>
   Status time_graph(const Run& run, const LinearArgs* sets, int n, int reps, cudaStream_t stream,
                     float* ms);
+  // The tuners' final round: candidate i's graph of `reps` calls run(i, sets[r % n]) is captured
+  // for every i first, then `rounds` sweeps launch every graph once, starting at the next candidate
+  // each sweep, so that the finalists share the card's clock history (a sequential first pass
+  // times later candidates on a hotter, slower card). *median_ms: per candidate, ms per graph.
+  Status time_interleaved(int count, const std::function<Status(int, const LinearArgs&)>& run,
+                          const LinearArgs* sets, int n, int reps, cudaStream_t stream, int rounds,
+                          std::vector<float>* median_ms);
+  // Indices of the (at most) k smallest of ms, fastest first.
+  static std::vector<int> fastest(const std::vector<float>& ms, int k);
   Status ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s, const char* what);
   Status get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy,
                   bool row_alpha, bool y_f32, Plan** out);
