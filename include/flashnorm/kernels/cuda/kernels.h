@@ -211,10 +211,12 @@ class LinearContext {
   // Autotune the decode configuration for one shape: for every candidate (rw x kw in {1,2,4} x
   // {2,4,8}, split-K 1/2/4/8), captures a CUDA graph of `reps` calls cycling over the n argument
   // sets (same shape, different buffers, so that W is rotated past the L2; their y are
-  // overwritten), times its replay with CUDA events, and caches the fastest for (padded M, N, K).
-  // Synchronizes the stream; must not be called during capture. Returns the choice ({} on error);
-  // *best_us (optional) receives its time per call in microseconds, *timings (optional) every
-  // candidate's configuration and time per call in microseconds, in the order timed.
+  // overwritten), times its replay with CUDA events (median of 5), then times the four fastest
+  // again in 5 interleaved sweeps (time_interleaved) and caches the fastest of those for (padded M,
+  // N, K). Synchronizes the stream; must not be called during capture. Returns the choice ({} on
+  // error); *best_us (optional) receives its time per call in microseconds (interleaved median),
+  // *timings (optional) every candidate's configuration and first-pass time per call in
+  // microseconds, in the order timed.
   DecodeConfig tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
                            Status* status = nullptr, double* best_us = nullptr,
                            std::vector<std::pair<DecodeConfig, double>>* timings = nullptr);
@@ -241,7 +243,8 @@ class LinearContext {
   // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile in
   // CUTLASS's default order with both ways of getting rstd (in the mainloop; rstd kernel + PDL),
   // then every other order of the fastest fused configuration, each a graph of calls over the n
-  // argument sets timed with CUDA events; the fastest is cached for (M, N, K).
+  // argument sets timed with CUDA events; the four fastest are timed again interleaved (as in
+  // tune_decode) and the fastest of those is cached for (M, N, K).
   // Returns it (a fused configuration or kPrefillPrescale), or -2 on error or when this build has
   // no fused prefill.
   // *best_fused (optional): the fastest fused configuration with rstd in the mainloop even when
@@ -251,7 +254,8 @@ class LinearContext {
   // Autotune the plain cuBLASLt GEMM y = x W^T of one shape (what `gemm` runs: the prescale
   // path's and the two-stream path's GEMM, the benchmark's bare and unfused baselines): up to 16
   // algorithms from cuBLASLt's heuristic (32 MiB workspace), each timed like tune_decode on the n
-  // argument sets (x, w, y, ldx, ldw, ldy, y_f32 used; no bias, mask or scale); the fastest
+  // argument sets (x, w, y, ldx, ldw, ldy, y_f32 used; no bias, mask or scale; the three fastest
+  // timed again interleaved); the fastest
   // replaces the heuristic's first choice in the cached plan of that (dtype, M, N, K, ld*, y_f32).
   // Returns its time per call in microseconds (-1 on error, *status set); *n_algos (optional):
   // how many algorithms were timed.
@@ -290,7 +294,7 @@ class LinearContext {
   Status run_prefill_fused(const LinearArgs& a, int tile, cudaStream_t s, bool* refused);
   int rstd_ctas(int64_t M, int64_t N, int config) const;  // rstd kernel of a PDL configuration
   Status run_prescale(const LinearArgs& a, cudaStream_t s);
-  // Times graph replays of `reps` calls of run(sets[r % n]) (best of 3); *ms per graph.
+  // Times graph replays of `reps` calls of run(sets[r % n]) (median of 5); *ms per graph.
   template <class Run>
   Status time_graph(const Run& run, const LinearArgs* sets, int n, int reps, cudaStream_t stream,
                     float* ms);
