@@ -4,6 +4,7 @@
 // CPU reference. With --no-join the two-stream implementation skips its event join, and the
 // DelayRstd test must FAIL (the post-scale then reads the previous step's rstd: "outputs from the
 // past"); scripts/gpu_kernels.sh runs it that way once and records the failure.
+#include "flashnorm/kernels/cuda/device.h"
 #include "gpu_util.h"
 
 namespace {
@@ -126,6 +127,60 @@ TEST(RacePrefill, PdlRstdDelayedManyTiles) {
   h.delay_gemm_cycles = kDelay / 4;
   h.prefill_tile = 3 + kPdl;
   EXPECT_EQ(run_loop({fk::DType::kBF16, 1100, 600, 512, 12, fk::LinearImpl::kPrefill, h}), 0);
+}
+// The PDL prefill behind a kernel that lets its successors launch early and writes their input
+// late: the decode kernel launched with PDL triggers right after requesting its W, then computes
+// and writes y1, which is the prefill's x. The prefill's rstd kernel (launched with PDL) must wait
+// for it before reading x and before letting the GEMM (which reads x in its mainloop) launch; with
+// --no-join neither the rstd kernel nor the GEMM waits, and this test must FAIL (y1 is poisoned
+// before every step, so an early read gives NaN or the previous step's values).
+TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
+  const fk::DType dt = fk::DType::kBF16;
+  const int M = 64, K1 = 4096, N1 = 1024, N2 = 384, steps = 30;
+  std::vector<uint16_t> w1b, w2b, xb;
+  std::vector<float> w1f, w2f, xf;
+  random_half(dt, static_cast<size_t>(N1) * K1, 0, 0.05f, 0.f, 11, w1b, w1f);
+  random_half(dt, static_cast<size_t>(N2) * N1, 0, 0.05f, 0.f, 12, w2b, w2f);
+  DevMem x(static_cast<size_t>(M) * K1 * 2), w1(w1b.size() * 2), w2(w2b.size() * 2),
+      y1(static_cast<size_t>(M) * N1 * 2), y2(static_cast<size_t>(M) * N2 * 2);
+  CUDA_OK(cudaMemcpy(w1.p, w1b.data(), w1b.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(w2.p, w2b.data(), w2b.size() * 2, cudaMemcpyHostToDevice));
+  fk::Stream stream;
+  fk::LinearContext ctx;
+  fk::LinearArgs a1, a2;
+  a1.dtype = dt, a1.M = M, a1.N = N1, a1.K = K1, a1.x = x.p, a1.ldx = K1, a1.w = w1.p, a1.ldw = K1,
+  a1.y = y1.p, a1.ldy = N1, a1.eps = kEps, a1.pdl = true;
+  a2.dtype = dt, a2.M = M, a2.N = N2, a2.K = N1, a2.x = y1.p, a2.ldx = N1, a2.w = w2.p, a2.ldw = N1,
+  a2.y = y2.p, a2.ldy = N2, a2.eps = kEps;
+  int bad = 0;
+  std::vector<double> ref(static_cast<size_t>(M) * N2);
+  for (int step = 0; step < steps; ++step) {
+    random_half(dt, static_cast<size_t>(M) * K1, K1, 3.f, 3.f, 500 + step, xb, xf);
+    CUDA_OK(cudaMemcpyAsync(x.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice, stream.get()));
+    CUDA_OK(cudaMemsetAsync(y1.p, 0xff, y1.bytes, stream.get()));  // poison (NaN)
+    CUDA_OK(cudaMemsetAsync(y2.p, 0xff, y2.bytes, stream.get()));
+    ctx.debug = {};
+    FN_OK(ctx.run(a1, fk::LinearImpl::kDecode, stream.get()));
+    ctx.debug.prefill_tile = 3 + kPdl;
+    ctx.debug.no_join = g_no_join;
+    FN_OK(ctx.run(a2, fk::LinearImpl::kPrefill, stream.get()));
+    ctx.debug = {};
+    CUDA_OK(cudaStreamSynchronize(stream.get()));
+    // the reference starts from the y1 the decode kernel wrote (complete after the synchronize)
+    const std::vector<float> y1f = download_half(dt, y1.p, static_cast<size_t>(M) * N1);
+    const std::vector<float> y2f = download_half(dt, y2.p, static_cast<size_t>(M) * N2);
+    ASSERT_EQ(y2f.size(), ref.size());
+    fc::flashnorm_linear(y1f.data(), w2f.data(), nullptr, nullptr, M, N2, N1, kEps, ref.data());
+    const double e = fc::rel_error(y2f.data(), ref.data(), static_cast<int64_t>(ref.size()));
+    if (!(e < 1e-2)) {
+      if (bad < 5) ADD_FAILURE() << "step " << step << ": relative error " << e;
+      ++bad;
+    }
+  }
+  std::printf("prefill (PDL) after PDL decode: %d of %d steps wrong\n", bad, steps);
+  EXPECT_EQ(bad, 0);
 }
 TEST(RaceDecode, SplitKReuse) {
   fk::DebugHooks h;

@@ -119,12 +119,16 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
 }
 
 // ---- rstd per row: one warp per row (grid-stride over the rows) -------------------------------
-// It lets the next kernel launch at once (griddepcontrol.launch_dependents: a no-op unless that
-// kernel is launched with PDL); such a kernel must still wait (griddepcontrol.wait) before reading
-// rstd. delay > 0 (race tests): every warp spins that many SM clocks before writing its rows.
+// Launched with PDL (the PDL prefill), it first waits for the preceding kernel
+// (griddepcontrol.wait: x may be that kernel's output, and it may still read rstd) unless wait_prev
+// is 0 (the race test's --no-join run), then lets the next kernel launch at once
+// (griddepcontrol.launch_dependents); that kernel must itself wait before reading rstd. Without the
+// launch attribute both instructions are no-ops. delay > 0 (race tests): every warp spins that many
+// SM clocks before writing its rows.
 template <class E>
 __global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, float eps,
-                            float* rstd, long long delay) {
+                            float* rstd, long long delay, int wait_prev) {
+  if (wait_prev) asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int warps = gridDim.x * (blockDim.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -563,19 +567,19 @@ cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s) {
 }
 
 cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
-                        float* rstd, cudaStream_t s, int max_ctas, long long delay) {
+                        float* rstd, cudaStream_t s, int max_ctas, long long delay, bool pdl,
+                        bool wait_prev) {
   const int rows_per_cta = 8;
   int64_t ctas = (M + rows_per_cta - 1) / rows_per_cta;
   if (max_ctas > 0) ctas = std::min<int64_t>(ctas, max_ctas);
   const dim3 grid(static_cast<unsigned>(ctas));
+  const int w = wait_prev ? 1 : 0;
   if (dt == DType::kBF16)
-    rstd_kernel<BF16><<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(x), ldx,
-                                           static_cast<int>(M), static_cast<int>(K), eps, rstd,
-                                           delay);
-  else
-    rstd_kernel<FP16><<<grid, 256, 0, s>>>(static_cast<const __half*>(x), ldx, static_cast<int>(M),
-                                           static_cast<int>(K), eps, rstd, delay);
-  return cudaGetLastError();
+    return launch_ex(rstd_kernel<BF16>, grid, dim3(256), 0, s, pdl,
+                     static_cast<const __nv_bfloat16*>(x), ldx, static_cast<int>(M),
+                     static_cast<int>(K), eps, rstd, delay, w);
+  return launch_ex(rstd_kernel<FP16>, grid, dim3(256), 0, s, pdl, static_cast<const __half*>(x),
+                   ldx, static_cast<int>(M), static_cast<int>(K), eps, rstd, delay, w);
 }
 
 cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ldy,

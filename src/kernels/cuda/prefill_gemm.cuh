@@ -453,10 +453,12 @@ struct FusedGemm {
   }
 
   // kRstdPdl (r non-null): the GEMM's setup (initialize: kernel attributes, the scheduler's
-  // workspace), then the rstd kernel on s (an ordinary launch: it starts after everything before it
-  // on s, so x is complete), then the GEMM launched with PDL right behind it: its mainloop (x, W:
-  // not written by the rstd kernel) overlaps the reduction; its epilogue reads rstd only after
-  // griddepcontrol.wait (RowScaleCollective::finish).
+  // workspace), then the rstd kernel on s, launched with PDL behind whatever precedes it: it waits
+  // for that kernel (griddepcontrol.wait: x complete, the previous reader of rstd done) before it
+  // lets the GEMM launch (launch_dependents), so when the GEMM starts, x is complete; the GEMM,
+  // launched with PDL right behind it, runs its mainloop (x, W: not written by the rstd kernel)
+  // while the reduction runs, and its epilogue reads rstd only after griddepcontrol.wait
+  // (RowScaleCollective::finish).
   static Status launch(const LinearArgs& p, int sm_count, int order, void* workspace,
                        cudaStream_t s, bool* refused, const PrefillRstd* r) {
     if (kPdl && !r)
@@ -472,8 +474,8 @@ struct FusedGemm {
     }
     st = gemm.initialize(args, workspace, s);
     if (kPdl && st == cutlass::Status::kSuccess) {
-      const cudaError_t e =
-          launch_rstd(p.dtype, p.M, p.K, p.x, p.ldx, p.eps, r->rstd, s, r->ctas, r->delay);
+      const cudaError_t e = launch_rstd(p.dtype, p.M, p.K, p.x, p.ldx, p.eps, r->rstd, s, r->ctas,
+                                        r->delay, /*pdl=*/true, /*wait_prev=*/r->join);
       if (e != cudaSuccess)
         return {Code::kCudaError,
                 fmt::format("flashnorm_linear: rstd kernel launch: {}", cudaGetErrorString(e))};
