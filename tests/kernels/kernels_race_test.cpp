@@ -129,11 +129,12 @@ TEST(RacePrefill, PdlRstdDelayedManyTiles) {
   EXPECT_EQ(run_loop({fk::DType::kBF16, 1100, 600, 512, 12, fk::LinearImpl::kPrefill, h}), 0);
 }
 // The PDL prefill behind a kernel that lets its successors launch early and writes their input
-// late: the decode kernel launched with PDL triggers right after requesting its W, then computes
-// and writes y1, which is the prefill's x. The prefill's rstd kernel (launched with PDL) must wait
-// for it before reading x and before letting the GEMM (which reads x in its mainloop) launch; with
-// --no-join neither the rstd kernel nor the GEMM waits, and this test must FAIL (y1 is poisoned
-// before every step, so an early read gives NaN or the previous step's values).
+// late: the decode kernel launched with PDL behind a delayed kernel (the spin kernel, which lets it
+// launch at once) triggers right after requesting its W, then waits ~0.2 ms for the spin kernel
+// before it computes and writes y1, which is the prefill's x. The prefill's rstd kernel (launched
+// with PDL) must wait for it before reading x and before letting the GEMM (which reads x in its
+// mainloop) launch; with --no-join neither the rstd kernel nor the GEMM waits, and this test must
+// FAIL (y1 is poisoned before every step, so an early read gives NaN).
 TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
@@ -162,6 +163,7 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
     CUDA_OK(cudaMemsetAsync(y1.p, 0xff, y1.bytes, stream.get()));  // poison (NaN)
     CUDA_OK(cudaMemsetAsync(y2.p, 0xff, y2.bytes, stream.get()));
     ctx.debug = {};
+    ctx.debug.delay_gemm_cycles = kDelay;  // spin kernel before the decode kernel
     FN_OK(ctx.run(a1, fk::LinearImpl::kDecode, stream.get()));
     ctx.debug.prefill_tile = 3 + kPdl;
     ctx.debug.no_join = g_no_join;

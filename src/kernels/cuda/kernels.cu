@@ -200,7 +200,10 @@ __global__ void postscale_kernel(typename E::T* y, int64_t ldy, int M, int N, co
   }
 }
 
+// Lets a PDL-launched successor start at once (it must wait for this kernel before touching
+// anything), so a delayed producer also tests the successor's griddepcontrol.wait.
 __global__ void spin_kernel(long long cycles) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
   }

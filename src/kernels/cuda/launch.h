@@ -60,7 +60,8 @@ cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t l
 cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ldy,
                              const float* rstd, const void* bias, const uint8_t* mask,
                              cudaStream_t s, bool y_f32 = false);
-// One thread spinning for `cycles` SM clocks (race tests delay a producer with it).
+// One thread spinning for `cycles` SM clocks (race tests delay a producer with it); a successor
+// launched with PDL may start at once (it triggers launch_dependents first).
 cudaError_t launch_spin(long long cycles, cudaStream_t s);
 
 }  // namespace flashnorm::kernels::cuda::detail
