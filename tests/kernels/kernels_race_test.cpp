@@ -164,6 +164,9 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
     CUDA_OK(cudaMemsetAsync(y2.p, 0xff, y2.bytes, stream.get()));
     ctx.debug = {};
     ctx.debug.delay_gemm_cycles = kDelay;  // spin kernel before the decode kernel
+    // 64 CTAs, no split-K: all resident at once, so all trigger early (a grid larger than one wave
+    // triggers only when its last CTAs start, i.e. near its end: the window closes)
+    ctx.debug.decode_ksplit = 1, ctx.debug.decode_rw = 1, ctx.debug.decode_kw = 4;
     FN_OK(ctx.run(a1, fk::LinearImpl::kDecode, stream.get()));
     ctx.debug.prefill_tile = 3 + kPdl;
     ctx.debug.no_join = g_no_join;
