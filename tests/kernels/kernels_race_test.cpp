@@ -129,12 +129,13 @@ TEST(RacePrefill, PdlRstdDelayedManyTiles) {
   EXPECT_EQ(run_loop({fk::DType::kBF16, 1100, 600, 512, 12, fk::LinearImpl::kPrefill, h}), 0);
 }
 // The PDL prefill behind a kernel that lets its successors launch early and writes their input
-// late: the decode kernel launched with PDL behind a delayed kernel (the spin kernel, which lets it
-// launch at once) triggers right after requesting its W, then waits ~0.2 ms for the spin kernel
-// before it computes and writes y1, which is the prefill's x. The prefill's rstd kernel (launched
-// with PDL) must wait for it before reading x and before letting the GEMM (which reads x in its
-// mainloop) launch; with --no-join neither the rstd kernel nor the GEMM waits, and this test must
-// FAIL (y1 is poisoned before every step, so an early read gives NaN).
+// late: the decode kernel triggers launch_dependents right after requesting its W, then computes
+// and writes y1, which is the prefill's x. The prefill's rstd kernel (launched with PDL) must wait
+// for it before reading x and before letting the GEMM (which reads x in its mainloop) launch; with
+// --no-join neither the rstd kernel nor the GEMM waits, and this test must FAIL (y1 is poisoned
+// before every step, so an early read gives NaN). (With the decode kernel itself launched with PDL
+// behind a delayed kernel, the --no-join run passed on the H200: the rstd kernel did not start
+// before the decode kernel had finished, so that chain does not open the window.)
 TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
@@ -152,7 +153,7 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
   fk::LinearContext ctx;
   fk::LinearArgs a1, a2;
   a1.dtype = dt, a1.M = M, a1.N = N1, a1.K = K1, a1.x = x.p, a1.ldx = K1, a1.w = w1.p, a1.ldw = K1,
-  a1.y = y1.p, a1.ldy = N1, a1.eps = kEps, a1.pdl = true;
+  a1.y = y1.p, a1.ldy = N1, a1.eps = kEps;
   a2.dtype = dt, a2.M = M, a2.N = N2, a2.K = N1, a2.x = y1.p, a2.ldx = N1, a2.w = w2.p, a2.ldw = N1,
   a2.y = y2.p, a2.ldy = N2, a2.eps = kEps;
   int bad = 0;
@@ -163,7 +164,6 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
     CUDA_OK(cudaMemsetAsync(y1.p, 0xff, y1.bytes, stream.get()));  // poison (NaN)
     CUDA_OK(cudaMemsetAsync(y2.p, 0xff, y2.bytes, stream.get()));
     ctx.debug = {};
-    ctx.debug.delay_gemm_cycles = kDelay;  // spin kernel before the decode kernel
     // 64 CTAs, no split-K: all resident at once, so all trigger early (a grid larger than one wave
     // triggers only when its last CTAs start, i.e. near its end: the window closes)
     ctx.debug.decode_ksplit = 1, ctx.debug.decode_rw = 1, ctx.debug.decode_kw = 4;
@@ -184,7 +184,7 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
       ++bad;
     }
   }
-  std::printf("prefill (PDL) after PDL decode: %d of %d steps wrong\n", bad, steps);
+  std::printf("prefill (PDL) after decode: %d of %d steps wrong\n", bad, steps);
   EXPECT_EQ(bad, 0);
 }
 TEST(RaceDecode, SplitKReuse) {
