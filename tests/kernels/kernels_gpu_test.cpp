@@ -343,6 +343,80 @@ TEST(LinearTune, TuneGemm) {
     EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
   }
 }
+// tune_prefill refuses argument sets of different shapes (before it times anything).
+TEST(LinearTune, TunePrefillRefusesMismatchedSets) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  const LinCase c{fk::DType::kBF16, 64, 136, 256, false, false, 0};
+  DevMem x(c.M * c.K * 2), w(c.N * c.K * 2), y(c.M * c.N * 2);
+  fk::LinearArgs a[2];
+  for (int i = 0; i < 2; ++i) {
+    a[i].dtype = c.dt, a[i].M = c.M - 8 * i, a[i].N = c.N, a[i].K = c.K, a[i].x = x.p;
+    a[i].ldx = c.K, a[i].w = w.p, a[i].ldw = c.K, a[i].y = y.p, a[i].ldy = c.N;
+  }
+  fk::LinearContext local;
+  fk::Stream stream;
+  fk::Status st;
+  EXPECT_EQ(local.tune_prefill(a, 2, stream.get(), &st), -2);
+  EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
+}
+// The PDL prefill captured in a CUDA graph (the launch attribute becomes a programmatic edge
+// between the rstd kernel and the GEMM, and between a call and the next): three calls on different
+// x and y, replayed twice, every output against the fp64 reference.
+TEST(LinearSmall, PrefillPdlInGraph) {
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
+  const LinCase c{fk::DType::kBF16, 130, 264, 200, false, false, 0};
+  const LinData& d = lin_data(c);
+  const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
+               yn = static_cast<size_t>(c.M) * c.N;
+  DevMem w(wn * 2), x0(xn * 2), x1(xn * 2), x2(xn * 2), y0(yn * 2), y1(yn * 2), y2(yn * 2);
+  DevMem* xs[3] = {&x0, &x1, &x2};
+  DevMem* ys[3] = {&y0, &y1, &y2};
+  CUDA_OK(cudaMemcpy(w.p, d.wb.data(), wn * 2, cudaMemcpyHostToDevice));
+  // x1 = x0 * 2 and x2 = x0 * 4 (exact in bf16): rstd halves and quarters, y stays the same
+  std::vector<uint16_t> xb2(xn), xb4(xn);
+  for (size_t i = 0; i < xn; ++i) {
+    xb2[i] = to_half_bits(c.dt, d.xf[i] * 2.f);
+    xb4[i] = to_half_bits(c.dt, d.xf[i] * 4.f);
+  }
+  CUDA_OK(cudaMemcpy(x0.p, d.xb.data(), xn * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(x1.p, xb2.data(), xn * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(x2.p, xb4.data(), xn * 2, cudaMemcpyHostToDevice));
+  fk::LinearContext local;
+  local.debug.prefill_tile = 3 + kPdl;
+  fk::Stream stream;
+  auto args = [&](int i) {
+    fk::LinearArgs a;
+    a.dtype = c.dt, a.M = c.M, a.N = c.N, a.K = c.K, a.x = xs[i]->p, a.ldx = c.K, a.w = w.p;
+    a.ldw = c.K, a.y = ys[i]->p, a.ldy = c.N, a.eps = kEps;
+    return a;
+  };
+  FN_OK(local.run(args(0), fk::LinearImpl::kPrefill, stream.get()));  // grows the workspaces
+  CUDA_OK(cudaStreamSynchronize(stream.get()));
+  EXPECT_EQ(local.last_prefill_path(), "rstd_pdl");
+  cudaGraph_t g = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 3; ++i) FN_OK(local.run(args(i), fk::LinearImpl::kPrefill, stream.get()));
+  CUDA_OK(cudaStreamEndCapture(stream.get(), &g));
+  cudaGraphExec_t ge = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  cudaGraphDestroy(g);
+  for (int rep = 0; rep < 2; ++rep) {
+    for (DevMem* y : ys) CUDA_OK(cudaMemsetAsync(y->p, 0xff, yn * 2, stream.get()));  // poison
+    CUDA_OK(cudaGraphLaunch(ge, stream.get()));
+    CUDA_OK(cudaStreamSynchronize(stream.get()));
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> got = download_half(c.dt, ys[i]->p, yn);
+      ASSERT_EQ(got.size(), yn);
+      for (size_t r = 0; r < d.rows.size(); ++r) {
+        const double e = fc::rel_error(got.data() + static_cast<size_t>(d.rows[r]) * c.N,
+                                       d.ref.data() + r * c.N, c.N);
+        EXPECT_LT(e, 1e-2) << "replay " << rep << " call " << i << " row " << d.rows[r];
+      }
+    }
+  }
+  cudaGraphExecDestroy(ge);
+}
 // kAuto between 16 < M <= 64: kPrefill until both implementations are tuned for the shape, then
 // the one whose tuned time was lower; each candidate timed by tune_decode is reported. (Not in a
 // *Small* suite: it runs both tuners, too slow under compute-sanitizer's filters.)

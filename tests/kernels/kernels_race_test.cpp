@@ -105,16 +105,21 @@ TEST(RacePrefill, FusedAfterDelayedKernel) {
 // for the rstd grid. With --no-join the wait is skipped: the epilogue then reads the previous
 // step's rstd (or, at step 0, whatever the buffer held), and this test must FAIL. Shared-memory and
 // register-A tiles; rstd on the SMs the GEMM leaves idle.
-TEST(RacePrefill, PdlRstdDelayed) {
-  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+int pdl_rstd_delayed(int tile) {
   constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
-  for (int tile : {3, 7}) {
-    fk::DebugHooks h;
-    h.no_join = g_no_join;
-    h.delay_rstd_cycles = kDelay;
-    h.prefill_tile = tile + kPdl;
-    EXPECT_EQ(run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h}), 0);
-  }
+  fk::DebugHooks h;
+  h.no_join = g_no_join;
+  h.delay_rstd_cycles = kDelay;
+  h.prefill_tile = tile + kPdl;
+  return run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h});
+}
+TEST(RacePrefill, PdlRstdDelayed) {  // shared-memory tile (64x64 ping-pong)
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  EXPECT_EQ(pdl_rstd_delayed(3), 0);
+}
+TEST(RacePrefill, PdlRstdDelayedRegisterA) {  // register-A tile (RS 64x64 ping-pong)
+  if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
+  EXPECT_EQ(pdl_rstd_delayed(7), 0);
 }
 // The same with more GEMM tiles than SMs (the rstd kernel then spans the SMs the GEMM needs) and a
 // delayed GEMM predecessor: the rstd kernel and the GEMM both start after it.

@@ -592,7 +592,7 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
   };
   // every tile in the default order, rstd in the mainloop and by PDL, then the other orders of
   // the fastest of those
-  try_config(kPrefillPrescale);
+  if (st.ok()) try_config(kPrefillPrescale);
   for (int pdl_mode = 0; pdl_mode < 2 && st.ok(); ++pdl_mode)
     for (int tile = 0; tile < detail::kPrefillTiles && st.ok(); ++tile)
       try_config(tile + pdl_mode * kPerMode);
@@ -729,7 +729,10 @@ Status LinearContext::run_prefill_fused(const LinearArgs& a, int tile, cudaStrea
   if (!st.ok()) return st;
   detail::PrefillRstd r;
   if (!plain && detail::prefill_mode(tile) == detail::PrefillMode::kRstdPdl) {
-    st = ensure(&rstd_, &rstd_cap_, static_cast<size_t>(a.M) * sizeof(float), s, "rstd buffer");
+    // rounded up to whole 16-byte vectors: the epilogue's column broadcast may load rstd in
+    // vectors of up to 4 floats, predicated on the first element's row
+    st = ensure(&rstd_, &rstd_cap_, static_cast<size_t>((a.M + 3) / 4 * 4) * sizeof(float), s,
+                "rstd buffer");
     if (!st.ok()) return st;
     r.rstd = static_cast<float*>(rstd_);
     r.ctas = rstd_ctas(a.M, a.N, tile);

@@ -121,10 +121,11 @@ __global__ void rms_norm_kernel(RmsNormArgs a) {
 // ---- rstd per row: one warp per row (grid-stride over the rows) -------------------------------
 // Launched with PDL (the PDL prefill), it first waits for the preceding kernel
 // (griddepcontrol.wait: x may be that kernel's output, and it may still read rstd) unless wait_prev
-// is 0 (the race test's --no-join run), then lets the next kernel launch at once
-// (griddepcontrol.launch_dependents); that kernel must itself wait before reading rstd. Without the
-// launch attribute both instructions are no-ops. delay > 0 (race tests): every warp spins that many
-// SM clocks before writing its rows.
+// is 0 (the race test's --no-join run); launched without the attribute the wait is a no-op. It then
+// lets the next kernel launch at once (griddepcontrol.launch_dependents), which takes effect
+// whenever that kernel is launched with PDL (after the two-stream and row_rstd launches none is);
+// such a kernel must itself wait before reading rstd. delay > 0 (race tests): every warp spins that
+// many SM clocks, once, before it reads x and writes its rows.
 template <class E>
 __global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, float eps,
                             float* rstd, long long delay, int wait_prev) {
@@ -133,6 +134,11 @@ __global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, f
   const int warps = gridDim.x * (blockDim.x >> 5);
   const int lane = threadIdx.x & 31;
   const int nvec = K / 8;
+  if (delay > 0) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < delay) {
+    }
+  }
   for (int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < M; row += warps) {
     const typename E::T* xr = x + static_cast<int64_t>(row) * ldx;
     float s = 0.f;
@@ -144,11 +150,6 @@ __global__ void rstd_kernel(const typename E::T* x, int64_t ldx, int M, int K, f
     }
     for (; v < nvec; v += 32) s += sumsq8<E>(ld_nc(xr + v * 8));
     s = warp_sum(s);
-    if (delay > 0) {
-      const long long t0 = clock64();
-      while (clock64() - t0 < delay) {
-      }
-    }
     if (lane == 0) rstd[row] = 1.f / sqrtf(s / static_cast<float>(K) + eps);
   }
 }

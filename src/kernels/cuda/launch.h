@@ -49,9 +49,9 @@ cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s);
 cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s);
 // rstd[m] = 1 / sqrt(mean(x[m, :]^2) + eps), fp32, one warp per row on at most max_ctas CTAs of 8
 // warps (0: ceil(M / 8), one row per warp); lets a PDL-launched successor start at once. delay:
-// SM clocks each warp spins before writing (race tests; 0 in production). pdl: launched with
-// programmatic stream serialization, waiting for the preceding kernel before touching x or rstd
-// (wait_prev = false only for the race test's --no-join run).
+// SM clocks each warp spins, once, before reading x (race tests; 0 in production). pdl: launched
+// with programmatic stream serialization, waiting for the preceding kernel before touching x or
+// rstd (wait_prev = false only for the race test's --no-join run).
 cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t ldx, float eps,
                         float* rstd, cudaStream_t s, int max_ctas = 0, long long delay = 0,
                         bool pdl = false, bool wait_prev = true);

@@ -36,7 +36,8 @@ PrefillMode prefill_mode(int config);  // kFused or kRstdPdl, from the configura
 
 // kRstdPdl's rstd buffer and launch: rstd fp32 [M] on the device (overwritten), the rstd kernel's
 // CTA count (0: one warp per row), its test delay (SM clocks, 0 in production) and whether the
-// GEMM waits for it (false only in the race test's --no-join run: the bug it must catch).
+// rstd kernel waits for the kernel before it and the GEMM for the rstd kernel (false only in the
+// race test's --no-join run: the bugs it must catch).
 struct PrefillRstd {
   float* rstd = nullptr;
   int ctas = 0;

@@ -146,12 +146,14 @@ const char* impl_name(LinearImpl impl);
 
 // Test hooks for the race tests; never set in production.
 struct DebugHooks {
-  // kTwoStream: skip the event wait on the rstd stream; kPrefill by PDL: skip the GEMM's
-  // griddepcontrol.wait before its epilogue reads rstd (the bug the race tests must catch)
+  // kTwoStream: skip the event wait on the rstd stream; kPrefill by PDL: skip both
+  // griddepcontrol.wait (the rstd kernel's, for the kernel before it, and the GEMM's, before its
+  // epilogue reads rstd): the bugs the race tests must catch
   bool no_join = false;
   long long delay_gemm_cycles = 0;  // spin kernel before the GEMM (caller's stream)
   // kTwoStream / prescale: spin kernel before the rstd (norm) kernel; kPrefill by PDL: every warp
-  // of the rstd kernel spins this long before writing (after it has let the GEMM launch)
+  // of the rstd kernel spins this long, once, before it reads x and writes rstd (after it has let
+  // the GEMM launch)
   long long delay_rstd_cycles = 0;
   int decode_ksplit = 0;  // >0: force the decode kernel's split-K factor
   int decode_rw = 0;      // >0: force the decode CTA's row-warps (1, 2 or 4)
