@@ -227,13 +227,15 @@ class LinearContext {
   // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
   // tile when it fills every SM, else prescale; below, the largest shared-memory tile that still
   // gives every SM a tile).
-  // A fused configuration is tile + kPrefillTiles * order: the CTA tile / mainloop (0 .. 9) and
-  // the persistent tile scheduler's order of the output tiles (0 .. kPrefillOrders - 1: CUTLASS's
-  // default, then raster along M or N with swizzle 1, 2, 4, 8; a runtime argument of the same
-  // kernel, it changes which tiles run concurrently and so what the L2 holds).
+  // A fused configuration is tile + kPrefillTiles * order (+ kPrefillTiles * kPrefillOrders for
+  // rstd kernel + PDL): the CTA tile / mainloop (0 .. 9) and the persistent tile scheduler's order
+  // of the output tiles (0 .. kPrefillOrders - 1: CUTLASS's default, then raster along M or N with
+  // swizzle 1, 2, 4, 8; a runtime argument of the same kernel, it changes which tiles run
+  // concurrently and so what the L2 holds).
   static constexpr int kPrefillPrescale = -1;
   int prefill_tile(int64_t M, int64_t N, int64_t K) const;
-  // "RS 128x256 cluster 2x1 cooperative, raster N swizzle 4" (tile, then the order unless default).
+  // "RS 128x256 cluster 2x1 cooperative, raster N swizzle 4" (tile, then the order unless default,
+  // then ", rstd kernel + PDL" for those configurations); "?" outside 0 .. kPrefillConfigs - 1.
   static std::string prefill_tile_name(int config);
   static constexpr int kPrefillTiles = 10;  // tile configurations 0 .. 9
   static constexpr int kPrefillOrders = 9;  // tile-scheduler orders 0 .. 8
