@@ -256,7 +256,6 @@ TEST(LinearSmall, PrefillFusedTiles) {
 }
 // The rstd-by-PDL configurations (rstd kernel, then the GEMM launched behind it, epilogue scale):
 // every tile, both dtypes, y in the input type and fp32, the same shapes as the fused tiles.
-constexpr int kPdlConfigs = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
 TEST(LinearSmall, PrefillPdlTiles) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
@@ -264,9 +263,10 @@ TEST(LinearSmall, PrefillPdlTiles) {
       for (LinCase c :
            {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
             LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile + kPdlConfigs);
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
+                   tile + fk::LinearContext::kPrefillPdlFirst);
       run_linear({dt, 70, 136, 520, false, false, 0}, fk::LinearImpl::kPrefill, 0, 0, 0,
-                 tile + kPdlConfigs, false, true);
+                 tile + fk::LinearContext::kPrefillPdlFirst, false, true);
     }
 }
 // More rows than the rstd kernel has warps (its grid-stride loop), more GEMM tiles than SMs, and
@@ -277,11 +277,13 @@ TEST(LinearPrefill, PdlTilesLarger) {
     for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
       for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
                         LinCase{dt, 4096, 1544, 576, false, false, 12}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile + kPdlConfigs);
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
+                   tile + fk::LinearContext::kPrefillPdlFirst);
   for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
     for (int tile : {3, 4})
-      run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
-                 0, 0, tile + fk::LinearContext::kPrefillTiles * order + kPdlConfigs);
+      run_linear(
+          {fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0, 0, 0,
+          tile + fk::LinearContext::kPrefillTiles * order + fk::LinearContext::kPrefillPdlFirst);
 }
 TEST(LinearPrefill, FusedTilesLarger) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
@@ -364,7 +366,6 @@ TEST(LinearTune, TunePrefillRefusesMismatchedSets) {
 // x and y, replayed twice, every output against the fp64 reference.
 TEST(LinearSmall, PrefillPdlInGraph) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
   const LinCase c{fk::DType::kBF16, 130, 264, 200, false, false, 0};
   const LinData& d = lin_data(c);
   const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
@@ -383,7 +384,7 @@ TEST(LinearSmall, PrefillPdlInGraph) {
   CUDA_OK(cudaMemcpy(x1.p, xb2.data(), xn * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(x2.p, xb4.data(), xn * 2, cudaMemcpyHostToDevice));
   fk::LinearContext local;
-  local.debug.prefill_tile = 3 + kPdl;
+  local.debug.prefill_tile = 3 + fk::LinearContext::kPrefillPdlFirst;
   fk::Stream stream;
   auto args = [&](int i) {
     fk::LinearArgs a;

@@ -106,11 +106,10 @@ TEST(RacePrefill, FusedAfterDelayedKernel) {
 // step's rstd (or, at step 0, whatever the buffer held), and this test must FAIL. Shared-memory and
 // register-A tiles; rstd on the SMs the GEMM leaves idle.
 int pdl_rstd_delayed(int tile) {
-  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
   fk::DebugHooks h;
   h.no_join = g_no_join;
   h.delay_rstd_cycles = kDelay;
-  h.prefill_tile = tile + kPdl;
+  h.prefill_tile = tile + fk::LinearContext::kPrefillPdlFirst;
   return run_loop({fk::DType::kBF16, 96, 512, 1024, 50, fk::LinearImpl::kPrefill, h});
 }
 TEST(RacePrefill, PdlRstdDelayed) {  // shared-memory tile (64x64 ping-pong)
@@ -125,12 +124,11 @@ TEST(RacePrefill, PdlRstdDelayedRegisterA) {  // register-A tile (RS 64x64 ping-
 // delayed GEMM predecessor: the rstd kernel and the GEMM both start after it.
 TEST(RacePrefill, PdlRstdDelayedManyTiles) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
   fk::DebugHooks h;
   h.no_join = g_no_join;
   h.delay_rstd_cycles = kDelay / 4;
   h.delay_gemm_cycles = kDelay / 4;
-  h.prefill_tile = 3 + kPdl;
+  h.prefill_tile = 3 + fk::LinearContext::kPrefillPdlFirst;
   EXPECT_EQ(run_loop({fk::DType::kBF16, 1100, 600, 512, 12, fk::LinearImpl::kPrefill, h}), 0);
 }
 // The PDL prefill behind a kernel that lets its successors launch early and writes their input
@@ -143,7 +141,6 @@ TEST(RacePrefill, PdlRstdDelayedManyTiles) {
 // before the decode kernel had finished, so that chain does not open the window.)
 TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  constexpr int kPdl = fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders;
   const fk::DType dt = fk::DType::kBF16;
   const int M = 64, K1 = 4096, N1 = 1024, N2 = 384, steps = 30;
   std::vector<uint16_t> w1b, w2b, xb;
@@ -173,7 +170,7 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
     // triggers only when its last CTAs start, i.e. near its end: the window closes)
     ctx.debug.decode_ksplit = 1, ctx.debug.decode_rw = 1, ctx.debug.decode_kw = 4;
     FN_OK(ctx.run(a1, fk::LinearImpl::kDecode, stream.get()));
-    ctx.debug.prefill_tile = 3 + kPdl;
+    ctx.debug.prefill_tile = 3 + fk::LinearContext::kPrefillPdlFirst;
     ctx.debug.no_join = g_no_join;
     FN_OK(ctx.run(a2, fk::LinearImpl::kPrefill, stream.get()));
     ctx.debug = {};

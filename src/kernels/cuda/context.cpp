@@ -401,21 +401,18 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
         if (st.ok()) cand.push_back(c), cand_ms.push_back(ms);
         if (st.ok() && ms < best_ms) best_ms = ms, best = c;
       }
-  // playoff of the four fastest, interleaved
-  const std::vector<int> fin = fastest(cand_ms, 4);
-  if (st.ok() && fin.size() > 1) {
-    std::vector<float> med;
-    st = time_interleaved(
-        static_cast<int>(fin.size()),
+  int w = -1;
+  float w_ms = 0;
+  if (st.ok())
+    st = playoff(
+        cand_ms, 4,
         [&](int i, const LinearArgs& x) {
-          const DecodeConfig& c = cand[fin[i]];
-          debug.decode_rw = c.rw, debug.decode_kw = c.kw, debug.decode_ksplit = c.ks;
+          debug.decode_rw = cand[i].rw, debug.decode_kw = cand[i].kw,
+          debug.decode_ksplit = cand[i].ks;
           return run_decode(x, stream);
         },
-        sets, n, reps, stream, 5, &med);
-    for (size_t i = 0; i < fin.size() && st.ok(); ++i)
-      if (i == 0 || med[i] < best_ms) best_ms = med[i], best = cand[fin[i]];
-  }
+        sets, n, reps, stream, &w, &w_ms);
+  if (st.ok() && w >= 0) best_ms = w_ms, best = cand[w];
   debug = saved;
   if (status) *status = st;
   if (!st.ok()) return {};
@@ -429,49 +426,10 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
 template <class Run>
 Status LinearContext::time_graph(const Run& run, const LinearArgs* sets, int n, int reps,
                                  cudaStream_t stream, float* ms_out) {
-  *ms_out = 1e30f;
-  Status st = run(sets[0]);  // warm-up (grows workspaces if needed)
-  if (st.ok()) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (st.ok()) st = cuda_status(cudaEventCreate(&e0), "cudaEventCreate");
-  if (st.ok()) st = cuda_status(cudaEventCreate(&e1), "cudaEventCreate");
-  if (st.ok())
-    st = cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                     "cudaStreamBeginCapture");
-  if (st.ok()) {
-    for (int r = 0; r < reps && st.ok(); ++r) st = run(sets[r % n]);
-    cudaGraph_t captured = nullptr;
-    const Status end = cuda_status(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
-    if (st.ok() && end.ok()) {
-      g = captured;
-    } else {
-      if (st.ok()) st = end;
-      if (captured) cudaGraphDestroy(captured);
-    }
-  }
-  if (st.ok()) st = cuda_status(cudaGraphInstantiate(&ge, g, 0), "cudaGraphInstantiate");
-  if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
-  // median of 5 replays: a minimum would favour candidates whose time varies more
-  std::vector<float> ts;
-  for (int r = 0; r < 5 && st.ok(); ++r) {
-    float t = 0;
-    st = cuda_status(cudaEventRecord(e0, stream), "cudaEventRecord");
-    if (st.ok()) st = cuda_status(cudaGraphLaunch(ge, stream), "cudaGraphLaunch");
-    if (st.ok()) st = cuda_status(cudaEventRecord(e1, stream), "cudaEventRecord");
-    if (st.ok()) st = cuda_status(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    if (st.ok()) st = cuda_status(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
-    if (st.ok()) ts.push_back(t);
-  }
-  if (st.ok()) {
-    std::sort(ts.begin(), ts.end());
-    *ms_out = ts[ts.size() / 2];
-  }
-  if (ge) cudaGraphExecDestroy(ge);
-  if (g) cudaGraphDestroy(g);
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
+  std::vector<float> med;  // one candidate, 5 replays
+  const Status st = time_interleaved(
+      1, [&](int, const LinearArgs& x) { return run(x); }, sets, n, reps, stream, 5, &med);
+  *ms_out = med[0];
   return st;
 }
 
@@ -522,12 +480,23 @@ Status LinearContext::time_interleaved(int count,
   return st;
 }
 
-std::vector<int> LinearContext::fastest(const std::vector<float>& ms, int k) {
-  std::vector<int> idx(ms.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int>(i);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return ms[a] < ms[b]; });
-  if (static_cast<int>(idx.size()) > k) idx.resize(k);
-  return idx;
+Status LinearContext::playoff(const std::vector<float>& ms, int k,
+                              const std::function<Status(int, const LinearArgs&)>& run,
+                              const LinearArgs* sets, int n, int reps, cudaStream_t stream,
+                              int* winner, float* winner_ms) {
+  *winner = -1;
+  std::vector<int> fin(ms.size());  // the k fastest, fastest first
+  for (size_t i = 0; i < fin.size(); ++i) fin[i] = static_cast<int>(i);
+  std::stable_sort(fin.begin(), fin.end(), [&](int a, int b) { return ms[a] < ms[b]; });
+  if (static_cast<int>(fin.size()) > k) fin.resize(k);
+  if (fin.size() < 2) return {};
+  std::vector<float> med;
+  const Status st = time_interleaved(
+      static_cast<int>(fin.size()), [&](int i, const LinearArgs& x) { return run(fin[i], x); },
+      sets, n, reps, stream, 5, &med);
+  for (size_t i = 0; i < fin.size() && st.ok(); ++i)
+    if (i == 0 || med[i] < *winner_ms) *winner_ms = med[i], *winner = fin[i];
+  return st;
 }
 
 std::string LinearContext::prefill_tile_name(int config) {
@@ -548,7 +517,6 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
                                 double* best_us, int* best_fused, int* best_pdl) {
   if (best_fused) *best_fused = -2;
   if (best_pdl) *best_pdl = -2;
-  constexpr int kPerMode = kPrefillTiles * kPrefillOrders;
   float fused_ms = 1e30f, inloop_ms = 1e30f, pdl_ms = 1e30f;
   Status st;
   if (n < 1) st = invalid("tune_prefill: no argument sets");
@@ -587,29 +555,25 @@ int LinearContext::tune_prefill(const LinearArgs* sets, int n, cudaStream_t stre
     cand.push_back(config), cand_ms.push_back(ms);
     if (ms < best_ms) best_ms = ms, best = config;
     if (config >= 0 && ms < fused_ms) fused_ms = ms, fused = config;
-    if (config >= kPerMode && ms < pdl_ms) pdl_ms = ms, pdl = config;
-    if (config >= 0 && config < kPerMode && ms < inloop_ms) inloop_ms = ms, inloop = config;
+    if (config >= kPrefillPdlFirst && ms < pdl_ms) pdl_ms = ms, pdl = config;
+    if (config >= 0 && config < kPrefillPdlFirst && ms < inloop_ms) inloop_ms = ms, inloop = config;
   };
   // every tile in the default order, rstd in the mainloop and by PDL, then the other orders of
   // the fastest of those
   if (st.ok()) try_config(kPrefillPrescale);
   for (int pdl_mode = 0; pdl_mode < 2 && st.ok(); ++pdl_mode)
     for (int tile = 0; tile < detail::kPrefillTiles && st.ok(); ++tile)
-      try_config(tile + pdl_mode * kPerMode);
+      try_config(tile + pdl_mode * kPrefillPdlFirst);
   const int first = fused;
   for (int order = 1; first >= 0 && order < kPrefillOrders && st.ok(); ++order)
     try_config(first + kPrefillTiles * order);
-  // playoff of the four fastest, interleaved
-  const std::vector<int> fin = fastest(cand_ms, 4);
-  if (st.ok() && fin.size() > 1) {
-    std::vector<float> med;
-    st = time_interleaved(
-        static_cast<int>(fin.size()),
-        [&](int i, const LinearArgs& x) { return run_config(cand[fin[i]], x, nullptr); }, sets, n,
-        reps, stream, 5, &med);
-    for (size_t i = 0; i < fin.size() && st.ok(); ++i)
-      if (i == 0 || med[i] < best_ms) best_ms = med[i], best = cand[fin[i]];
-  }
+  int w = -1;
+  float w_ms = 0;
+  if (st.ok())
+    st = playoff(
+        cand_ms, 4, [&](int i, const LinearArgs& x) { return run_config(cand[i], x, nullptr); },
+        sets, n, reps, stream, &w, &w_ms);
+  if (st.ok() && w >= 0) best_ms = w_ms, best = cand[w];
   if (best_fused) *best_fused = inloop;
   if (best_pdl) *best_pdl = pdl;
   debug = saved;
@@ -671,21 +635,18 @@ double LinearContext::tune_gemm(const LinearArgs* sets, int n, cudaStream_t stre
     cand.push_back(res[i].algo), cand_ms.push_back(ms);
     if (ms < best_ms) best_ms = ms, best = res[i].algo;
   }
-  // playoff of the three fastest, interleaved
-  const std::vector<int> fin = fastest(cand_ms, 3);
-  if (st.ok() && fin.size() > 1) {
-    std::vector<float> med;
-    st = time_interleaved(
-        static_cast<int>(fin.size()),
+  int w = -1;
+  float w_ms = 0;
+  if (st.ok())
+    st = playoff(
+        cand_ms, 3,
         [&](int i, const LinearArgs& x) {
-          p->algo = cand[fin[i]];
+          p->algo = cand[i];
           return gemm(x.dtype, x.M, x.N, x.K, x.x, x.ldx, x.w, x.ldw, x.y, x.ldy, nullptr, stream,
                       x.y_f32);
         },
-        sets, n, reps, stream, 5, &med);
-    for (size_t i = 0; i < fin.size() && st.ok(); ++i)
-      if (i == 0 || med[i] < best_ms) best_ms = med[i], best = cand[fin[i]];
-  }
+        sets, n, reps, stream, &w, &w_ms);
+  if (st.ok() && w >= 0) best_ms = w_ms, best = cand[w];
   if (st.ok() && timed == 0)
     st = last_failure.ok()
              ? Status{Code::kUnsupported, "tune_gemm: no candidate algorithm fits the workspace"}

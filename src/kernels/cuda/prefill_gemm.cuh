@@ -37,11 +37,6 @@ namespace flashnorm::kernels::cuda::detail::prefill {
 
 using namespace cute;
 
-// Tile-scheduler order `order` (prefill_order): swizzle width and raster direction (0: CUTLASS's
-// heuristic direction; 1: along M; 2: along N).
-inline constexpr PrefillOrder kOrders[kPrefillOrders] = {{1, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2},
-                                                         {4, 1}, {4, 2}, {8, 1}, {8, 2}};
-
 // Squares of 8 packed 16-bit values, summed in fp32.
 template <class T>
 __device__ __forceinline__ float sum_squares8(uint4 v) {
@@ -441,10 +436,10 @@ struct FusedGemm {
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
     using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    args.scheduler.max_swizzle_size = kOrders[order].swizzle;
-    args.scheduler.raster_order = kOrders[order].raster == 0   ? Raster::Heuristic
-                                  : kOrders[order].raster == 1 ? Raster::AlongM
-                                                               : Raster::AlongN;
+    args.scheduler.max_swizzle_size = kPrefillOrderTable[order].swizzle;
+    args.scheduler.raster_order = kPrefillOrderTable[order].raster == 0   ? Raster::Heuristic
+                                  : kPrefillOrderTable[order].raster == 1 ? Raster::AlongM
+                                                                          : Raster::AlongN;
     return args;
   }
 

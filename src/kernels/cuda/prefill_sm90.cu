@@ -16,14 +16,8 @@
 
 namespace flashnorm::kernels::cuda::detail {
 
-namespace {
-constexpr PrefillOrder kOrderTable[kPrefillOrders] = {{1, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2},
-                                                      {4, 1}, {4, 2}, {8, 1}, {8, 2}};
-constexpr int kPerMode = kPrefillTiles * kPrefillOrders;
-}  // namespace
-
 PrefillMode prefill_mode(int config) {
-  return config >= kPerMode ? PrefillMode::kRstdPdl : PrefillMode::kFused;
+  return config >= kPrefillPdlFirst ? PrefillMode::kRstdPdl : PrefillMode::kFused;
 }
 
 PrefillTileShape prefill_tile_shape(int config) {
@@ -45,12 +39,13 @@ std::string prefill_tile_name(int config) {
                                                     "RS 256x128 cluster 1x2 cooperative",
                                                     "RS 128x192 cluster 2x1 cooperative"};
   if (config < 0 || config >= kPrefillConfigs) return "?";
-  const bool pdl = config >= kPerMode;
-  const int order = (config % kPerMode) / kPrefillTiles;
+  const bool pdl = config >= kPrefillPdlFirst;
+  const int order = (config % kPrefillPdlFirst) / kPrefillTiles;
   std::string name = kTiles[config % kPrefillTiles];
   if (order != 0)
-    name = fmt::format("{}, raster {} swizzle {}", name, kOrderTable[order].raster == 1 ? 'M' : 'N',
-                       kOrderTable[order].swizzle);
+    name = fmt::format("{}, raster {} swizzle {}", name,
+                       kPrefillOrderTable[order].raster == 1 ? 'M' : 'N',
+                       kPrefillOrderTable[order].swizzle);
   return pdl ? name + ", rstd kernel + PDL" : name;
 }
 
@@ -94,7 +89,7 @@ bool prefill_fused_available() { return true; }
 
 size_t prefill_fused_workspace(const LinearArgs& p, int config, bool plain, int sm_count) {
   if (config < 0 || config >= kPrefillConfigs) return 0;
-  const int tile = config % kPrefillTiles, order = (config % kPerMode) / kPrefillTiles;
+  const int tile = config % kPrefillTiles, order = (config % kPrefillPdlFirst) / kPrefillTiles;
   if (!plain && prefill_mode(config) == PrefillMode::kRstdPdl)
     return prefill_pdl_workspace(p, tile, order, sm_count);
   return with_gemm(p.dtype, p.y_f32, tile, plain, WorkspaceOf{p, sm_count, order});
@@ -106,7 +101,7 @@ Status launch_prefill_fused(const LinearArgs& p, int config, bool plain, int sm_
   if (config < 0 || config >= kPrefillConfigs)
     return {Code::kInvalidArgument,
             fmt::format("flashnorm_linear: no fused prefill configuration {}", config)};
-  const int tile = config % kPrefillTiles, order = (config % kPerMode) / kPrefillTiles;
+  const int tile = config % kPrefillTiles, order = (config % kPrefillPdlFirst) / kPrefillTiles;
   if (plain && (p.dtype != DType::kBF16 || p.y_f32)) {
     if (refused) *refused = true;
     return {Code::kUnsupported,

@@ -20,6 +20,7 @@ namespace flashnorm::kernels::cuda::detail {
 // swizzle (runtime arguments of the same kernel).
 constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
 constexpr int kPrefillOrders = LinearContext::kPrefillOrders;
+constexpr int kPrefillPdlFirst = LinearContext::kPrefillPdlFirst;
 constexpr int kPrefillConfigs = LinearContext::kPrefillConfigs;
 std::string prefill_tile_name(int config);
 
@@ -49,6 +50,8 @@ struct PrefillRstd {
 struct PrefillOrder {
   int swizzle, raster;
 };
+inline constexpr PrefillOrder kPrefillOrderTable[kPrefillOrders] = {
+    {1, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}, {4, 1}, {4, 2}, {8, 1}, {8, 2}};
 
 // CTA tile (rows of x, rows of W) of a configuration's tile.
 struct PrefillTileShape {

@@ -227,8 +227,8 @@ class LinearContext {
   // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
   // tile when it fills every SM, else prescale; below, the largest shared-memory tile that still
   // gives every SM a tile).
-  // A fused configuration is tile + kPrefillTiles * order (+ kPrefillTiles * kPrefillOrders for
-  // rstd kernel + PDL): the CTA tile / mainloop (0 .. 9) and the persistent tile scheduler's order
+  // A fused configuration is tile + kPrefillTiles * order (+ kPrefillPdlFirst for rstd kernel +
+  // PDL): the CTA tile / mainloop (0 .. 9) and the persistent tile scheduler's order
   // of the output tiles (0 .. kPrefillOrders - 1: CUTLASS's default, then raster along M or N with
   // swizzle 1, 2, 4, 8; a runtime argument of the same kernel, it changes which tiles run
   // concurrently and so what the L2 holds).
@@ -240,8 +240,9 @@ class LinearContext {
   static constexpr int kPrefillTiles = 10;  // tile configurations 0 .. 9
   static constexpr int kPrefillOrders = 9;  // tile-scheduler orders 0 .. 8
   // Every configuration: tile + kPrefillTiles * order (rstd in the mainloop), the same plus
-  // kPrefillTiles * kPrefillOrders (rstd kernel + PDL).
-  static constexpr int kPrefillConfigs = 2 * kPrefillTiles * kPrefillOrders;
+  // kPrefillPdlFirst (rstd kernel + PDL).
+  static constexpr int kPrefillPdlFirst = kPrefillTiles * kPrefillOrders;
+  static constexpr int kPrefillConfigs = 2 * kPrefillPdlFirst;
   // Whether this build has the fused prefill kernel (built with the CUTLASS headers).
   static bool has_fused_prefill();
   // Autotune kPrefill for one shape like tune_decode: the prescale path and every fused tile in
@@ -309,8 +310,12 @@ class LinearContext {
   Status time_interleaved(int count, const std::function<Status(int, const LinearArgs&)>& run,
                           const LinearArgs* sets, int n, int reps, cudaStream_t stream, int rounds,
                           std::vector<float>* median_ms);
-  // Indices of the (at most) k smallest of ms, fastest first.
-  static std::vector<int> fastest(const std::vector<float>& ms, int k);
+  // The tuners' playoff: the k fastest candidates by their first-pass times ms (indices into ms),
+  // timed again with time_interleaved (5 sweeps; run(candidate, x) runs one). *winner: the fastest
+  // of those (-1 when fewer than two candidates: nothing to decide), *winner_ms its median.
+  Status playoff(const std::vector<float>& ms, int k,
+                 const std::function<Status(int, const LinearArgs&)>& run, const LinearArgs* sets,
+                 int n, int reps, cudaStream_t stream, int* winner, float* winner_ms);
   Status ensure(void** buf, size_t* cap, size_t bytes, cudaStream_t s, const char* what);
   Status get_plan(DType dt, int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy,
                   bool row_alpha, bool y_f32, Plan** out);
