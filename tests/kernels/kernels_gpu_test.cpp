@@ -150,7 +150,7 @@ fk::LinearContext& ctx() {
 }
 
 void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0,
-                int prefill_tile = -2, bool prescale = false, bool y_f32 = false) {
+                int prefill_tile = -2, bool prescale = false, bool y_f32 = false, int stages = -1) {
   SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
                                   << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
                                   << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw
@@ -177,6 +177,7 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   ctx().debug.decode_ksplit = ksplit;
   ctx().debug.decode_rw = rw;
   ctx().debug.decode_kw = kw;
+  ctx().debug.decode_stages = stages;
   ctx().debug.prefill_tile = prefill_tile;
   ctx().debug.prefill_prescale = prescale;
   FN_OK(ctx().run(a, impl, nullptr));
@@ -236,6 +237,27 @@ TEST(LinearSmall, DecodeConfigs) {
             run_linear({fk::DType::kBF16, M, 200, 1000, true, true, 0}, fk::LinearImpl::kDecode, ks,
                        rw, kw);
   run_linear({fk::DType::kFP16, 5, 72, 4096, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 8);
+}
+// The decode kernel with W through the cp.async ring (3 and 4 stages, M <= 8): every CTA shape,
+// split-K, fewer batches per warp than stages (empty groups), many batches (the ring wraps), bias
+// and mask, fp16, fp32 y; a shape with the GLU input ignores the stages (register path).
+TEST(LinearSmall, DecodeRing) {
+  for (int stages : {3, 4})
+    for (int rw : {1, 2, 4})
+      for (int kw : {1, 3, 8})
+        if (rw * kw <= 8)
+          for (int ks : {1, 3})
+            for (int M : {1, 3, 8})
+              run_linear({fk::DType::kBF16, M, 200, 1000, true, true, 0}, fk::LinearImpl::kDecode,
+                         ks, rw, kw, -2, false, false, stages);
+  for (int stages : {3, 4}) {
+    run_linear({fk::DType::kBF16, 8, 72, 8192, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 1,
+               -2, false, false, stages);
+    run_linear({fk::DType::kFP16, 5, 72, 4096, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 8,
+               -2, false, true, stages);
+    run_linear({fk::DType::kBF16, 1, 24, 64, false, false, 0}, fk::LinearImpl::kDecode, 1, 2, 2, -2,
+               false, false, stages);
+  }
 }
 TEST(LinearSmall, LargeMSmallShape) {
   for (fk::LinearImpl im :

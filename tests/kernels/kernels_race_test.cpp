@@ -136,13 +136,17 @@ TEST(RacePrefill, PdlRstdDelayedManyTiles) {
 // and writes y1, which is the prefill's x. The prefill's rstd kernel (launched with PDL) must wait
 // for it before reading x and before letting the GEMM (which reads x in its mainloop) launch; with
 // --no-join neither the rstd kernel nor the GEMM waits, and this test must FAIL (y1 is poisoned
-// before every step, so an early read gives NaN). (With the decode kernel itself launched with PDL
-// behind a delayed kernel, the --no-join run passed on the H200: the rstd kernel did not start
-// before the decode kernel had finished, so that chain does not open the window.)
+// before every step, so an early read gives NaN).
+// The two calls are captured in one CUDA graph and replayed per step, so the rstd kernel is
+// launched on the device right behind the decode kernel. Launched from the host one after the
+// other (an earlier version of this test), the host's time between the two launches (argument
+// checks, CUTLASS's initialize) could exceed the decode kernel's run time: the rstd kernel then
+// started after its producer had finished, and the --no-join run passed in 1 of 4 runs on the H200.
+// The producer is also made long (M = 64, K = 8192: ~16 MB of W streamed by 64 CTAs).
 TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
   const fk::DType dt = fk::DType::kBF16;
-  const int M = 64, K1 = 4096, N1 = 1024, N2 = 384, steps = 30;
+  const int M = 64, K1 = 8192, N1 = 1024, N2 = 384, steps = 30;
   std::vector<uint16_t> w1b, w2b, xb;
   std::vector<float> w1f, w2f, xf;
   random_half(dt, static_cast<size_t>(N1) * K1, 0, 0.05f, 0.f, 11, w1b, w1f);
@@ -158,13 +162,7 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
   a1.y = y1.p, a1.ldy = N1, a1.eps = kEps;
   a2.dtype = dt, a2.M = M, a2.N = N2, a2.K = N1, a2.x = y1.p, a2.ldx = N1, a2.w = w2.p, a2.ldw = N1,
   a2.y = y2.p, a2.ldy = N2, a2.eps = kEps;
-  int bad = 0;
-  std::vector<double> ref(static_cast<size_t>(M) * N2);
-  for (int step = 0; step < steps; ++step) {
-    random_half(dt, static_cast<size_t>(M) * K1, K1, 3.f, 3.f, 500 + step, xb, xf);
-    CUDA_OK(cudaMemcpyAsync(x.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice, stream.get()));
-    CUDA_OK(cudaMemsetAsync(y1.p, 0xff, y1.bytes, stream.get()));  // poison (NaN)
-    CUDA_OK(cudaMemsetAsync(y2.p, 0xff, y2.bytes, stream.get()));
+  auto enqueue = [&] {
     ctx.debug = {};
     // 64 CTAs, no split-K: all resident at once, so all trigger early (a grid larger than one wave
     // triggers only when its last CTAs start, i.e. near its end: the window closes)
@@ -174,6 +172,24 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
     ctx.debug.no_join = g_no_join;
     FN_OK(ctx.run(a2, fk::LinearImpl::kPrefill, stream.get()));
     ctx.debug = {};
+  };
+  enqueue();  // grows the context's workspaces before the capture
+  CUDA_OK(cudaStreamSynchronize(stream.get()));
+  EXPECT_EQ(ctx.last_prefill_path(), "rstd_pdl");
+  cudaGraph_t g = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  CUDA_OK(cudaStreamEndCapture(stream.get(), &g));
+  fk::GraphExec graph;
+  graph.set(g);
+  int bad = 0;
+  std::vector<double> ref(static_cast<size_t>(M) * N2);
+  for (int step = 0; step < steps; ++step) {
+    random_half(dt, static_cast<size_t>(M) * K1, K1, 3.f, 3.f, 500 + step, xb, xf);
+    CUDA_OK(cudaMemcpyAsync(x.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice, stream.get()));
+    CUDA_OK(cudaMemsetAsync(y1.p, 0xff, y1.bytes, stream.get()));  // poison (NaN)
+    CUDA_OK(cudaMemsetAsync(y2.p, 0xff, y2.bytes, stream.get()));
+    graph.launch(stream.get());
     CUDA_OK(cudaStreamSynchronize(stream.get()));
     // the reference starts from the y1 the decode kernel wrote (complete after the synchronize)
     const std::vector<float> y1f = download_half(dt, y1.p, static_cast<size_t>(M) * N1);
@@ -186,7 +202,7 @@ TEST(RacePrefill, PdlAfterEarlyTriggeringProducer) {
       ++bad;
     }
   }
-  std::printf("prefill (PDL) after decode: %d of %d steps wrong\n", bad, steps);
+  std::printf("prefill (PDL) after decode, graph-replayed: %d of %d steps wrong\n", bad, steps);
   EXPECT_EQ(bad, 0);
 }
 TEST(RaceDecode, SplitKReuse) {

@@ -34,6 +34,22 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 __device__ __forceinline__ uint4 ld_nc(const void* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
+// 16-byte asynchronous copy global -> shared (cp.async, PTX ISA 7.0+): cache-global (not kept in
+// L1), 256-byte L2 prefetch; valid = false zero-fills the 16 bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed cp.async groups are still pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 template <class E>
 __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -224,6 +240,10 @@ __global__ void spin_kernel(long long cycles) {
 // thread) and the next batch is issued before the current one is multiplied (register double
 // buffer), so a warp keeps two batches in flight. The sum of squares of x is accumulated from the
 // same B fragments (row-warp 0 of each k slice), so no second launch and no second pass over x.
+// S > 0 (M <= 8, x in dtype only): W goes through a per-thread ring of S batches in shared memory
+// with cp.async instead of the register double buffer, so S batches are in flight per warp (two
+// with registers) and the registers they took are free; each thread reads back only the 16-byte
+// slots it copied itself, after cp.async.wait_group, so no barrier is needed.
 // Joins: __syncthreads between the smem partials and the epilogue (intra-CTA, fixed reduction
 // order); for split-K over CTAs (gridDim.y > 1), each CTA publishes its partials, __threadfence +
 // atomicAdd on the row block's counter, and the last arriving CTA (which then issues its own
@@ -283,9 +303,28 @@ __device__ __forceinline__ void decode_load(
   }
 }
 
-template <class E, int MT, int RW, int XG>
+// One batch's products: acc[t] += W rows (A, B: rows g and g + 8) x x rows (X), and (do_ss) the
+// sums of squares of the x rows from the same fragments.
+template <class E, int MT>
+__device__ __forceinline__ void decode_mma(bool do_ss, const uint4 (&A)[DecodeTraits<E, MT>::U],
+                                           const uint4 (&B)[DecodeTraits<E, MT>::U],
+                                           const uint4 (&X)[DecodeTraits<E, MT>::U][MT],
+                                           float (&acc)[MT][4], float (&ssa)[MT]) {
+#pragma unroll
+  for (int u = 0; u < DecodeTraits<E, MT>::U; ++u) {
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      if (do_ss) ssa[t] += sumsq8<E>(X[u][t]);
+      mma16816<E>(acc[t], A[u].x, B[u].x, A[u].y, B[u].y, X[u][t].x, X[u][t].y);
+      mma16816<E>(acc[t], A[u].z, B[u].z, A[u].w, B[u].w, X[u][t].z, X[u][t].w);
+    }
+  }
+}
+
+template <class E, int MT, int RW, int XG, int S>
 __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBlocks)
     decode_kernel(DecodeParams p) {
+  static_assert(S == 0 || (MT == 1 && XG == 0), "the cp.async ring exists for M <= 8, x in dtype");
   using T = typename E::T;
   constexpr int MP = MT * 8;
   constexpr int ROWS = 16 * RW;
@@ -341,7 +380,27 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   // PDL: W (never written by the preceding kernel) is requested before the wait; x, y and the
   // workspace are touched only after griddepcontrol.wait (preceding grid complete, memory flushed).
   // Without PDL both instructions are no-ops.
-  if (nfull > 0) {
+  // S > 0: the ring after the partials and sums of squares; slot (stage, u, A|B) of thread t at
+  // uint4 index ((stage * U + u) * 2 + A|B) * blockDim.x + t (a warp's 16-byte slots contiguous).
+  uint4* ring = reinterpret_cast<uint4*>(ss_s + KW * MP) + threadIdx.x;
+  const int nthr = blockDim.x;
+  auto ring_issue = [&](int j) {  // batch j of this warp into stage j % S
+    const int k = kb + j * 32 * U;
+    uint4* slot = ring + (j % (S > 0 ? S : 1)) * 2 * U * nthr;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool in = j < nfull || k + q8 + u * 32 < ke;
+      cp_async16(slot + (2 * u) * nthr, vA && in ? wa + k + u * 32 : wa, vA && in);
+      cp_async16(slot + (2 * u + 1) * nthr, vB && in ? wb + k + u * 32 : wb, vB && in);
+    }
+  };
+  if constexpr (S > 0) {
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) {
+      if (j < nb) ring_issue(j);
+      cp_async_commit();  // one group per batch, empty ones included: wait_group counts them
+    }
+  } else if (nfull > 0) {
     decode_load_w<E, MT, false>(kb, kb + q8, ke, vA, vB, wa, wb, A, B);
   } else if (nb > 0) {
     decode_load_w<E, MT, true>(kb, kb + q8, ke, vA, vB, wa, wb, A, B);
@@ -378,7 +437,36 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
       for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
     }
   }
-  for (int bi = 0; bi < nb; ++bi) {
+  if constexpr (S > 0) {
+    for (int bi = 0; bi < nb; ++bi) {
+      if (bi + S - 1 < nb) ring_issue(bi + S - 1);  // into the stage read in iteration bi - 1
+      cp_async_commit();
+      const bool more = bi + 1 < nb;
+      const int kn = kb + (bi + 1) * 32 * U;
+      uint4 Xn[U][MT];
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const bool in = bi + 1 < nfull || kn + q8 + u * 32 < ke;
+#pragma unroll
+          for (int t = 0; t < MT; ++t) Xn[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kn + u * 32) : z4;
+        }
+      }
+      cp_async_wait<S - 1>();  // groups 0 .. bi (this thread's) have landed
+      const uint4* slot = ring + (bi % S) * 2 * U * nthr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) A[u] = slot[(2 * u) * nthr], B[u] = slot[(2 * u + 1) * nthr];
+      decode_mma<E, MT>(do_ss, A, B, X, acc, ssa);
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+          for (int t = 0; t < MT; ++t) X[u][t] = Xn[u][t];
+        }
+      }
+    }
+  }
+  for (int bi = 0; S == 0 && bi < nb; ++bi) {
     uint4 An[U], Bn[U], Xn[U][MT];
     const bool more = bi + 1 < nb;
     const int kn = kb + (bi + 1) * 32 * U;
@@ -387,15 +475,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
     } else if (more) {
       decode_load<E, MT, XG, true>(kn, kn + q8, ke, vA, vB, wa, wb, vx, xr, An, Bn, Xn);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        if (do_ss) ssa[t] += sumsq8<E>(X[u][t]);
-        mma16816<E>(acc[t], A[u].x, B[u].x, A[u].y, B[u].y, X[u][t].x, X[u][t].y);
-        mma16816<E>(acc[t], A[u].z, B[u].z, A[u].w, B[u].w, X[u][t].z, X[u][t].w);
-      }
-    }
+    decode_mma<E, MT>(do_ss, A, B, X, acc, ssa);
     if (more) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -491,19 +571,29 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   if (threadIdx.x == 0) p.counters[rb] = 0u;  // ready for the next (stream-ordered) launch
 }
 
-template <class E, int MT, int RW, int XG>
+template <class E, int MT, int RW, int XG, int S = 0>
 cudaError_t decode_launch(const DecodeParams& p, cudaStream_t s) {
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      decode_kernel<E, MT, RW, XG>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxSmem);
+  static const cudaError_t attr = cudaFuncSetAttribute(decode_kernel<E, MT, RW, XG, S>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       S > 0 ? kDecodeMaxSmemRing : kDecodeMaxSmem);
   if (attr != cudaSuccess) return attr;
-  return launch_ex(decode_kernel<E, MT, RW, XG>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
-                   dim3(RW * p.kw * 32), decode_smem_bytes(p.M, p.rw, p.kw, XG ? p.kchunk : 0), s,
-                   p.pdl != 0, p);
+  return launch_ex(decode_kernel<E, MT, RW, XG, S>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
+                   dim3(RW * p.kw * 32), decode_smem_bytes(p.M, p.rw, p.kw, XG ? p.kchunk : 0, S),
+                   s, p.pdl != 0, p);
 }
 
-// The GLU input exists for M <= 16 (MT <= 2), the engine's decode passes.
+// The GLU input exists for M <= 16 (MT <= 2), the engine's decode passes; the cp.async ring
+// (stages 3 or 4) for M <= 8 with x in dtype.
 template <class E, int MT, int RW>
 cudaError_t decode_launch_xg(const DecodeParams& p, cudaStream_t s) {
+  if (p.stages != 0) {
+    if constexpr (MT == 1) {
+      if (p.x_glu != 0) return cudaErrorInvalidValue;
+      if (p.stages == 3) return decode_launch<E, MT, RW, 0, 3>(p, s);
+      if (p.stages == 4) return decode_launch<E, MT, RW, 0, 4>(p, s);
+    }
+    return cudaErrorInvalidValue;
+  }
   if constexpr (MT <= 2) {
     if (p.x_glu == 1) return decode_launch<E, MT, RW, 1>(p, s);
     if (p.x_glu == 2) return decode_launch<E, MT, RW, 2>(p, s);
@@ -556,10 +646,12 @@ cudaError_t rms_dispatch(const RmsNormArgs& a, cudaStream_t s) {
 
 int decode_mp(int M) { return M <= 8 ? 8 : M <= 16 ? 16 : M <= 32 ? 32 : 64; }
 
-size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k) {
+size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k, int stages) {
   const int mp = decode_mp(M);
+  const size_t ring =
+      static_cast<size_t>(stages) * 2 * DecodeTraits<BF16, 1>::U * 16 * rw * kw * 32;
   return static_cast<size_t>(kw) * (16 * rw * (mp + 4) + mp) * sizeof(float) +
-         static_cast<size_t>(M) * x_stage_k * 2;
+         static_cast<size_t>(M) * x_stage_k * 2 + ring;
 }
 
 cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s) {

@@ -155,9 +155,10 @@ struct DebugHooks {
   // of the rstd kernel spins this long, once, before it reads x and writes rstd (after it has let
   // the GEMM launch)
   long long delay_rstd_cycles = 0;
-  int decode_ksplit = 0;  // >0: force the decode kernel's split-K factor
-  int decode_rw = 0;      // >0: force the decode CTA's row-warps (1, 2 or 4)
-  int decode_kw = 0;      // >0: force the decode CTA's k-warps (rw * kw <= 8)
+  int decode_ksplit = 0;   // >0: force the decode kernel's split-K factor
+  int decode_rw = 0;       // >0: force the decode CTA's row-warps (1, 2 or 4)
+  int decode_kw = 0;       // >0: force the decode CTA's k-warps (rw * kw <= 8)
+  int decode_stages = -1;  // >=0: force the decode kernel's cp.async stages (0, 3 or 4)
   int prefill_tile =
       -2;  // >=0: force a fused prefill configuration (prefill_tile_name); -1: prescale
   bool prefill_prescale = false;  // kPrefill: take the prescale path even when fused is built
@@ -167,9 +168,11 @@ struct DebugHooks {
 };
 
 // Launch configuration of the decode kernel: rw row-warps (16 output features each) x kw k-warps
-// per CTA (rw * kw <= 8), ks CTAs along K (split-K; 1 = none).
+// per CTA (rw * kw <= 8), ks CTAs along K (split-K; 1 = none), stages: 0 = W streamed through a
+// register double buffer, 3 or 4 = through a per-thread cp.async ring of that many batches in
+// shared memory (M <= 8 only; a call with the GLU input takes the register path).
 struct DecodeConfig {
-  int rw = 0, kw = 0, ks = 0;
+  int rw = 0, kw = 0, ks = 0, stages = 0;
 };
 
 // Owns what the implementations need: the cuBLASLt handle and workspace, cached GEMM plans, the
