@@ -6,7 +6,7 @@
 #
 # Usage (repository root, on the GPU machine; FN_COMMIT written out on the development machine:
 # the device machine's copy of the tree carries older git metadata, so git there misreports it):
-#   FN_COMMIT=<hash> FN_DIRTY=0 STAGES="build tests sanitize bench ncu peers" \
+#   FN_COMMIT=<hash> FN_DIRTY=0 STAGES="build tests sanitize bench ncu ncuring peers" \
 #     bash scripts/gpu_kernels.sh
 # Everything goes under $OUT (default /tmp/fn_out): gpu_kernels.log, kernels.json, torch_peers.json,
 # sanitize.log, nojoin.log, ncu.txt, res_usage.txt.
@@ -154,6 +154,23 @@ if has ncu && command -v ncu > /dev/null; then
       --out /tmp/ncu_bench.json >> "$OUT/ncu.txt" 2>&1
   done
   grep -E "Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit" "$OUT/ncu.txt"
+fi
+
+if has ncuring && command -v ncu > /dev/null; then
+  # the decode kernel's register path (stages 0) and cp.async ring (stages 4), first launch of each
+  # with one row-warp per CTA while the tuner times llama3.2-1B gate/up (64 MB of W) and SmolLM2
+  # q|k|v (1.1 MB) at M = 1
+  stamp "ncu (decode kernel: register path vs cp.async ring)"
+  for shape in llama32_1b_gateup smollm2_135m_qkv; do for S in 0 4; do
+    echo "### $shape stages $S" >> "$OUT/ncu_ring.txt"
+    timeout 120 ncu --clock-control none --kernel-name-base mangled \
+      -k "regex:decode_kernel.*BF16ELi1ELi1ELi0ELi${S}E" -c 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+      --section Occupancy --section WarpStateStats \
+      "$KBENCH" bench --only $shape --M 1 --graph-reps 1 --eager-reps 1 --no-check \
+      --out /tmp/ncu_bench.json >> "$OUT/ncu_ring.txt" 2>&1
+  done; done
+  grep -E "### |Duration|DRAM Throughput|Memory Throughput|Block Size|Grid Size|Registers Per|Dynamic Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit" "$OUT/ncu_ring.txt"
 fi
 
 if has sanitize; then

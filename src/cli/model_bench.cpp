@@ -2,7 +2,7 @@
 // For each configuration (standard; flashnorm fused; flashnorm two-stream; as a stronger
 // baseline, standard with the residual add and RMSNorm fused in one kernel; and, as an ablation,
 // both modes with the decode ops unfused: separate residual-add, RoPE/KV-write, attention and
-// merge kernels), interleaved over
+// merge kernels, and both modes with the decode GEMV's cp.async ring allowed), interleaved over
 // `runs` rounds: prompt tokens/s (one eager prefill of the prompt, host clock around forward(),
 // logits of the last token copied back) and decode tokens/s at batch 1 (CUDA-graph replays timed
 // with CUDA events over `decode` steps after the prompt, next token sampled on the GPU), medians
@@ -77,6 +77,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     Deferred deferred;
     bool fused_add;
     bool fuse_decode_ops;
+    bool decode_ring = false;
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
@@ -89,6 +90,10 @@ void run_model_bench(const ModelBenchArgs& a) {
   // Ablation: CudaEngineOptions::fuse_decode_ops off.
   cfgs.push_back({"standard, unfused ops", NormMode::Standard, Deferred::kFused, false, false});
   cfgs.push_back({"flashnorm, unfused ops", NormMode::FlashNorm, Deferred::kFused, false, false});
+  // Ablation: the decode GEMV's tuner may pick the cp.async ring (CudaEngineOptions::decode_ring).
+  cfgs.push_back({"standard, ring GEMVs", NormMode::Standard, Deferred::kFused, false, true, true});
+  cfgs.push_back(
+      {"flashnorm, ring GEMVs", NormMode::FlashNorm, Deferred::kFused, false, true, true});
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
     CudaEngineOptions o;
@@ -97,6 +102,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.deferred = c.deferred;
     o.fused_add_norm = c.fused_add;
     o.fuse_decode_ops = c.fuse_decode_ops;
+    o.decode_ring = c.decode_ring;
     c.e = std::make_unique<CudaEngine>(model, c.mode, o);
   }
   std::mt19937 rng(1234);

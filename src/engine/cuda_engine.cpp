@@ -339,8 +339,8 @@ struct CudaEngine::Impl {
       }
       fk::Status st;
       double us = 0;
-      const fk::DecodeConfig c =
-          ctx->tune_decode(sets.data(), static_cast<int>(sets.size()), s(), &st, &us);
+      const fk::DecodeConfig c = ctx->tune_decode(sets.data(), static_cast<int>(sets.size()), s(),
+                                                  &st, &us, nullptr, opt.decode_ring);
       ok(st);
       tuning.push_back({sh.name, sh.N, sh.K, c, us});
     }

@@ -366,7 +366,8 @@ DecodeConfig LinearContext::decode_config(int64_t M, int64_t N, int64_t K) const
 
 DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
                                         Status* status, double* best_us,
-                                        std::vector<std::pair<DecodeConfig, double>>* timings) {
+                                        std::vector<std::pair<DecodeConfig, double>>* timings,
+                                        bool ring) {
   if (n < 1) {
     if (status) *status = invalid("tune_decode: no argument sets");
     return {};
@@ -393,8 +394,8 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
           const DecodeConfig c{rw, kw, ks, stages};
           if (!st.ok() || !valid_decode_config(c, static_cast<int>(a.M), static_cast<int>(a.K)))
             continue;
-          if (stages > 0 && a.x_glu) continue;         // the GLU input takes the register path
-          if (ks > 1 && a.K / ks < 32 * kw) continue;  // at least one chunk per warp
+          if (stages > 0 && (a.x_glu || !ring)) continue;  // GLU input: register path only
+          if (ks > 1 && a.K / ks < 32 * kw) continue;      // at least one chunk per warp
           if (a.x_glu) {  // the staged GLU input must fit next to the partials
             if (detail::decode_smem_bytes(static_cast<int>(a.M), rw, kw,
                                           static_cast<int>(decode_kchunk(a.K, ks))) >

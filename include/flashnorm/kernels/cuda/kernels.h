@@ -214,17 +214,19 @@ class LinearContext {
   // is not one the decode kernel supports for (M, K).
   Status set_decode_config(int64_t M, int64_t N, int64_t K, const DecodeConfig& c);
   // Autotune the decode configuration for one shape: for every candidate (rw x kw in {1,2,4} x
-  // {2,4,8}, split-K 1/2/4/8), captures a CUDA graph of `reps` calls cycling over the n argument
-  // sets (same shape, different buffers, so that W is rotated past the L2; their y are
-  // overwritten), times its replay with CUDA events (median of 5), then times the four fastest
-  // again in 5 interleaved sweeps (time_interleaved) and caches the fastest of those for (padded M,
-  // N, K). Synchronizes the stream; must not be called during capture. Returns the choice ({} on
-  // error); *best_us (optional) receives its time per call in microseconds (interleaved median),
-  // *timings (optional) every candidate's configuration and first-pass time per call in
-  // microseconds, in the order timed.
+  // {2,4,8}, split-K 1/2/4/8, and for M <= 8 without the GLU input, when `ring`, the cp.async ring
+  // of 3 and 4 stages besides the register path), captures a CUDA graph of `reps` calls cycling
+  // over the n argument sets (same shape, different buffers, so that W is rotated past the L2;
+  // their y are overwritten), times its replay with CUDA events (median of 5), then times the four
+  // fastest again in 5 interleaved sweeps (time_interleaved) and caches the fastest of those for
+  // (padded M, N, K). Synchronizes the stream; must not be called during capture. Returns the
+  // choice ({} on error); *best_us (optional) receives its time per call in microseconds
+  // (interleaved median), *timings (optional) every candidate's configuration and first-pass time
+  // per call in microseconds, in the order timed.
   DecodeConfig tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
                            Status* status = nullptr, double* best_us = nullptr,
-                           std::vector<std::pair<DecodeConfig, double>>* timings = nullptr);
+                           std::vector<std::pair<DecodeConfig, double>>* timings = nullptr,
+                           bool ring = true);
 
   // kPrefill's choice for this shape: a fused tile configuration (>= 0) or kPrefillPrescale (debug
   // override, else the tuned value, else a heuristic: above M*N*K = 4e9 the register-A 128x256
