@@ -138,7 +138,7 @@ def table(doc):
                      f"{fmt(p.get('unfused_eager_us') if p else None)} | {fmt(v['rms_norm']['graph_us'])} |")
     pdl = [x for x in rows if "fn_decode_pdl" in x["r"]["variants"]]
     if pdl:
-        lines += ["", "Decode kernel: chosen configuration (row-warps x k-warps, split-K, and `s3`/`s4` when W goes through the cp.async ring of 3/4 stages, `b4`/`b8` through the bulk-copy ring of 4/8) and the same kernel "
+        lines += ["", "Decode kernel: chosen configuration (row-warps x k-warps, split-K, and `s3`/`s4` when W goes through the cp.async ring of 3/4 stages) and the same kernel "
                   "launched with programmatic dependent launch in a chain of calls (`LinearArgs::pdl`; not the "
                   "headline figure: cuBLAS and the unfused path get no such overlap here). Graph us:", "",
                   "| shape | M | rw x kw, ks | decode | decode+PDL | bare | unfused | bare/decode+PDL | "
@@ -148,7 +148,7 @@ def table(doc):
             r, v = x["r"], x["r"]["variants"]
             d, q = v["fn_decode"]["graph_us"], v["fn_decode_pdl"]["graph_us"]
             lines.append(f"| {r['name']} | {r['M']} | {r.get('decode_rw', '-')} x {r.get('decode_kw', '-')}, "
-                         f"{r['decode_ksplit']}{(' b%d' if r.get('decode_bulk') else ' s%d') % r['decode_stages'] if r.get('decode_stages') else ''} | {fmt(d)} | {fmt(q)} | {fmt(x['bare'])} | {fmt(x['unf'])} | "
+                         f"{r['decode_ksplit']}{' s%d' % r['decode_stages'] if r.get('decode_stages') else ''} | {fmt(d)} | {fmt(q)} | {fmt(x['bare'])} | {fmt(x['unf'])} | "
                          f"{x['bare'] / q:.2f}x | {x['unf'] / q:.2f}x | {q / x['floor']:.2f}x |")
     pre = [x for x in rows if "fn_prefill_fused" in x["r"]["variants"]]
     if pre:

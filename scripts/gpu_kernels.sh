@@ -157,11 +157,11 @@ if has ncu && command -v ncu > /dev/null; then
 fi
 
 if has ncuring && command -v ncu > /dev/null; then
-  # the decode kernel's register path (stages 0), cp.async ring (s4) and bulk-copy ring (b8), first
-  # launch of each with one row-warp per CTA while the tuner times llama3.2-1B gate/up (64 MB of W)
-  # and SmolLM2 q|k|v (1.1 MB) at M = 1
-  stamp "ncu (decode kernel: register path vs the rings)"
-  for shape in llama32_1b_gateup smollm2_135m_qkv; do for S in 0Lb0 4Lb0 8Lb1; do
+  # the decode kernel's register path (stages 0) and cp.async ring (stages 4), first launch of each
+  # with one row-warp per CTA while the tuner times llama3.2-1B gate/up (64 MB of W) and SmolLM2
+  # q|k|v (1.1 MB) at M = 1
+  stamp "ncu (decode kernel: register path vs cp.async ring)"
+  for shape in llama32_1b_gateup smollm2_135m_qkv; do for S in 0 4; do
     echo "### $shape stages $S" >> "$OUT/ncu_ring.txt"
     timeout 120 ncu --clock-control none --kernel-name-base mangled \
       -k "regex:decode_kernel.*BF16ELi1ELi1ELi0ELi${S}E" -c 1 \

@@ -187,11 +187,9 @@ void run_model_bench(const ModelBenchArgs& a) {
                                                     {"k_warps", t.config.kw},
                                                     {"split_k", t.config.ks},
                                                     {"stages", t.config.stages},
-                                                    {"bulk", t.config.bulk},
                                                     {"us_per_call", t.us}});
-      tl += fmt::format(
-          " {} {:.1f}us ({}x{}x{}{})", t.name, t.us, t.config.rw, t.config.kw, t.config.ks,
-          t.config.stages ? fmt::format(" {}{}", t.config.bulk ? 'b' : 's', t.config.stages) : "");
+      tl += fmt::format(" {} {:.1f}us ({}x{}x{}{})", t.name, t.us, t.config.rw, t.config.kw,
+                        t.config.ks, t.config.stages ? fmt::format(" s{}", t.config.stages) : "");
     }
     fmt::print("{:<24}   GEMVs as tuned:{}\n", "", tl);
   }

@@ -349,7 +349,7 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           row["decode_tuned_us"] = t.decode_us;
           nlohmann::json cj = nlohmann::json::array();  // every candidate: rw, kw, ks, us
           for (const auto& [c, us] : t.decode_candidates)
-            cj.push_back({c.rw, c.kw, c.ks, c.stages, c.bulk, us});
+            cj.push_back({c.rw, c.kw, c.ks, c.stages, us});
           row["decode_candidates"] = cj;
         }
         fused_tile = t.prefill_fused;
@@ -369,7 +369,6 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       row["decode_rw"] = dc.rw;
       row["decode_kw"] = dc.kw;
       row["decode_stages"] = dc.stages;
-      row["decode_bulk"] = dc.bulk;
       row["auto_impl"] = std::string("fn_") + impl_name(ctx.choose(largs(0)));
       nlohmann::json vj;
       const std::vector<std::vector<double>> times =

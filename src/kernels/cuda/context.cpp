@@ -324,10 +324,8 @@ bool valid_decode_config(const DecodeConfig& c, int M, int K) {
   if (c.rw * c.kw * 32 > detail::kDecodeMaxThreads) return false;
   if (detail::decode_smem_bytes(M, c.rw, c.kw) > static_cast<size_t>(detail::kDecodeMaxSmem))
     return false;
-  if (c.bulk ? !(c.stages == 4 || c.stages == 8)
-             : !(c.stages == 0 || c.stages == 3 || c.stages == 4))
-    return false;
-  if (c.stages > 0 && (M > 8 || detail::decode_smem_bytes(M, c.rw, c.kw, 0, c.stages, c.bulk) >
+  if (!(c.stages == 0 || c.stages == 3 || c.stages == 4)) return false;
+  if (c.stages > 0 && (M > 8 || detail::decode_smem_bytes(M, c.rw, c.kw, 0, c.stages) >
                                     static_cast<size_t>(detail::kDecodeMaxSmemRing)))
     return false;
   return c.ks == 1 || K / c.ks >= 32;
@@ -338,9 +336,9 @@ Status LinearContext::set_decode_config(int64_t M, int64_t N, int64_t K, const D
   if (M < 1 || M > detail::kMaxDecodeM || N < 1 || K < 1 ||
       !valid_decode_config(c, static_cast<int>(M), static_cast<int>(K)))
     return invalid(
-        fmt::format("set_decode_config: rw={} kw={} ks={} stages={} bulk={} is not a decode "
+        fmt::format("set_decode_config: rw={} kw={} ks={} stages={} is not a decode "
                     "configuration for M={} N={} K={}",
-                    c.rw, c.kw, c.ks, c.stages, c.bulk, M, N, K));
+                    c.rw, c.kw, c.ks, c.stages, M, N, K));
   tuned_[{detail::decode_mp(static_cast<int>(M)), N, K}] = {c, -1.0};  // not timed here
   return {};
 }
@@ -363,7 +361,6 @@ DecodeConfig LinearContext::decode_config(int64_t M, int64_t N, int64_t K) const
   if (debug.decode_rw > 0) c.rw = debug.decode_rw;
   if (debug.decode_kw > 0) c.kw = debug.decode_kw;
   if (debug.decode_stages >= 0) c.stages = debug.decode_stages;
-  if (debug.decode_bulk >= 0) c.bulk = debug.decode_bulk != 0;
   return c;
 }
 
@@ -384,7 +381,7 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
   }
   const DebugHooks saved = debug;
   debug.decode_ksplit = debug.decode_rw = debug.decode_kw = 0;
-  debug.decode_stages = debug.decode_bulk = -1;
+  debug.decode_stages = -1;
   DecodeConfig best{};
   float best_ms = 1e30f;
   const int reps = std::max(32, n);
@@ -393,10 +390,8 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
   for (int rw : {1, 2, 4})
     for (int kw : {2, 4, 8})
       for (int ks : {1, 2, 4, 8})
-        for (const auto [stages, bulk] :
-             {std::pair{0, false}, std::pair{3, false}, std::pair{4, false}, std::pair{4, true},
-              std::pair{8, true}}) {
-          const DecodeConfig c{rw, kw, ks, stages, bulk};
+        for (int stages : {0, 3, 4}) {
+          const DecodeConfig c{rw, kw, ks, stages};
           if (!st.ok() || !valid_decode_config(c, static_cast<int>(a.M), static_cast<int>(a.K)))
             continue;
           if (stages > 0 && (a.x_glu || !ring)) continue;  // GLU input: register path only
@@ -408,7 +403,7 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
               continue;
           }
           debug.decode_rw = rw, debug.decode_kw = kw, debug.decode_ksplit = ks;
-          debug.decode_stages = stages, debug.decode_bulk = bulk ? 1 : 0;
+          debug.decode_stages = stages;
           float ms = 1e30f;
           st = time_graph([&](const LinearArgs& x) { return run_decode(x, stream); }, sets, n, reps,
                           stream, &ms);
@@ -424,7 +419,6 @@ DecodeConfig LinearContext::tune_decode(const LinearArgs* sets, int n, cudaStrea
         [&](int i, const LinearArgs& x) {
           debug.decode_rw = cand[i].rw, debug.decode_kw = cand[i].kw,
           debug.decode_ksplit = cand[i].ks, debug.decode_stages = cand[i].stages;
-          debug.decode_bulk = cand[i].bulk ? 1 : 0;
           return run_decode(x, stream);
         },
         sets, n, reps, stream, &w, &w_ms);
@@ -776,12 +770,12 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   p.M = static_cast<int>(a.M), p.N = static_cast<int>(a.N), p.K = static_cast<int>(a.K),
   p.eps = a.eps;
   DecodeConfig c = decode_config(a.M, a.N, a.K);
-  if (a.x_glu) c.stages = 0, c.bulk = false;  // no ring with the GLU input: register path
+  if (a.x_glu) c.stages = 0;  // the ring path has no GLU input: same shape, register path
   if (!valid_decode_config(c, p.M, p.K))
     return invalid(
         fmt::format("flashnorm_linear: bad decode configuration rw={} kw={} ks={} "
-                    "stages={} bulk={}",
-                    c.rw, c.kw, c.ks, c.stages, c.bulk));
+                    "stages={}",
+                    c.rw, c.kw, c.ks, c.stages));
   const int rows = 16 * c.rw;
   const int nrb = static_cast<int>((a.N + rows - 1) / rows);
   if (nrb > (1 << 16))
@@ -789,7 +783,7 @@ Status LinearContext::run_decode(const LinearArgs& a, cudaStream_t s) {
   int ks = c.ks;
   int kchunk = static_cast<int>(decode_kchunk(a.K, ks));
   ks = static_cast<int>((a.K + kchunk - 1) / kchunk);
-  p.rw = c.rw, p.kw = c.kw, p.stages = c.stages, p.bulk = c.bulk ? 1 : 0;
+  p.rw = c.rw, p.kw = c.kw, p.stages = c.stages;
   p.pdl = a.pdl ? 1 : 0;
   p.ksplit = ks, p.kchunk = kchunk, p.n_pad = nrb * rows;
   if (a.x_glu && detail::decode_smem_bytes(p.M, c.rw, c.kw, kchunk) >

@@ -45,47 +45,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
-// mbarrier and bulk-copy (TMA without a tensor map) helpers, PTX ISA 8.0, sm_90.
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-               : "memory");
-}
-// Makes the initialized mbarriers visible to the async proxy (the bulk copies' complete_tx).
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// One arrival on the barrier, announcing `bytes` of bulk copies that will complete on it.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-}
-// Waits for the completion of the barrier's phase of parity `parity`.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n WAIT_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-// bytes (multiple of 16, 16-byte aligned addresses) global -> shared by the bulk-copy engine,
-// completing on `bar`.
-__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_u32(smem)),
-      "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
-// Orders this thread's earlier generic-proxy shared-memory accesses before later async-proxy ones.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 // Waits until at most N of this thread's committed cp.async groups are still pending.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -285,13 +244,6 @@ __global__ void spin_kernel(long long cycles) {
 // with cp.async instead of the register double buffer, so S batches are in flight per warp (two
 // with registers) and the registers they took are free; each thread reads back only the 16-byte
 // slots it copied itself, after cp.async.wait_group, so no barrier is needed.
-// BULK (S = 4 or 8, same restrictions): each warp streams its 16 W rows through its own ring of S
-// stages (16 rows x 256 bytes, rows padded to 272 bytes against bank conflicts) filled by the
-// bulk-copy engine (cp.async.bulk, one 256-byte copy per row, issued by lanes 0-15) and an mbarrier
-// per stage (lane 0 arrives with the stage's byte count; the phase completes when every byte has
-// landed); the warp reads its fragments from the stage after waiting on the stage's phase, and
-// refills a stage only after a __syncwarp that follows every lane's reads of it (and a proxy
-// fence).
 // Joins: __syncthreads between the smem partials and the epilogue (intra-CTA, fixed reduction
 // order); for split-K over CTAs (gridDim.y > 1), each CTA publishes its partials, __threadfence +
 // atomicAdd on the row block's counter, and the last arriving CTA (which then issues its own
@@ -369,11 +321,10 @@ __device__ __forceinline__ void decode_mma(bool do_ss, const uint4 (&A)[DecodeTr
   }
 }
 
-template <class E, int MT, int RW, int XG, int S, bool BULK>
+template <class E, int MT, int RW, int XG, int S>
 __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBlocks)
     decode_kernel(DecodeParams p) {
   static_assert(S == 0 || (MT == 1 && XG == 0), "the cp.async ring exists for M <= 8, x in dtype");
-  static_assert(!BULK || S > 0, "the bulk ring has stages");
   using T = typename E::T;
   constexpr int MP = MT * 8;
   constexpr int ROWS = 16 * RW;
@@ -443,36 +394,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
       cp_async16(slot + (2 * u + 1) * nthr, vB && in ? wb + k + u * 32 : wb, vB && in);
     }
   };
-  // BULK: per warp, S mbarriers, then (16-byte aligned) S stages of 16 rows x kBulkPitch bytes.
-  constexpr int kBulkPitch = 272;
-  constexpr int kBulkStage = 16 * kBulkPitch;
-  const int nwarps = blockDim.x / 32;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(ss_s + KW * MP) + warp * (BULK ? S : 0);
-  char* wstage = reinterpret_cast<char*>(ss_s + KW * MP) + (nwarps * S * 8 + 15) / 16 * 16 +
-                 warp * (BULK ? S : 0) * kBulkStage;
-  const int rows_valid = max(0, min(16, p.N - nw));
-  auto bulk_issue = [&](int j) {  // batch j of this warp into stage j % S (every lane calls it)
-    const int k = kb + j * 32 * U;
-    const int st = j % (S > 0 ? S : 1);
-    const unsigned bytes = static_cast<unsigned>(min(32 * U, ke - k)) * 2;
-    if (lane == 0) mbar_arrive_expect_tx(&bars[st], bytes * rows_valid);
-    __syncwarp();
-    if (lane < rows_valid)
-      bulk_copy(wstage + st * kBulkStage + lane * kBulkPitch,
-                static_cast<const T*>(p.w) + static_cast<int64_t>(nw + lane) * p.ldw + k, bytes,
-                &bars[st]);
-  };
-  if constexpr (BULK) {
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < S; ++j) mbar_init(&bars[j], 1);
-      mbar_init_fence();
-    }
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < S - 1; ++j)
-      if (j < nb) bulk_issue(j);
-  } else if constexpr (S > 0) {
+  if constexpr (S > 0) {
 #pragma unroll
     for (int j = 0; j < S - 1; ++j) {
       if (j < nb) ring_issue(j);
@@ -515,18 +437,10 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
       for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
     }
   }
-  if constexpr (S > 0) {  // the rings: refill one stage, prefetch x, wait for this batch's stage
+  if constexpr (S > 0) {
     for (int bi = 0; bi < nb; ++bi) {
-      if constexpr (BULK) {
-        if (bi + S - 1 < nb) {  // into the stage every lane read in iteration bi - 1
-          fence_proxy_async_smem();
-          __syncwarp();
-          bulk_issue(bi + S - 1);
-        }
-      } else {
-        if (bi + S - 1 < nb) ring_issue(bi + S - 1);  // into the stage read in iteration bi - 1
-        cp_async_commit();
-      }
+      if (bi + S - 1 < nb) ring_issue(bi + S - 1);  // into the stage read in iteration bi - 1
+      cp_async_commit();
       const bool more = bi + 1 < nb;
       const int kn = kb + (bi + 1) * 32 * U;
       uint4 Xn[U][MT];
@@ -538,22 +452,10 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
           for (int t = 0; t < MT; ++t) Xn[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kn + u * 32) : z4;
         }
       }
-      if constexpr (BULK) {
-        const int st = bi % S;
-        mbar_wait(&bars[st], static_cast<unsigned>((bi / S) & 1));
-        const char* sa = wstage + st * kBulkStage + g * kBulkPitch + q8 * 2;
+      cp_async_wait<S - 1>();  // groups 0 .. bi (this thread's) have landed
+      const uint4* slot = ring + (bi % S) * 2 * U * nthr;
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const bool in = bi < nfull || kb + bi * 32 * U + q8 + u * 32 < ke;
-          A[u] = vA && in ? *reinterpret_cast<const uint4*>(sa + u * 64) : z4;
-          B[u] = vB && in ? *reinterpret_cast<const uint4*>(sa + 8 * kBulkPitch + u * 64) : z4;
-        }
-      } else {
-        cp_async_wait<S - 1>();  // groups 0 .. bi (this thread's) have landed
-        const uint4* slot = ring + (bi % S) * 2 * U * nthr;
-#pragma unroll
-        for (int u = 0; u < U; ++u) A[u] = slot[(2 * u) * nthr], B[u] = slot[(2 * u + 1) * nthr];
-      }
+      for (int u = 0; u < U; ++u) A[u] = slot[(2 * u) * nthr], B[u] = slot[(2 * u + 1) * nthr];
       decode_mma<E, MT>(do_ss, A, B, X, acc, ssa);
       if (more) {
 #pragma unroll
@@ -669,16 +571,15 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
   if (threadIdx.x == 0) p.counters[rb] = 0u;  // ready for the next (stream-ordered) launch
 }
 
-template <class E, int MT, int RW, int XG, int S = 0, bool BULK = false>
+template <class E, int MT, int RW, int XG, int S = 0>
 cudaError_t decode_launch(const DecodeParams& p, cudaStream_t s) {
-  static const cudaError_t attr = cudaFuncSetAttribute(decode_kernel<E, MT, RW, XG, S, BULK>,
+  static const cudaError_t attr = cudaFuncSetAttribute(decode_kernel<E, MT, RW, XG, S>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        S > 0 ? kDecodeMaxSmemRing : kDecodeMaxSmem);
   if (attr != cudaSuccess) return attr;
-  return launch_ex(decode_kernel<E, MT, RW, XG, S, BULK>,
-                   dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit), dim3(RW * p.kw * 32),
-                   decode_smem_bytes(p.M, p.rw, p.kw, XG ? p.kchunk : 0, S, BULK), s, p.pdl != 0,
-                   p);
+  return launch_ex(decode_kernel<E, MT, RW, XG, S>, dim3((p.N + 16 * RW - 1) / (16 * RW), p.ksplit),
+                   dim3(RW * p.kw * 32), decode_smem_bytes(p.M, p.rw, p.kw, XG ? p.kchunk : 0, S),
+                   s, p.pdl != 0, p);
 }
 
 // The GLU input exists for M <= 16 (MT <= 2), the engine's decode passes; the cp.async ring
@@ -688,11 +589,6 @@ cudaError_t decode_launch_xg(const DecodeParams& p, cudaStream_t s) {
   if (p.stages != 0) {
     if constexpr (MT == 1) {
       if (p.x_glu != 0) return cudaErrorInvalidValue;
-      if (p.bulk) {
-        if (p.stages == 4) return decode_launch<E, MT, RW, 0, 4, true>(p, s);
-        if (p.stages == 8) return decode_launch<E, MT, RW, 0, 8, true>(p, s);
-        return cudaErrorInvalidValue;
-      }
       if (p.stages == 3) return decode_launch<E, MT, RW, 0, 3>(p, s);
       if (p.stages == 4) return decode_launch<E, MT, RW, 0, 4>(p, s);
     }
@@ -750,12 +646,10 @@ cudaError_t rms_dispatch(const RmsNormArgs& a, cudaStream_t s) {
 
 int decode_mp(int M) { return M <= 8 ? 8 : M <= 16 ? 16 : M <= 32 ? 32 : 64; }
 
-size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k, int stages, bool bulk) {
+size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k, int stages) {
   const int mp = decode_mp(M);
-  const size_t warps = static_cast<size_t>(rw) * kw;
   const size_t ring =
-      bulk ? (warps * stages * 8 + 15) / 16 * 16 + warps * stages * 16 * 272
-           : static_cast<size_t>(stages) * 2 * DecodeTraits<BF16, 1>::U * 16 * warps * 32;
+      static_cast<size_t>(stages) * 2 * DecodeTraits<BF16, 1>::U * 16 * rw * kw * 32;
   return static_cast<size_t>(kw) * (16 * rw * (mp + 4) + mp) * sizeof(float) +
          static_cast<size_t>(M) * x_stage_k * 2 + ring;
 }

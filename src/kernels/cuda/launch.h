@@ -16,7 +16,7 @@ constexpr int kMaxDecodeM = 64;
 constexpr int kDecodeMaxThreads = 256;
 constexpr int kDecodeMaxSmem = 96 * 1024;
 // With the cp.async ring (DecodeParams::stages > 0) the CTA may use up to this much in all.
-constexpr int kDecodeMaxSmemRing = 227 * 1024;  // sm_90 opt-in maximum per block
+constexpr int kDecodeMaxSmemRing = 200 * 1024;
 
 struct DecodeParams {
   const void* x;
@@ -35,7 +35,6 @@ struct DecodeParams {
   float eps;
   int rw, kw;          // row-warps (1, 2, 4) and k-warps per CTA
   int stages;          // 0: W through registers; 3 or 4: cp.async ring in smem (M <= 8, no GLU)
-  int bulk;            // 1 (stages 4 or 8): per-warp ring filled by bulk copies + mbarriers
   int pdl;             // 1: launched with programmatic stream serialization
   int ksplit;          // gridDim.y
   int kchunk;          // K elements per CTA (multiple of 32)
@@ -47,10 +46,8 @@ struct DecodeParams {
 // Padded M of the decode kernel (multiple of 8: 8, 16, 32 or 64).
 int decode_mp(int M);
 // Dynamic shared memory of one decode CTA: cross-warp partials, plus M x x_stage_k dtype elements
-// of staged x (the GLU input; 0 otherwise), plus the ring of `stages` W batches (cp.async, or
-// bulk: per-warp stages and their mbarriers).
-size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k = 0, int stages = 0,
-                         bool bulk = false);
+// of staged x (the GLU input; 0 otherwise), plus the cp.async ring of `stages` W batches.
+size_t decode_smem_bytes(int M, int rw, int kw, int x_stage_k = 0, int stages = 0);
 cudaError_t launch_decode(DType dt, const DecodeParams& p, cudaStream_t s);
 cudaError_t launch_rms_norm(const RmsNormArgs& a, cudaStream_t s);
 // rstd[m] = 1 / sqrt(mean(x[m, :]^2) + eps), fp32, one warp per row on at most max_ctas CTAs of 8

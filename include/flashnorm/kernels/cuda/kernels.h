@@ -158,8 +158,7 @@ struct DebugHooks {
   int decode_ksplit = 0;   // >0: force the decode kernel's split-K factor
   int decode_rw = 0;       // >0: force the decode CTA's row-warps (1, 2 or 4)
   int decode_kw = 0;       // >0: force the decode CTA's k-warps (rw * kw <= 8)
-  int decode_stages = -1;  // >=0: force the decode kernel's ring stages (0; 3 or 4; bulk: 4 or 8)
-  int decode_bulk = -1;    // >=0: force the decode kernel's bulk-copy ring on (1) or off (0)
+  int decode_stages = -1;  // >=0: force the decode kernel's cp.async stages (0, 3 or 4)
   int prefill_tile =
       -2;  // >=0: force a fused prefill configuration (prefill_tile_name); -1: prescale
   bool prefill_prescale = false;  // kPrefill: take the prescale path even when fused is built
@@ -171,12 +170,9 @@ struct DebugHooks {
 // Launch configuration of the decode kernel: rw row-warps (16 output features each) x kw k-warps
 // per CTA (rw * kw <= 8), ks CTAs along K (split-K; 1 = none), stages: 0 = W streamed through a
 // register double buffer, 3 or 4 = through a per-thread cp.async ring of that many batches in
-// shared memory; with bulk, 4 or 8 = through a per-warp ring of that many batches filled by the
-// bulk-copy engine (cp.async.bulk + mbarriers). Rings: M <= 8 only; a call with the GLU input takes
-// the register path.
+// shared memory (M <= 8 only; a call with the GLU input takes the register path).
 struct DecodeConfig {
   int rw = 0, kw = 0, ks = 0, stages = 0;
-  bool bulk = false;
 };
 
 // Owns what the implementations need: the cuBLASLt handle and workspace, cached GEMM plans, the
@@ -219,14 +215,14 @@ class LinearContext {
   Status set_decode_config(int64_t M, int64_t N, int64_t K, const DecodeConfig& c);
   // Autotune the decode configuration for one shape: for every candidate (rw x kw in {1,2,4} x
   // {2,4,8}, split-K 1/2/4/8, and for M <= 8 without the GLU input, when `ring`, the cp.async ring
-  // of 3 and 4 stages and the bulk-copy ring of 4 and 8 besides the register path), captures a CUDA
-  // graph of `reps` calls cycling over the n argument sets (same shape, different buffers, so that
-  // W is rotated past the L2; their y are overwritten), times its replay with CUDA events (median
-  // of 5), then times the four fastest again in 5 interleaved sweeps (time_interleaved) and caches
-  // the fastest of those for (padded M, N, K). Synchronizes the stream; must not be called during
-  // capture. Returns the choice ({} on error); *best_us (optional) receives its time per call in
-  // microseconds (interleaved median), *timings (optional) every candidate's configuration and
-  // first-pass time per call in microseconds, in the order timed.
+  // of 3 and 4 stages besides the register path), captures a CUDA graph of `reps` calls cycling
+  // over the n argument sets (same shape, different buffers, so that W is rotated past the L2;
+  // their y are overwritten), times its replay with CUDA events (median of 5), then times the four
+  // fastest again in 5 interleaved sweeps (time_interleaved) and caches the fastest of those for
+  // (padded M, N, K). Synchronizes the stream; must not be called during capture. Returns the
+  // choice ({} on error); *best_us (optional) receives its time per call in microseconds
+  // (interleaved median), *timings (optional) every candidate's configuration and first-pass time
+  // per call in microseconds, in the order timed.
   DecodeConfig tune_decode(const LinearArgs* sets, int n, cudaStream_t stream,
                            Status* status = nullptr, double* best_us = nullptr,
                            std::vector<std::pair<DecodeConfig, double>>* timings = nullptr,
