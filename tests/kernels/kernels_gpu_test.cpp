@@ -240,7 +240,8 @@ TEST(LinearSmall, DecodeConfigs) {
 }
 // The decode kernel with W through the cp.async ring (3 and 4 stages, M <= 8): every CTA shape,
 // split-K, fewer batches per warp than stages (empty groups), many batches (the ring wraps), bias
-// and mask, fp16, fp32 y; a shape with the GLU input ignores the stages (register path).
+// and mask, fp16, fp32 y. (The GLU input and the fused residual add are not run with a ring here;
+// run_decode takes the register path for the GLU input.)
 TEST(LinearSmall, DecodeRing) {
   for (int stages : {3, 4})
     for (int rw : {1, 2, 4})

@@ -82,6 +82,7 @@ struct CudaEngineOptions {
   // Let that tuning pick the decode GEMV's cp.async ring (DecodeConfig::stages; M <= 8). Off by
   // default: the ring won on SmolLM2's q|k|v and o shapes timed alone, yet the engine's decode step
   // was slower with it (H200, 2026-12-01: docs/results.md, "Decode speed at batch 1").
+  // Not consulted with gemv_configs (those are applied as given, rings included).
   bool decode_ring = false;
   // When not empty: these decode GEMV configurations (another engine's gemv_tuning()) instead of
   // tuning, so that two engines on the same model run identical kernels (the long-generation race
