@@ -240,8 +240,8 @@ TEST(LinearSmall, DecodeConfigs) {
 }
 // The decode kernel with W through the cp.async ring (3 and 4 stages, M <= 8): every CTA shape,
 // split-K, fewer batches per warp than stages (empty groups), many batches (the ring wraps), bias
-// and mask, fp16, fp32 y. (The GLU input and the fused residual add are not run with a ring here;
-// run_decode takes the register path for the GLU input.)
+// and mask, fp16, fp32 y. (The fused residual add after the ring and a ring configuration given to
+// a GLU-input call: DecodeAccumulate, DecodeGluInput.)
 TEST(LinearSmall, DecodeRing) {
   for (int stages : {3, 4})
     for (int rw : {1, 2, 4})
@@ -530,9 +530,9 @@ TEST(LinearSmall, RejectsBadArguments) {
 // SwiGLU / GeGLU (x_glu: glu >= 0 gives the GluKind) and y accumulated into an fp32 residual with a
 // rounded copy (accumulate, y_rounded). Reference: the GLU in fp64 rounded to dtype, the plain GEMV
 // in fp64 (added to the residual on the host); y_rounded must be exactly round(y).
-void run_fused(fk::DType dt, int M, int N, int K, int ks, int glu, bool acc) {
+void run_fused(fk::DType dt, int M, int N, int K, int ks, int glu, bool acc, int stages = -1) {
   SCOPED_TRACE(testing::Message() << "fused M=" << M << " N=" << N << " K=" << K << " ks=" << ks
-                                  << " glu=" << glu << " acc=" << acc);
+                                  << " glu=" << glu << " acc=" << acc << " stages=" << stages);
   std::mt19937 rng(M * 131 + N + K + glu * 7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int ldx = glu >= 0 ? 2 * K : K;
@@ -583,6 +583,7 @@ void run_fused(fk::DType dt, int M, int N, int K, int ks, int glu, bool acc) {
   a.x_glu = glu >= 0, a.glu_kind = glu == 1 ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
   ctx().debug = {};
   ctx().debug.decode_ksplit = ks;
+  ctx().debug.decode_stages = stages;
   FN_OK(ctx().run(a, fk::LinearImpl::kDecode, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   ctx().debug = {};
@@ -613,6 +614,8 @@ TEST(LinearSmall, DecodeAccumulate) {
       for (int ks : {1, 3}) {
         run_fused(dt, M, 200, 1000, ks, -1, true);
         run_fused(dt, M, 72, 520, ks, -1, true);
+        if (M <= 8)  // the residual add after the cp.async ring (M <= 8)
+          for (int stages : {3, 4}) run_fused(dt, M, 200, 1000, ks, -1, true, stages);
       }
 }
 TEST(LinearSmall, DecodeGluInput) {
@@ -621,6 +624,8 @@ TEST(LinearSmall, DecodeGluInput) {
       for (int ks : {1, 3}) {
         run_fused(dt, M, 200, 1000, ks, 0, true);   // SwiGLU + residual (the engine's down proj.)
         run_fused(dt, M, 136, 1536, ks, 1, false);  // GeGLU
+        // a ring configuration for a GLU-input call: run_decode takes the register path
+        if (M <= 8) run_fused(dt, M, 200, 1000, ks, 0, true, 4);
       }
 }
 TEST(LinearSmall, AccumulateRejectsBadArguments) {
