@@ -347,15 +347,15 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         row["gemm_algos_timed"] = t.gemm_algos;
         if (M <= 64) {
           row["decode_tuned_us"] = t.decode_us;
-          nlohmann::json cj = nlohmann::json::array();  // every candidate: rw, kw, ks, us
+          nlohmann::json cj = nlohmann::json::array();  // every candidate: rw, kw, ks, stages, us
           for (const auto& [c, us] : t.decode_candidates)
             cj.push_back({c.rw, c.kw, c.ks, c.stages, us});
           row["decode_candidates"] = cj;
         }
         fused_tile = t.prefill_fused;
         pdl_tile = t.prefill_pdl;
-        if (pdl_tile <
-            0)  // no PDL configuration ran for this shape: nothing to time under its name
+        // no PDL configuration ran for this shape: nothing to time under its name
+        if (pdl_tile < 0)
           std::erase_if(variants, [](const auto& v) { return v.first == "fn_prefill_pdl"; });
         if (t.prefill_config >= LinearContext::kPrefillPrescale) {
           row["prefill_tile"] = t.prefill_config == LinearContext::kPrefillPrescale

@@ -282,25 +282,29 @@ __device__ __forceinline__ uint4 ld_x(const void* p) {
   }
 }
 
+// The x fragments of one batch from k on (the W loads' batch and predicate: full, or 8-groups at or
+// past ke load zeros).
+template <class E, int MT, int XG>
+__device__ __forceinline__ void decode_load_x(int k, int kq, int ke, bool full,
+                                              const bool (&vx)[MT],
+                                              const typename E::T* const (&xr)[MT],
+                                              uint4 (&X)[DecodeTraits<E, MT>::U][MT]) {
+  const uint4 z4 = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int u = 0; u < DecodeTraits<E, MT>::U; ++u) {
+    const bool in = full || kq + u * 32 < ke;
+#pragma unroll
+    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + k + u * 32) : z4;
+  }
+}
+
 template <class E, int MT, int XG, bool kPartial>
 __device__ __forceinline__ void decode_load(
     int k, int kq, int ke, bool vA, bool vB, const typename E::T* wa, const typename E::T* wb,
     const bool (&vx)[MT], const typename E::T* const (&xr)[MT], uint4 (&A)[DecodeTraits<E, MT>::U],
     uint4 (&B)[DecodeTraits<E, MT>::U], uint4 (&X)[DecodeTraits<E, MT>::U][MT]) {
-  constexpr int U = DecodeTraits<E, MT>::U;
-  const uint4 z4 = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const bool in = !kPartial || kq + u * 32 < ke;
-    A[u] = vA && in ? ld_stream(wa + k + u * 32) : z4;
-    B[u] = vB && in ? ld_stream(wb + k + u * 32) : z4;
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const bool in = !kPartial || kq + u * 32 < ke;
-#pragma unroll
-    for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + k + u * 32) : z4;
-  }
+  decode_load_w<E, MT, kPartial>(k, kq, ke, vA, vB, wa, wb, A, B);
+  decode_load_x<E, MT, XG>(k, kq, ke, !kPartial, vx, xr, X);
 }
 
 // One batch's products: acc[t] += W rows (A, B: rows g and g + 8) x x rows (X), and (do_ss) the
@@ -429,14 +433,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
 #pragma unroll
     for (int t = 0; t < MT; ++t) xr[t] = xs + (vx[t] ? t * 8 + g : 0) * klen - kc_beg + q * 8;
   }
-  if (nb > 0) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool in = nfull > 0 || kb + q8 + u * 32 < ke;
-#pragma unroll
-      for (int t = 0; t < MT; ++t) X[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kb + u * 32) : z4;
-    }
-  }
+  if (nb > 0) decode_load_x<E, MT, XG>(kb, kb + q8, ke, nfull > 0, vx, xr, X);
   if constexpr (S > 0) {
     for (int bi = 0; bi < nb; ++bi) {
       if (bi + S - 1 < nb) ring_issue(bi + S - 1);  // into the stage read in iteration bi - 1
@@ -444,14 +441,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, DecodeTraits<E, MT>::kMinBl
       const bool more = bi + 1 < nb;
       const int kn = kb + (bi + 1) * 32 * U;
       uint4 Xn[U][MT];
-      if (more) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const bool in = bi + 1 < nfull || kn + q8 + u * 32 < ke;
-#pragma unroll
-          for (int t = 0; t < MT; ++t) Xn[u][t] = vx[t] && in ? ld_x<XG>(xr[t] + kn + u * 32) : z4;
-        }
-      }
+      if (more) decode_load_x<E, MT, XG>(kn, kn + q8, ke, bi + 1 < nfull, vx, xr, Xn);
       cp_async_wait<S - 1>();  // groups 0 .. bi (this thread's) have landed
       const uint4* slot = ring + (bi % S) * 2 * U * nthr;
 #pragma unroll

@@ -16,6 +16,16 @@
 
 namespace flashnorm::kernels::cuda::detail {
 
+namespace {
+// A configuration's tile (0 .. kPrefillTiles - 1) and tile-scheduler order, in either mode.
+struct TileOrder {
+  int tile, order;
+};
+TileOrder tile_order(int config) {
+  return {config % kPrefillTiles, (config % kPrefillPdlFirst) / kPrefillTiles};
+}
+}  // namespace
+
 PrefillMode prefill_mode(int config) {
   return config >= kPrefillPdlFirst ? PrefillMode::kRstdPdl : PrefillMode::kFused;
 }
@@ -40,8 +50,8 @@ std::string prefill_tile_name(int config) {
                                                     "RS 128x192 cluster 2x1 cooperative"};
   if (config < 0 || config >= kPrefillConfigs) return "?";
   const bool pdl = config >= kPrefillPdlFirst;
-  const int order = (config % kPrefillPdlFirst) / kPrefillTiles;
-  std::string name = kTiles[config % kPrefillTiles];
+  const auto [tile, order] = tile_order(config);
+  std::string name = kTiles[tile];
   if (order != 0)
     name = fmt::format("{}, raster {} swizzle {}", name,
                        kPrefillOrderTable[order].raster == 1 ? 'M' : 'N',
@@ -89,7 +99,7 @@ bool prefill_fused_available() { return true; }
 
 size_t prefill_fused_workspace(const LinearArgs& p, int config, bool plain, int sm_count) {
   if (config < 0 || config >= kPrefillConfigs) return 0;
-  const int tile = config % kPrefillTiles, order = (config % kPrefillPdlFirst) / kPrefillTiles;
+  const auto [tile, order] = tile_order(config);
   if (!plain && prefill_mode(config) == PrefillMode::kRstdPdl)
     return prefill_pdl_workspace(p, tile, order, sm_count);
   return with_gemm(p.dtype, p.y_f32, tile, plain, WorkspaceOf{p, sm_count, order});
@@ -101,7 +111,7 @@ Status launch_prefill_fused(const LinearArgs& p, int config, bool plain, int sm_
   if (config < 0 || config >= kPrefillConfigs)
     return {Code::kInvalidArgument,
             fmt::format("flashnorm_linear: no fused prefill configuration {}", config)};
-  const int tile = config % kPrefillTiles, order = (config % kPrefillPdlFirst) / kPrefillTiles;
+  const auto [tile, order] = tile_order(config);
   if (plain && (p.dtype != DType::kBF16 || p.y_f32)) {
     if (refused) *refused = true;
     return {Code::kUnsupported,
