@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -71,8 +71,8 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   std::vector<Named> gpu;
   DeviceArgs d = dev;
   d.device = "cuda";
-  gpu.push_back({"standard", make_engine(load_model(original), NormMode::Standard, d, max_ctx,
-                                         cancel)});
+  gpu.push_back(
+      {"standard", make_engine(load_model(original), NormMode::Standard, d, max_ctx, cancel)});
   d.deferred = "fused";
   gpu.push_back({"flashnorm (fused)",
                  make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
@@ -97,16 +97,13 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
     Progress pr("teacher-forced vs GPU standard (chunks)");
     vs_std = compare_teacher_forced(*ptrs[0], rest, text, ctx, std::ref(pr), bos);
   }
-  nlohmann::json out = {{"original", original},
-                        {"device", describe_engine(*ptrs[0])},
-                        {"text_tokens", text.size()},
-                        {"ctx", ctx},
-                        {"greedy_tokens", n_greedy},
-                        {"results", nlohmann::json::array()}};
+  nlohmann::json out = {{"original", original},       {"device", describe_engine(*ptrs[0])},
+                        {"text_tokens", text.size()}, {"ctx", ctx},
+                        {"greedy_tokens", n_greedy},  {"results", nlohmann::json::array()}};
   fmt::print("text: {} tokens (chunks of {}); reference: CPU fp32 engine, standard mode, {}\n",
              text.size(), ctx, original);
-  fmt::print("{:<44} {:>10} {:>10} {:>11} | {:>10} {:>11} | {:>8}\n", "GPU engine",
-             "ppl", "top-1/CPU", "rel.logit", "top-1/std", "rel.logit", "greedy");
+  fmt::print("{:<44} {:>10} {:>10} {:>11} | {:>10} {:>11} | {:>8}\n", "GPU engine", "ppl",
+             "top-1/CPU", "rel.logit", "top-1/std", "rel.logit", "greedy");
   std::vector<std::vector<int32_t>> ref;
   for (const auto& p : prompts) ref.push_back(greedy_tokens(*ptrs[0], p, n_greedy));
   for (size_t k = 0; k < gpu.size(); ++k) {
@@ -146,9 +143,10 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
                c.ppl_b(), t1, c.max_rel_logit_diff, vs, vsd, gr);
     out["results"].push_back(r);
   }
-  fmt::print("CPU fp32 perplexity: {:.4f}; greedy column: tokens before the first difference from "
-             "GPU standard, summed over {} prompts\n",
-             vs_cpu[0].ppl_a(), prompts.size());
+  fmt::print(
+      "CPU fp32 perplexity: {:.4f}; greedy column: tokens before the first difference from "
+      "GPU standard, summed over {} prompts\n",
+      vs_cpu[0].ppl_a(), prompts.size());
   return out;
 }
 
@@ -186,8 +184,9 @@ void register_verify(CLI::App& app) {
   cmd->callback([a] {
     const std::string device = resolve_device(a->dev.device);
     if (device == "cpu" && a->folded.empty()) {
-      throw Error("verify: give at least one folded model (or --device cuda to compare the CUDA "
-                  "engine's modes with the CPU engine)");
+      throw Error(
+          "verify: give at least one folded model (or --device cuda to compare the CUDA "
+          "engine's modes with the CPU engine)");
     }
     // Inputs are never overwritten: refuse a --json path that names one, before any work.
     std::vector<std::filesystem::path> inputs = {a->original, a->text};
@@ -309,10 +308,13 @@ void register_verify(CLI::App& app) {
             "difference it causes (first {} tokens): {:.3e}\n",
             fe.max_cancellation_error(), n, cancel_logit_diff);
       }
-      for (const auto& g : greedy) {
-        fmt::print("  greedy: {}/{} tokens identical before the first difference{}\n",
-                   g["agree_prefix"].get<size_t>(), a->tokens,
-                   g["identical"].get<bool>() ? " (identical)" : "");
+      for (const auto& g : greedy) {  // --tokens 0: no greedy run to report
+        if (a->tokens == 0) break;
+        if (g["identical"].get<bool>())
+          fmt::print("  greedy: all {} tokens identical\n", a->tokens);
+        else
+          fmt::print("  greedy: {}/{} tokens identical before the first difference\n",
+                     g["agree_prefix"].get<size_t>(), a->tokens);
       }
       out["results"].push_back({{"folded", folded},
                                 {"positions", st.positions},

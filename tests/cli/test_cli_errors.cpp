@@ -128,6 +128,12 @@ TEST(CliErrors, DeviceSelection) {
                           "--device cuda");
     expect_one_line_error(run_cli("verify " + g + " --device cuda"), "--device cuda");
     expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()), "GPU");
+#if defined(FLASHNORM_HAVE_CUDA)
+    // the kernel benchmark names the missing GPU before it looks for its shapes file (whose
+    // default path is relative to the working directory)
+    expect_one_line_error(run_cli("bench --shapes " + (d / "no_such_shapes.json").string()),
+                          "no usable NVIDIA GPU");
+#endif
   }
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
@@ -146,9 +152,9 @@ TEST(CliErrors, VerifyOutputAndTextChecks) {
                         "cannot create");
   expect_one_line_error(run_cli("verify " + m + " " + m + " --text " + (d / "one.txt").string()),
                         "at least 2");
-  auto r = run_cli("verify " + m + " " + m + " --prompt \"日本語の文章\" --text " +
-                   (d / "t.txt").string() + " --ctx 4 --tokens 2 --json " +
-                   (d / "o.json").string());
+  auto r =
+      run_cli("verify " + m + " " + m + " --prompt \"日本語の文章\" --text " +
+              (d / "t.txt").string() + " --ctx 4 --tokens 2 --json " + (d / "o.json").string());
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream f(d / "o.json");
   std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

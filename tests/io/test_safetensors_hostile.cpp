@@ -24,9 +24,10 @@ namespace {
 std::vector<uint8_t> file_of(const std::string& header, size_t buffer,
                              std::optional<uint64_t> length = std::nullopt) {
   const uint64_t n = length.value_or(header.size());
-  std::vector<uint8_t> out(8);
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
+  std::vector<uint8_t> out;
+  out.reserve(8 + header.size() + buffer);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  for (const char c : header) out.push_back(static_cast<uint8_t>(c));
   for (size_t i = 0; i < buffer; ++i) out.push_back(static_cast<uint8_t>(i));
   return out;
 }

@@ -140,6 +140,16 @@ std::vector<float> to_host_float(const void* d, size_t n) {
 }  // namespace
 
 nlohmann::json run_kernel_bench(const BenchOptions& opt) {
+  int dev = 0, n_dev = 0;  // the GPU first: without one, nothing else here matters
+  const cudaError_t de = cudaGetDeviceCount(&n_dev);
+  if (de != cudaSuccess || n_dev == 0) {
+    cudaGetLastError();
+    throw Error(fmt::format(
+        "bench: no usable NVIDIA GPU ({})",
+        de == cudaSuccess || de == cudaErrorNoDevice || de == cudaErrorInsufficientDriver
+            ? "no NVIDIA GPU with a CUDA 13 driver found"
+            : cudaGetErrorString(de)));
+  }
   std::ifstream in(opt.shapes_path);
   if (!in) throw Error(fmt::format("bench: cannot open shapes file {}", opt.shapes_path));
   nlohmann::json spec;
@@ -152,13 +162,14 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
   if (Ms.empty())
     for (auto& m : spec.at("M")) Ms.push_back(m.get<int>());
 
-  int dev = 0, n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    throw Error("bench: no usable NVIDIA GPU here (the kernels target Hopper, sm_90a)");
-  }
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, dev));
+  if (prop.major != 9)
+    throw Error(
+        fmt::format("bench: device {} ({}) has compute capability {}.{}; the kernels are "
+                    "built for 9.0 (Hopper, sm_90a)",
+                    dev, prop.name, prop.major, prop.minor));
   int drv = 0, rt = 0;
   cudaDriverGetVersion(&drv);
   cudaRuntimeGetVersion(&rt);
