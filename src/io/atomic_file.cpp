@@ -1,11 +1,14 @@
 #include "flashnorm/io/atomic_file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -15,24 +18,59 @@ namespace flashnorm::io {
 namespace fs = std::filesystem;
 namespace {
 
-// Temporary files in flight, removed by a SIGINT/SIGTERM/SIGHUP handler so that an interrupted
-// run leaves nothing behind (a SIGKILL cannot be caught). Fixed slots: the handler may only call
-// async-signal-safe functions.
+// Temporary files and staging directories in flight, removed by a SIGINT/SIGTERM/SIGHUP/SIGPIPE
+// handler so that an interrupted run leaves nothing behind (a SIGKILL cannot be caught). Fixed
+// slots: the handler may only call async-signal-safe functions (unlink, open, close, the raw
+// getdents64 system call, unlinkat, rmdir).
 constexpr int kSlots = 16;
 char g_tmp_paths[kSlots][4096];
-volatile std::sig_atomic_t g_tmp_used[kSlots];
+volatile std::sig_atomic_t g_tmp_used[kSlots];  // 1: a file, 2: a directory of files
+
+// Linux's getdents64 record (man 2 getdents).
+struct Dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[1];
+};
+
+// Unlinks the files directly inside `dir`, then the directory (staging directories hold files
+// only). Async-signal-safe.
+void remove_flat_dir(const char* dir) {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(8) char buf[4096];
+    for (;;) {
+      const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+      if (n <= 0) break;
+      for (long off = 0; off < n;) {
+        const auto* d = reinterpret_cast<const Dirent64*>(buf + off);
+        const char* name = d->d_name;
+        const bool dot = name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0));
+        if (!dot) ::unlinkat(fd, name, 0);
+        off += d->d_reclen;
+      }
+    }
+    ::close(fd);
+  }
+  ::rmdir(dir);
+}
 
 extern "C" void remove_temporaries(int sig) {
   for (int i = 0; i < kSlots; ++i) {
-    if (g_tmp_used[i]) ::unlink(g_tmp_paths[i]);
+    if (g_tmp_used[i] == 1) ::unlink(g_tmp_paths[i]);
+  }
+  for (int i = 0; i < kSlots; ++i) {  // after the files, which may lie inside the directories
+    if (g_tmp_used[i] == 2) remove_flat_dir(g_tmp_paths[i]);
   }
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
 
-int register_temporary(const std::string& path) {
+int register_slot(const std::string& path, int kind) {
   static const bool installed = [] {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
       struct sigaction old {};
       if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
         std::signal(sig, remove_temporaries);
@@ -45,18 +83,68 @@ int register_temporary(const std::string& path) {
   for (int i = 0; i < kSlots; ++i) {
     if (!g_tmp_used[i]) {
       std::memcpy(g_tmp_paths[i], path.c_str(), path.size() + 1);
-      g_tmp_used[i] = 1;
+      g_tmp_used[i] = kind;
       return i;
     }
   }
   return -1;
 }
 
+int register_temporary(const std::string& path) { return register_slot(path, 1); }
+
 void unregister_temporary(int slot) {
   if (slot >= 0) g_tmp_used[slot] = 0;
 }
 
 }  // namespace
+
+StagingDir::StagingDir(const fs::path& final_path) : final_(final_path) {
+  // trailing separators dropped: "out/" names the directory "out"
+  fs::path p = final_path.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.empty() || p.filename() == "." || p.filename() == "..")
+    throw Error(
+        fmt::format("refusing to write the directory {}: give it a name", final_path.string()));
+  final_ = p;
+  std::error_code ec;
+  if (fs::exists(final_, ec) || fs::is_symlink(final_, ec)) {
+    if (!fs::is_directory(final_, ec) || fs::is_symlink(final_, ec))
+      throw Error(
+          fmt::format("refusing to write {}: it exists and is not a directory", final_.string()));
+    if (!fs::is_empty(final_, ec))
+      throw Error(
+          fmt::format("refusing to write into {}: the directory exists and is not empty "
+                      "(remove it or choose another path; nothing is replaced)",
+                      final_.string()));
+  }
+  const fs::path parent = final_.has_parent_path() ? final_.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec))
+    throw Error(fmt::format("cannot write {}: the directory {} does not exist", final_.string(),
+                            parent.string()));
+  work_ = final_;
+  work_ += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+  fs::remove_all(work_, ec);
+  if (!fs::create_directory(work_, ec) || ec)
+    throw Error(fmt::format("cannot create {}: {}", work_.string(),
+                            ec ? ec.message() : std::string("it exists")));
+  slot_ = register_slot(work_.string(), 2);
+}
+
+StagingDir::~StagingDir() {
+  unregister_temporary(slot_);
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(work_, ec);
+  }
+}
+
+void StagingDir::commit() {
+  std::error_code ec;
+  // an empty directory at the final path (checked in the constructor) is replaced by rename(2)
+  fs::rename(work_, final_, ec);
+  if (ec) throw Error(fmt::format("rename to {} failed: {}", final_.string(), ec.message()));
+  committed_ = true;
+}
 
 // True if `p` equals `dir` or lies anywhere below it (both made canonical, links resolved).
 static bool inside(const fs::path& p, const fs::path& dir) {

@@ -2,7 +2,6 @@
 #include "spm.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "utf8.h"
@@ -160,26 +159,35 @@ void SpmModel::encode(std::string_view norm, std::vector<int32_t>& out) const {
     push(p.left, l.next);
   }
 
-  std::function<void(std::string_view)> emit = [&](std::string_view piece) {
-    auto it = by_text_.find(piece);
-    if (it != by_text_.end()) {
-      if (types_[it->second] == kSpmTypeUnused) {
-        auto rm = rev_merge.find(piece);
-        if (rm != rev_merge.end()) {
-          emit(rm->second.first);
-          emit(rm->second.second);
-          return;
+  // An UNUSED piece is replaced by the two pieces that formed it, recursively; with an explicit
+  // stack (a hostile vocabulary can chain thousands of such merges: no deep call recursion). Each
+  // replacement is strictly shorter, so this ends.
+  std::vector<std::string_view> stack;
+  auto emit = [&](std::string_view first) {
+    stack.push_back(first);
+    while (!stack.empty()) {
+      const std::string_view piece = stack.back();
+      stack.pop_back();
+      auto it = by_text_.find(piece);
+      if (it != by_text_.end()) {
+        if (types_[it->second] == kSpmTypeUnused) {
+          auto rm = rev_merge.find(piece);
+          if (rm != rev_merge.end()) {
+            stack.push_back(rm->second.second);  // popped after the first half
+            stack.push_back(rm->second.first);
+            continue;
+          }
         }
+        out.push_back(it->second);
+        continue;
       }
-      out.push_back(it->second);
-      return;
-    }
-    for (char c : piece) {  // byte fallback
-      int32_t id = byte_token_[static_cast<unsigned char>(c)];
-      if (id >= 0) {
-        out.push_back(id);
-      } else if (unk_) {
-        out.push_back(*unk_);
+      for (char c : piece) {  // byte fallback
+        int32_t id = byte_token_[static_cast<unsigned char>(c)];
+        if (id >= 0) {
+          out.push_back(id);
+        } else if (unk_) {
+          out.push_back(*unk_);
+        }
       }
     }
   };

@@ -340,13 +340,18 @@ TEST(HfDir, TwoShardsFollowTheIndex) {
   expect_same_bits(d.load_fp32("layer.3.weight"), ts[3].values);
   EXPECT_EQ(d.metadata().at("k"), "v");
 
-  // Rewriting as one file removes the stale shards and index.
-  write_hf_dir(out, config, ts, {}, 1, {});
-  EXPECT_FALSE(fs::exists(out / "model.safetensors.index.json"));
-  EXPECT_FALSE(fs::exists(out / "model-00001-of-00002.safetensors"));
-  EXPECT_EQ(HfModelDir::open(out).tensor_names().size(), 5u);
-  EXPECT_THROW(write_hf_dir(out, config, ts, {}, 6, {}), Error);
-  EXPECT_THROW(write_hf_dir(out, config, ts, {}, 0, {}), Error);
+  // Writing again into the existing directory is refused and leaves it as it was (no mix of old
+  // and new shards); a new directory takes the one-file layout.
+  EXPECT_THROW(write_hf_dir(out, config, ts, {}, 1, {}), Error);
+  EXPECT_TRUE(fs::exists(out / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+  EXPECT_EQ(HfModelDir::open(out).shards().size(), 2u);
+  write_hf_dir(tmp.path / "one", config, ts, {}, 1, {});
+  EXPECT_FALSE(fs::exists(tmp.path / "one" / "model.safetensors.index.json"));
+  EXPECT_EQ(HfModelDir::open(tmp.path / "one").tensor_names().size(), 5u);
+  EXPECT_THROW(write_hf_dir(tmp.path / "six", config, ts, {}, 6, {}), Error);
+  EXPECT_THROW(write_hf_dir(tmp.path / "zero", config, ts, {}, 0, {}), Error);
+  EXPECT_FALSE(fs::exists(tmp.path / "six"));
 }
 
 // Cross-check with the reference implementation. The Python side is

@@ -149,14 +149,13 @@ class HfModelDir {
 // files model-0000i-of-0000n.safetensors with model.safetensors.index.json when n_shards > 1
 // (model.safetensors otherwise; shard s gets the tensors [T*s/n, T*(s+1)/n) in order). The index
 // is {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}. Every file goes through
-// AtomicFile; a missing directory is built under "<dir>.tmp-<pid>" and renamed into place when
-// complete (an existing one is updated file by file); `copy_from` is never written to (writing into
-// it is an Error). Other regular files of `copy_from` (tokenizer.json, generation_config.json,
-// ...) are copied unchanged, except config.json, *.index.json and weight files (.safetensors,
-// .bin, .pt, .pth, .ckpt, .h5, .msgpack, .gguf, .onnx). Weight files of an earlier write that
-// the new layout does not use (model.safetensors, the index, model-*.safetensors) are removed.
-// Errors: Error for n_shards < 1 or more shards than tensors, a config that is not an object, or
-// any error of write_safetensors.
+// AtomicFile; the directory is built under "<dir>.tmp-<pid>" and renamed into place when complete
+// (StagingDir: `dir` must not exist or be empty, its parent must exist); `copy_from` is never
+// written to (writing into it is an Error). Other regular files of `copy_from` (tokenizer.json,
+// generation_config.json, ...) are copied unchanged, except config.json, *.index.json and weight
+// files (.safetensors, .bin, .pt, .pth, .ckpt, .h5, .msgpack, .gguf, .onnx).
+// Errors: Error for n_shards < 1 or more shards than tensors, a config that is not an object, an
+// existing non-empty `dir`, or any error of write_safetensors.
 void write_hf_dir(const std::filesystem::path& dir, const nlohmann::json& config,
                   const std::vector<StTensorOut>& tensors,
                   const std::map<std::string, std::string>& metadata, int n_shards,

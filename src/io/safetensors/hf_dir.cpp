@@ -247,47 +247,22 @@ void write_hf_dir(const fs::path& dir, const nlohmann::json& config,
     inputs.push_back(copy_from);
   }
   refuse_overwrite(dir, inputs);
-  std::error_code ec;
-  // A new directory is built under a temporary name and renamed into place when complete, so a
-  // failed or interrupted write never leaves a half-written model at `final_dir`. An existing
-  // directory is updated file by file (each file atomically).
-  const fs::path final_dir = dir;
-  const bool staged = !fs::exists(final_dir, ec);
-  fs::path work = final_dir;
-  if (staged) {
-    work += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
-    fs::remove_all(work, ec);
-  }
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      std::error_code e;
-      if (!p.empty()) fs::remove_all(p, e);
-    }
-  } cleanup{staged ? work : fs::path()};
-  fs::create_directories(work, ec);
-  if (ec) throw Error(fmt::format("cannot create {}: {}", work.string(), ec.message()));
-  write_hf_dir_files(work, config, tensors, metadata, n_shards, copy_from, inputs);
-  if (staged) {
-    fs::rename(work, final_dir, ec);
-    if (ec) {
-      throw Error(fmt::format("rename to {} failed: {}", final_dir.string(), ec.message()));
-    }
-    cleanup.p.clear();
-  }
+  // The directory is built under a temporary name and renamed into place when complete, so a
+  // failed or interrupted write never leaves a half-written model, and never mixes with (or
+  // replaces) the files of an existing directory, which is refused unless empty.
+  StagingDir staging(dir);
+  write_hf_dir_files(staging.path(), config, tensors, metadata, n_shards, copy_from, inputs);
+  staging.commit();
 }
 
 namespace {
 
-// Writes the files of a Hugging Face directory into `dir` (which exists).
+// Writes the files of a Hugging Face directory into `dir` (a new, empty staging directory).
 void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
                         const std::vector<StTensorOut>& tensors,
                         const std::map<std::string, std::string>& metadata, int n_shards,
                         const fs::path& copy_from, const std::vector<fs::path>& inputs) {
-  std::error_code ec;
-
   // Shards: contiguous runs of tensors, as equal in count as possible.
-  std::vector<std::string> written;
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t total_size = 0;
   for (int s = 0; s < n_shards; ++s) {
@@ -301,27 +276,12 @@ void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
       weight_map[t.name] = name;
       total_size += t.values.size() * st_dtype_size(t.dtype);
     }
-    written.push_back(name);
   }
   if (n_shards > 1) {
     nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
     write_text(dir / kIndex, index.dump(2) + "\n", inputs);
-    written.push_back(kIndex);
   }
   write_text(dir / kConfig, config.dump(2) + "\n", inputs);
-
-  // Remove weights of an earlier write that would contradict the new ones (a stale
-  // model.safetensors beside a new index, or shards of another split).
-  std::vector<fs::path> stale;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool ours = name == kSingle || name == kIndex ||
-                      (name.starts_with("model-") && name.ends_with(".safetensors"));
-    if (ours && std::find(written.begin(), written.end(), name) == written.end()) {
-      stale.push_back(entry.path());
-    }
-  }
-  for (const auto& p : stale) fs::remove(p, ec);
 
   // Copy the other files of the source directory (tokenizer, generation config, ...).
   if (!copy_from.empty()) {
