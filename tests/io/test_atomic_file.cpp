@@ -13,6 +13,7 @@
 
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
+#include "support/random_llama.h"
 
 namespace fs = std::filesystem;
 using flashnorm::Error;
@@ -21,19 +22,10 @@ using flashnorm::io::StagingDir;
 
 namespace {
 
+// A fresh empty directory for the running test (removed again by the next run of the test).
 struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() /
-           (std::string("flashnorm_af_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+  fs::path path = flashnorm::testing::fresh_dir(
+      std::string("af_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
 };
 
 void write_file(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
