@@ -1,6 +1,7 @@
 // flashnorm: fold, inspect, verify, generate, bench. See README.md.
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "commands.h"
@@ -27,6 +28,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help is a ParseError that exits 0
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "error: out of memory: the model's tensors or buffers do not fit in this "
+                 "machine's memory (a smaller --ctx may help)\n");
+    return 1;
   } catch (const std::exception& e) {
     // One line, whatever the message quotes from a file.
     std::string msg = e.what();

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -114,6 +115,20 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   if (m_.has(a.head)) m_.tensors.erase(a.head);
 
   const size_t kv = size_t(c.n_head_kv) * c.head_dim;
+  // The KV cache and RoPE tables grow with the context and head_dim read from the file: refuse
+  // sizes this machine cannot hold (one line) instead of being killed for memory.
+  const double kv_bytes = 2.0 * c.n_layer * max_ctx_ * static_cast<double>(kv) * sizeof(float);
+  const double rope_bytes = (a.hooks.sliding_window_pattern > 0 ? 2.0 : 1.0) * max_ctx_ *
+                            static_cast<double>(c.head_dim) * sizeof(float);
+  const double phys =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (phys > 0 && kv_bytes + rope_bytes > phys) {
+    throw Error(fmt::format(
+        "the CPU engine's KV cache of {} positions (block_count {} x head_count_kv {} x "
+        "key_length {} x 2 x fp32) and RoPE tables need {:.1f} GB, more than this machine's "
+        "{:.1f} GB: give a smaller --ctx",
+        max_ctx_, c.n_layer, c.n_head_kv, c.head_dim, (kv_bytes + rope_bytes) / 1e9, phys / 1e9));
+  }
   k_cache_.assign(size_t(c.n_layer) * max_ctx_ * kv, 0.0f);
   v_cache_.assign(k_cache_.size(), 0.0f);
   rope_tables(max_ctx_, c.head_dim, c.rope_base, rope_cos_, rope_sin_);

@@ -139,6 +139,21 @@ TEST(CliErrors, DeviceSelection) {
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }
 
+// A small file whose context and head_dim ask for a KV cache no machine holds (2 x 2^20 positions
+// x 65536 x fp32 = 512 GB) gets one line naming the sizes, not an allocation that gets the
+// process killed for memory.
+TEST(CliErrors, KvCacheLargerThanMemoryIsRefused) {
+  const fs::path d = testing::fresh_dir("cli_kv_memory");
+  testing::RandomLlamaOptions o;
+  o.n_layer = 1, o.hidden = 8, o.n_head = 1, o.n_head_kv = 1, o.ffn = 8, o.vocab = 49152;
+  o.head_dim = 65536, o.context = 1 << 20, o.n_shards = 1;
+  testing::write_random_gguf(d / "kv.gguf", o);
+  const auto r = run_cli("generate -m " + (d / "kv.gguf").string() + " --tokenizer " +
+                         testing::smollm2_path() + " -p hi -n 1 --device cpu --ctx 1048576");
+  expect_one_line_error(r, "--ctx");
+  EXPECT_NE(r.err.find("key_length 65536"), std::string::npos) << r.err;
+}
+
 // verify: a --json path that cannot be written fails before any model is run; a text of fewer
 // than 2 tokens is refused up front; greedy text that ends inside a UTF-8 sequence is still
 // written (as U+FFFD) instead of failing after the run.

@@ -107,7 +107,7 @@ void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
       {"num_key_value_heads", o.n_head_kv},
       {"head_dim", D},
       {"vocab_size", o.vocab},
-      {"max_position_embeddings", 512},
+      {"max_position_embeddings", o.context},
       {"rms_norm_eps", gemma ? 1e-6 : 1e-5},
       {"rope_theta", gemma ? 1000000.0 : 10000.0},
       {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
@@ -133,7 +133,7 @@ void write_random_gguf(const fs::path& path, const RandomLlamaOptions& o) {
   std::vector<io::GgufKv> kvs = {
       {"general.architecture", GgufValue::make_string(o.arch), 0},
       {p + "block_count", GgufValue::make_u32(o.n_layer), 0},
-      {p + "context_length", GgufValue::make_u32(512), 0},
+      {p + "context_length", GgufValue::make_u32(static_cast<uint32_t>(o.context)), 0},
       {p + "embedding_length", GgufValue::make_u32(o.hidden), 0},
       {p + "feed_forward_length", GgufValue::make_u32(o.ffn), 0},
       {p + "attention.head_count", GgufValue::make_u32(o.n_head), 0},

@@ -16,6 +16,7 @@ struct RandomLlamaOptions {
   std::string arch = "llama";  // or "gemma3" (QK-norm, post norms, `1 + w` gains in HF files)
   int head_dim = 0;            // 0: hidden / n_head
   int sliding_window = 8;      // gemma3: local layers attend to the last 8 positions
+  int context = 512;           // max_position_embeddings / context_length
 };
 
 // A small Gemma 3 layout: 6 layers (0-4 local with window 8, layer 5 global), hidden 64, 4 heads,
