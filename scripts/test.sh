@@ -14,7 +14,7 @@ ctest --preset release -j 2
 # Sanitizer pass: only the binaries that parse hostile input (label "hostile").
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$(nproc)" --target test_gguf_hostile test_safetensors_hostile \
-  test_tokenizer_vocab
+  test_tokenizer_vocab test_spm_chain test_atomic_file
 ctest --preset asan -j 2 -L hostile
 # The libFuzzer targets must build (run them with build/fuzz/fuzz/fuzz_gguf CORPUS, etc.).
 cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$(nproc)"

@@ -28,6 +28,11 @@ std::vector<float> dequant(const io::GgufFile& f, const io::GgufTensorInfo& t) {
 // Encodes folded fp64 values as `type`, rounding once. For block types, the fp64 values are
 // first rounded to fp32 (the quantizer's input) and the added error is recorded in `rec`.
 std::vector<uint8_t> encode(const std::vector<double>& v, GgmlType type, FoldedTensor& rec) {
+  check_folded_range(v,
+                     type == GgmlType::F16    ? FoldTarget::kF16
+                     : type == GgmlType::BF16 ? FoldTarget::kBF16
+                                              : FoldTarget::kF32,
+                     rec.name);
   std::vector<uint8_t> out;
   switch (type) {
     case GgmlType::F32: {

@@ -65,6 +65,15 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   if (!d.find(head_hf)) {
     names.push_back(head_hf);
     rep.untied_head = true;
+  } else if (const auto tw = config.find("tie_word_embeddings");
+             tw != config.end() && tw->is_boolean() && tw->get<bool>() &&
+             d.load_fp32(head_hf) != d.load_fp32(hf(arch->tied_source))) {
+    // transformers ties the head to the embedding and ignores this tensor; which one the
+    // checkpoint means is ambiguous, and the folded head can only be one of them
+    throw Error(
+        fmt::format("{}/config.json: tie_word_embeddings is true but {} differs from {}; "
+                    "refusing an ambiguous LM head",
+                    in_dir.string(), head_hf, hf(arch->tied_source)));
   }
   auto out_dtype = [&](io::StDtype own) {
     if (opt.dtype == io::GgmlType::F16) return io::StDtype::F16;
@@ -89,6 +98,11 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                                 g.size()));
       }
       std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], g);
+      check_folded_range(folded,
+                         o.dtype == io::StDtype::F16    ? FoldTarget::kF16
+                         : o.dtype == io::StDtype::BF16 ? FoldTarget::kBF16
+                                                        : FoldTarget::kF32,
+                         name);
       // Values are handed to the writer as fp32; for F16/BF16 targets round via round-to-odd
       // so that the writer's final rounding equals one rounding of the fp64 product.
       for (size_t i = 0; i < folded.size(); ++i) {
@@ -106,7 +120,8 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
     }
     outs.push_back(std::move(o));
   }
-  if (rep.untied_head) config["tie_word_embeddings"] = false;
+  // The output always has its own (folded) head: tied to the embedding it would lose the gain.
+  config["tie_word_embeddings"] = false;
   std::map<std::string, std::string> meta = d.metadata();
   meta["format"] = "pt";
   meta[std::string(kFoldedKey)] = "true";

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "flashnorm/io/error.h"
 
 namespace flashnorm {
@@ -124,7 +126,11 @@ const ArchDescription& arch_by_name(std::string_view name) {
   for (const auto& a : registry()) {
     if (a.name == name) return a;
   }
-  throw Error(fmt::format("unsupported architecture '{}' (supported: llama, gemma3)", name));
+  // quoted as a JSON string: a NUL, control bytes or invalid UTF-8 from a file reach the terminal
+  // escaped, not raw
+  throw Error(fmt::format("unsupported architecture {} (supported: llama, gemma3)",
+                          nlohmann::json(std::string(name))
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 const ArchDescription* arch_by_hf_class(std::string_view hf_class) {

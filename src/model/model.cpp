@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "flashnorm/io/dequant.h"
@@ -46,12 +47,36 @@ int as_int(uint64_t v, std::string_view key, const fs::path& src) {
   return static_cast<int>(v);
 }
 
+// A float hyperparameter must be finite and inside [lo, hi] (lo excluded when open_lo).
+void check_range(double v, double lo, double hi, bool open_lo, std::string_view what,
+                 const std::function<void(const std::string&)>& fail) {
+  if (!std::isfinite(v) || v < lo || (open_lo && v == lo) || v > hi)
+    fail(fmt::format("{} = {} is not a finite value in {}{}, {}]", what, v, open_lo ? "(" : "[", lo,
+                     hi));
+}
+
+// GGUF: the float at `key` (read as `v`) in range, else a FormatError at the key's offset.
+void check_gguf_float(const io::GgufFile& f, const std::string& key, double v, double lo, double hi,
+                      bool open_lo) {
+  check_range(v, lo, hi, open_lo, key, [&](const std::string& msg) {
+    const io::GgufKv* kv = f.find(key);
+    throw FormatError(f.name(), key, kv ? kv->offset : 0, msg);
+  });
+}
+
 Model load_gguf(const fs::path& path, bool with_data) {
   io::GgufFile f = io::GgufFile::open(path);
   Model m;
   m.source = path;
   m.cfg.arch = f.get_string("general.architecture");
-  m.arch = &arch_by_name(m.cfg.arch);
+  try {
+    m.arch = &arch_by_name(m.cfg.arch);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const Error& e) {
+    const io::GgufKv* kv = f.find("general.architecture");
+    throw FormatError(f.name(), "general.architecture", kv ? kv->offset : 0, e.what());
+  }
   const std::string p = m.cfg.arch + ".";
   auto req = [&](const std::string& k) { return as_int(f.get_uint(p + k), p + k, path); };
   m.cfg.n_layer = req("block_count");
@@ -68,12 +93,16 @@ Model load_gguf(const fs::path& path, bool with_data) {
   m.cfg.context = f.get_uint_opt(p + "context_length") ? req("context_length") : 2048;
   m.cfg.rope_base = static_cast<float>(f.get_float_opt(p + "rope.freq_base").value_or(10000.0));
   m.cfg.eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
+  // eps inside the square root: 0 is exact RMSNorm; a negative, huge or non-finite eps is not one
+  check_gguf_float(f, p + "attention.layer_norm_rms_epsilon", m.cfg.eps, 0.0, 1.0, false);
+  check_gguf_float(f, p + "rope.freq_base", m.cfg.rope_base, 1.0, 1e12, true);
   m.cfg.rope = m.arch->gguf_rope;
   m.cfg.gains = m.arch->gguf_gains;
   if (m.arch->hooks.sliding_window_pattern > 0) {
     m.cfg.sliding_window = req("attention.sliding_window");
     m.cfg.rope_local_base =
         static_cast<float>(f.get_float_opt(p + "rope.local_freq_base").value_or(10000.0));
+    check_gguf_float(f, p + "rope.local_freq_base", m.cfg.rope_local_base, 1.0, 1e12, true);
   }
   m.cfg.folded = f.get_bool_or(std::string(kFoldedKey), false);
   for (const auto& t : f.tensors()) {
@@ -125,21 +154,41 @@ Model load_hf(const fs::path& dir, bool with_data) {
   m.cfg.context = get_int("max_position_embeddings", 2048);
   m.cfg.rope_base = c.value("rope_theta", 10000.0f);
   m.cfg.eps = c.value("rms_norm_eps", 1e-6f);
+  const auto cfg_fail = [&](const std::string& msg) {
+    throw Error(fmt::format("{}/config.json: {}", dir.string(), msg));
+  };
+  check_range(m.cfg.eps, 0.0, 1.0, false, "rms_norm_eps", cfg_fail);
+  check_range(m.cfg.rope_base, 1.0, 1e12, true, "rope_theta", cfg_fail);
   m.cfg.rope = m.arch->hf_rope;
   m.cfg.gains = m.arch->hf_gains;
   if (m.arch->hooks.sliding_window_pattern > 0) {
     m.cfg.sliding_window = get_int("sliding_window");
     m.cfg.rope_local_base = c.value("rope_local_base_freq", 10000.0f);
+    check_range(m.cfg.rope_local_base, 1.0, 1e12, true, "rope_local_base_freq", cfg_fail);
   }
   if (m.arch->hooks.uses_query_pre_attn_scalar) {
     m.cfg.attn_scale = 1.0f / std::sqrt(float(get_int("query_pre_attn_scalar", m.cfg.head_dim)));
+  }
+  // tie_word_embeddings true: transformers uses the embedding as the head and ignores an lm_head
+  // tensor, so this engine does too when it holds the same values, and refuses the file when not.
+  const auto tw = c.find("tie_word_embeddings");
+  const bool tied_cfg = tw != c.end() && tw->is_boolean() && tw->get<bool>();
+  std::optional<std::string> head_hf = to_hf_name(*m.arch, m.arch->head);
+  std::optional<std::string> emb_hf = to_hf_name(*m.arch, m.arch->tied_source);
+  const bool drop_head = tied_cfg && head_hf && emb_hf && d.find(*head_hf) && d.find(*emb_hf);
+  if (drop_head && with_data && d.load_fp32(*head_hf) != d.load_fp32(*emb_hf)) {
+    throw Error(
+        fmt::format("{}/config.json: tie_word_embeddings is true but {} differs from {}; "
+                    "refusing an ambiguous LM head",
+                    dir.string(), *head_hf, *emb_hf));
   }
   auto md = d.metadata();
   auto it = md.find(std::string(kFoldedKey));
   m.cfg.folded = it != md.end() && it->second == "true";
   for (const auto& hf : d.tensor_names()) {
     auto canon = from_hf_name(*m.arch, hf);
-    if (!canon) continue;  // e.g. rotary inv_freq buffers some exporters keep
+    if (!canon) continue;                       // e.g. rotary inv_freq buffers some exporters keep
+    if (drop_head && hf == *head_hf) continue;  // tied: the embedding is the head
     const io::SafetensorsFile* file = nullptr;
     const io::StTensorInfo* info = d.find(hf, &file);
     Tensor x;
@@ -178,6 +227,10 @@ void validate(Model& m) {
     throw Error(fmt::format("{}: '{}' is not [vocab, {}]", m.source.string(), m.arch->tied_source,
                             c.hidden));
   }
+  if (emb.shape[0] == 0 || emb.shape[0] > (1u << 24)) {
+    throw Error(fmt::format("{}: '{}' has {} rows (the vocabulary size must be in 1 .. 2^24)",
+                            m.source.string(), m.arch->tied_source, emb.shape[0]));
+  }
   c.vocab = static_cast<int>(emb.shape[0]);
   c.tied_head = !m.has(m.arch->head);
   const uint64_t H = c.hidden, F = c.ffn, D = c.head_dim;
@@ -204,6 +257,16 @@ void validate(Model& m) {
   }
   expect_shape(m, "output_norm.weight", {H});
   if (!c.tied_head) expect_shape(m, m.arch->head, {uint64_t(c.vocab), H});
+  // Norm gains are what folding multiplies into the weights: a NaN or infinite one would make the
+  // folded model (and the engine) produce NaN without any error.
+  for (const auto& [name, t] : m.tensors) {
+    if (!name.ends_with("_norm.weight")) continue;
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      if (!std::isfinite(t.data[i]))
+        throw Error(fmt::format("{}: norm gain '{}' element {} is {}", m.source.string(), name, i,
+                                t.data[i]));
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -152,6 +153,74 @@ TEST(CliErrors, KvCacheLargerThanMemoryIsRefused) {
                          testing::smollm2_path() + " -p hi -n 1 --device cpu --ctx 1048576");
   expect_one_line_error(r, "--ctx");
   EXPECT_NE(r.err.find("key_length 65536"), std::string::npos) << r.err;
+}
+
+// Hyperparameters no RMSNorm or RoPE can have, non-finite gains, and folded values that overflow
+// the output type are refused with one line naming the key or tensor, instead of a model that
+// computes NaN (fold exited 0 and generate printed NUL bytes).
+TEST(CliErrors, ImpossibleHyperparametersGainsAndOverflow) {
+  const fs::path d = testing::fresh_dir("cli_hyper");
+  const std::string tok = " --tokenizer " + testing::smollm2_path();
+  auto model = [&](const std::string& name, auto change) {
+    testing::RandomLlamaOptions o;
+    o.vocab = 49152;
+    change(o);
+    testing::write_random_gguf(d / name, o);
+    return (d / name).string();
+  };
+  const std::string nan_eps = model("nan_eps.gguf", [](auto& o) { o.eps = std::nanf(""); });
+  expect_one_line_error(run_cli("fold " + nan_eps + " -o " + (d / "o0.gguf").string()),
+                        "attention.layer_norm_rms_epsilon");
+  const std::string neg_eps = model("neg_eps.gguf", [](auto& o) { o.eps = -1; });
+  expect_one_line_error(run_cli("generate -m " + neg_eps + tok + " -p hi -n 1 --device cpu"),
+                        "layer_norm_rms_epsilon");
+  const std::string rope = model("rope.gguf", [](auto& o) { o.rope_base = -1e4f; });
+  expect_one_line_error(run_cli("fold " + rope + " -o " + (d / "o0.gguf").string()),
+                        "rope.freq_base");
+  const std::string nan_gain = model("nan_gain.gguf", [](auto& o) { o.gain_scale = NAN; });
+  expect_one_line_error(run_cli("generate -m " + nan_gain + tok + " -p hi -n 1 --device cpu"),
+                        "norm gain");
+  expect_one_line_error(run_cli("fold " + nan_gain + " -o " + (d / "o1.gguf").string()),
+                        "after folding");
+  // |gain x weight| > 65504 once folded: fine in f32 and bf16, not in f16
+  const std::string big = model("big_gain.gguf", [](auto& o) { o.gain_scale = 1e6f; });
+  expect_one_line_error(run_cli("fold " + big + " -o " + (d / "o2.gguf").string() + " --dtype f16"),
+                        "overflows f16");
+  EXPECT_EQ(run_cli("fold " + big + " -o " + (d / "o3.gguf").string() + " --dtype bf16").code, 0);
+  // Hugging Face: a negative eps in config.json
+  testing::RandomLlamaOptions h;
+  h.eps = -1;
+  testing::write_random_llama(d / "hf_eps", h);
+  expect_one_line_error(
+      run_cli("fold " + (d / "hf_eps").string() + " -o " + (d / "hf_out").string()),
+      "rms_norm_eps");
+  EXPECT_FALSE(fs::exists(d / "hf_out"));
+  EXPECT_FALSE(fs::exists(d / "o0.gguf"));
+  EXPECT_FALSE(fs::exists(d / "o1.gguf"));
+  EXPECT_FALSE(fs::exists(d / "o2.gguf"));
+}
+
+// tie_word_embeddings true with an lm_head tensor that differs from the embedding: transformers
+// would use the embedding, so the folded head (and this engine's) would be a different model.
+TEST(CliErrors, AmbiguousTiedHead) {
+  const fs::path d = testing::fresh_dir("cli_tie");
+  testing::RandomLlamaOptions o;
+  o.tied = false;  // lm_head written, random, unlike the embedding
+  testing::write_random_llama(d / "m", o);
+  {
+    std::ifstream in(d / "m" / "config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const std::string from = "\"tie_word_embeddings\": false";
+    ASSERT_NE(text.find(from), std::string::npos) << text;
+    text.replace(text.find(from), from.size(), "\"tie_word_embeddings\": true");
+    std::ofstream(d / "m" / "config.json") << text;
+  }
+  expect_one_line_error(run_cli("fold " + (d / "m").string() + " -o " + (d / "out").string()),
+                        "ambiguous");
+  EXPECT_FALSE(fs::exists(d / "out"));
+  expect_one_line_error(run_cli("generate -m " + (d / "m").string() + " --tokenizer " +
+                                testing::smollm2_path() + " -p hi -n 1 --device cpu"),
+                        "ambiguous");
 }
 
 // verify: a --json path that cannot be written fails before any model is run; a text of fewer

@@ -43,8 +43,8 @@ RandomTensors make_tensors(const RandomLlamaOptions& o, bool hf_gains) {
   auto gain = [&](const std::string& name, int n) {
     std::vector<float> v;
     for (int i = 0; i < n; ++i) {
-      float g = ud(rng) * (!gemma && i % 7 == 3 ? -1.0f : 1.0f);  // the multiplier
-      v.push_back(gemma && hf_gains ? g - 1.0f : g);              // HF Gemma stores w = g - 1
+      float g = ud(rng) * (!gemma && i % 7 == 3 ? -1.0f : 1.0f) * o.gain_scale;  // multiplier
+      v.push_back(gemma && hf_gains ? g - 1.0f : g);  // HF Gemma stores w = g - 1
     }
     r.order.push_back({name, {uint64_t(n)}});
     r.values[name] = std::move(v);
@@ -108,8 +108,12 @@ void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
       {"head_dim", D},
       {"vocab_size", o.vocab},
       {"max_position_embeddings", o.context},
-      {"rms_norm_eps", gemma ? 1e-6 : 1e-5},
-      {"rope_theta", gemma ? 1000000.0 : 10000.0},
+      {"rms_norm_eps", o.eps != 0 ? double(o.eps)
+                       : gemma    ? 1e-6
+                                  : 1e-5},
+      {"rope_theta", o.rope_base != 0 ? double(o.rope_base)
+                     : gemma          ? 1000000.0
+                                      : 10000.0},
       {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
       {"tie_word_embeddings", o.tied},
       {"torch_dtype", "float32"},
@@ -139,8 +143,16 @@ void write_random_gguf(const fs::path& path, const RandomLlamaOptions& o) {
       {p + "attention.head_count", GgufValue::make_u32(o.n_head), 0},
       {p + "attention.head_count_kv", GgufValue::make_u32(o.n_head_kv), 0},
       {p + "attention.key_length", GgufValue::make_u32(D), 0},
-      {p + "rope.freq_base", GgufValue::make_f32(gemma ? 1e6f : 1e4f), 0},
-      {p + "attention.layer_norm_rms_epsilon", GgufValue::make_f32(gemma ? 1e-6f : 1e-5f), 0},
+      {p + "rope.freq_base",
+       GgufValue::make_f32(o.rope_base != 0 ? o.rope_base
+                           : gemma          ? 1e6f
+                                            : 1e4f),
+       0},
+      {p + "attention.layer_norm_rms_epsilon",
+       GgufValue::make_f32(o.eps != 0 ? o.eps
+                           : gemma    ? 1e-6f
+                                      : 1e-5f),
+       0},
   };
   if (gemma)
     kvs.push_back({p + "attention.sliding_window", GgufValue::make_u32(o.sliding_window), 0});

@@ -17,6 +17,9 @@ struct RandomLlamaOptions {
   int head_dim = 0;            // 0: hidden / n_head
   int sliding_window = 8;      // gemma3: local layers attend to the last 8 positions
   int context = 512;           // max_position_embeddings / context_length
+  float eps = 0;               // rms_norm_eps; 0: 1e-5 (llama) / 1e-6 (gemma3)
+  float rope_base = 0;         // rope_theta / rope.freq_base; 0: 1e4 (llama) / 1e6 (gemma3)
+  float gain_scale = 1;        // every norm multiplier times this (hostile tests)
 };
 
 // A small Gemma 3 layout: 6 layers (0-4 local with window 8, layer 5 global), hidden 64, 4 heads,

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flashnorm/io/ggml_types.h"
@@ -60,9 +61,11 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
                      const FoldOptions& opt = {});
 
 // Folds a Hugging Face safetensors directory into a new directory with the same config (except
-// tie_word_embeddings, set false when the head is untied), the same number of shards, the other
-// files copied, and __metadata__ flashnorm.folded = "true". Tensor dtypes are kept unless
-// opt.dtype is F16/BF16 (F32 default keeps each tensor's own dtype).
+// tie_word_embeddings, always false: the output has its own folded LM head), the same number of
+// shards, the other files copied, and __metadata__ flashnorm.folded = "true". Tensor dtypes are
+// kept unless opt.dtype is F16/BF16 (F32 default keeps each tensor's own dtype). A config with
+// tie_word_embeddings true and an lm_head tensor that differs from the embedding is refused
+// (transformers would ignore that tensor). Folded values are checked (check_folded_range).
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
                    const FoldOptions& opt = {});
 
@@ -79,5 +82,12 @@ float round_to_f32(double v);
 float round_to_odd_f32(double v);
 uint16_t round_to_f16(double v);
 uint16_t round_to_bf16(double v);
+
+// The type folded values are rounded to before they are stored (block types: fp32, their input).
+enum class FoldTarget { kF32, kF16, kBF16 };
+// Errors: flashnorm::Error naming `tensor` and the element when a folded value is not finite (a
+// NaN or infinite weight) or overflows `target` once rounded (e.g. f16 above 65504: a large
+// gain times a large weight), instead of writing a model that computes NaN.
+void check_folded_range(std::span<const double> v, FoldTarget target, std::string_view tensor);
 
 }  // namespace flashnorm

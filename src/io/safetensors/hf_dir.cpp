@@ -215,7 +215,13 @@ std::vector<float> HfModelDir::load_fp32(std::string_view name) const {
   if (!info) {
     throw Error(fmt::format("{}: no tensor {}", impl_->dir.string(), quote(name)));
   }
-  return st_to_fp32(info->dtype, file->data(*info));
+  try {
+    return st_to_fp32(info->dtype, file->data(*info));
+  } catch (const FormatError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: tensor {}: {}", file->name(), quote(name), e.what()));
+  }
 }
 
 const std::map<std::string, std::string>& HfModelDir::metadata() const {

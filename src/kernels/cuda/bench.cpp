@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -150,17 +151,37 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
             ? "no NVIDIA GPU with a CUDA 13 driver found"
             : cudaGetErrorString(de)));
   }
+  std::error_code fec;
+  if (!std::filesystem::is_regular_file(opt.shapes_path, fec))  // not a FIFO to block on
+    throw Error(
+        fmt::format("bench: shapes file {} is missing or not a regular file", opt.shapes_path));
   std::ifstream in(opt.shapes_path);
   if (!in) throw Error(fmt::format("bench: cannot open shapes file {}", opt.shapes_path));
-  nlohmann::json spec;
+  struct ShapeSpec {
+    std::string name;
+    int64_t K, N;
+  };
+  std::vector<ShapeSpec> shapes;
+  std::vector<int> Ms = opt.Ms;
   try {
-    spec = nlohmann::json::parse(in);
+    const nlohmann::json spec = nlohmann::json::parse(in);
+    if (Ms.empty())
+      for (auto& m : spec.at("M")) Ms.push_back(m.get<int>());
+    for (auto& sh : spec.at("shapes"))
+      shapes.push_back(
+          {sh.at("name").get<std::string>(), sh.at("K").get<int64_t>(), sh.at("N").get<int64_t>()});
   } catch (const std::exception& e) {
     throw Error(fmt::format("bench: {}: {}", opt.shapes_path, e.what()));
   }
-  std::vector<int> Ms = opt.Ms;
-  if (Ms.empty())
-    for (auto& m : spec.at("M")) Ms.push_back(m.get<int>());
+  for (int m : Ms)
+    if (m < 1 || m > 65536)
+      throw Error(fmt::format("bench: {}: M = {} is outside 1 .. 65536", opt.shapes_path, m));
+  for (const auto& sh : shapes)
+    if (sh.K < 8 || sh.K > 65536 || sh.K % 8 || sh.N < 1 || sh.N > (1 << 20))
+      throw Error(
+          fmt::format("bench: {}: shape '{}': K = {} (a multiple of 8 in 8 .. 65536) or "
+                      "N = {} (1 .. 2^20) out of range",
+                      opt.shapes_path, sh.name, sh.K, sh.N));
 
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
@@ -221,11 +242,11 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
               prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_bw / 1e9, gemm_rate / 1e12);
 
   nlohmann::json rows = nlohmann::json::array();
-  for (auto& sh : spec.at("shapes")) {
-    const std::string name = sh.at("name");
+  for (const auto& sh : shapes) {
+    const std::string& name = sh.name;
     if (!opt.only.empty() && std::find(opt.only.begin(), opt.only.end(), name) == opt.only.end())
       continue;
-    const int64_t K = sh.at("K"), N = sh.at("N");
+    const int64_t K = sh.K, N = sh.N;
     const size_t wbytes = static_cast<size_t>(N) * K * 2;
     const int nrot =
         static_cast<int>(std::clamp<size_t>((opt.rotate_bytes + wbytes - 1) / wbytes, 2, 64));
