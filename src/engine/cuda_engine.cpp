@@ -65,28 +65,7 @@ int split_keys(int D) { return std::clamp(8192 / D, 16, 128); }
 
 }  // namespace
 
-bool cuda_device_available(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    if (why) {
-      *why = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || n == 0
-                 ? std::string("no NVIDIA GPU with a CUDA 13 driver found")
-                 : std::string("CUDA: ") + cudaGetErrorString(e);
-    }
-    return false;
-  }
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (major != 9) {
-    if (why)
-      *why = fmt::format("device {} has compute capability {}.x; the kernels need 9.0", dev, major);
-    return false;
-  }
-  return true;
-}
+bool cuda_device_available(std::string* why) { return fk::hopper_device_available(why); }
 
 struct CudaEngine::Impl {
   ModelConfig cfg;

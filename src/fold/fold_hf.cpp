@@ -65,16 +65,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   if (!d.find(head_hf)) {
     names.push_back(head_hf);
     rep.untied_head = true;
-  } else if (const auto tw = config.find("tie_word_embeddings");
-             tw != config.end() && tw->is_boolean() && tw->get<bool>() &&
-             d.load_fp32(head_hf) != d.load_fp32(hf(arch->tied_source))) {
-    // transformers ties the head to the embedding and ignores this tensor; which one the
-    // checkpoint means is ambiguous, and the folded head can only be one of them
-    throw Error(
-        fmt::format("{}/config.json: tie_word_embeddings is true but {} differs from {}; "
-                    "refusing an ambiguous LM head",
-                    in_dir.string(), head_hf, hf(arch->tied_source)));
-  }
+  }  // (a tied config with a different lm_head tensor was refused by load_model above)
   auto out_dtype = [&](io::StDtype own) {
     if (opt.dtype == io::GgmlType::F16) return io::StDtype::F16;
     if (opt.dtype == io::GgmlType::BF16) return io::StDtype::BF16;

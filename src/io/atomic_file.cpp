@@ -96,6 +96,13 @@ void unregister_temporary(int slot) {
   if (slot >= 0) g_tmp_used[slot] = 0;
 }
 
+// "<path>.tmp-<pid>": where AtomicFile and StagingDir write before the rename.
+fs::path temporary_sibling(const fs::path& path) {
+  fs::path t = path;
+  t += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+  return t;
+}
+
 }  // namespace
 
 StagingDir::StagingDir(const fs::path& final_path) : final_(final_path) {
@@ -121,8 +128,7 @@ StagingDir::StagingDir(const fs::path& final_path) : final_(final_path) {
   if (!fs::is_directory(parent, ec))
     throw Error(fmt::format("cannot write {}: the directory {} does not exist", final_.string(),
                             parent.string()));
-  work_ = final_;
-  work_ += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+  work_ = temporary_sibling(final_);
   fs::remove_all(work_, ec);
   if (!fs::create_directory(work_, ec) || ec)
     throw Error(fmt::format("cannot create {}: {}", work_.string(),
@@ -190,8 +196,7 @@ AtomicFile::AtomicFile(const fs::path& path, std::span<const fs::path> inputs) :
     throw Error(
         fmt::format("refusing to write {}: it exists and is not a regular file", path.string()));
   }
-  tmp_ = path;
-  tmp_ += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+  tmp_ = temporary_sibling(path);
   f_ = std::fopen(tmp_.c_str(), "wb");
   if (!f_) {
     throw Error(fmt::format("cannot create {}: {}", tmp_.string(), std::strerror(errno)));

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/error.h"
@@ -47,21 +47,22 @@ int as_int(uint64_t v, std::string_view key, const fs::path& src) {
   return static_cast<int>(v);
 }
 
-// A float hyperparameter must be finite and inside [lo, hi] (lo excluded when open_lo).
-void check_range(double v, double lo, double hi, bool open_lo, std::string_view what,
-                 const std::function<void(const std::string&)>& fail) {
-  if (!std::isfinite(v) || v < lo || (open_lo && v == lo) || v > hi)
-    fail(fmt::format("{} = {} is not a finite value in {}{}, {}]", what, v, open_lo ? "(" : "[", lo,
-                     hi));
+// A float hyperparameter must be finite and inside [lo, hi] (lo excluded when open_lo): the
+// message saying it is not, or nothing.
+std::optional<std::string> out_of_range(double v, double lo, double hi, bool open_lo,
+                                        std::string_view what) {
+  if (std::isfinite(v) && v >= lo && !(open_lo && v == lo) && v <= hi) return std::nullopt;
+  return fmt::format("{} = {} is not a finite value in {}{}, {}]", what, v, open_lo ? "(" : "[", lo,
+                     hi);
 }
 
 // GGUF: the float at `key` (read as `v`) in range, else a FormatError at the key's offset.
 void check_gguf_float(const io::GgufFile& f, const std::string& key, double v, double lo, double hi,
                       bool open_lo) {
-  check_range(v, lo, hi, open_lo, key, [&](const std::string& msg) {
+  if (auto msg = out_of_range(v, lo, hi, open_lo, key)) {
     const io::GgufKv* kv = f.find(key);
-    throw FormatError(f.name(), key, kv ? kv->offset : 0, msg);
-  });
+    throw FormatError(f.name(), key, kv ? kv->offset : 0, *msg);
+  }
 }
 
 Model load_gguf(const fs::path& path, bool with_data) {
@@ -154,29 +155,32 @@ Model load_hf(const fs::path& dir, bool with_data) {
   m.cfg.context = get_int("max_position_embeddings", 2048);
   m.cfg.rope_base = c.value("rope_theta", 10000.0f);
   m.cfg.eps = c.value("rms_norm_eps", 1e-6f);
-  const auto cfg_fail = [&](const std::string& msg) {
-    throw Error(fmt::format("{}/config.json: {}", dir.string(), msg));
+  // config.json: a float field in range, else an Error naming the file and the field
+  const auto check_cfg_float = [&](double v, double lo, double hi, bool open_lo, const char* key) {
+    if (auto msg = out_of_range(v, lo, hi, open_lo, key))
+      throw Error(fmt::format("{}/config.json: {}", dir.string(), *msg));
   };
-  check_range(m.cfg.eps, 0.0, 1.0, false, "rms_norm_eps", cfg_fail);
-  check_range(m.cfg.rope_base, 1.0, 1e12, true, "rope_theta", cfg_fail);
+  check_cfg_float(m.cfg.eps, 0.0, 1.0, false, "rms_norm_eps");
+  check_cfg_float(m.cfg.rope_base, 1.0, 1e12, true, "rope_theta");
   m.cfg.rope = m.arch->hf_rope;
   m.cfg.gains = m.arch->hf_gains;
   if (m.arch->hooks.sliding_window_pattern > 0) {
     m.cfg.sliding_window = get_int("sliding_window");
     m.cfg.rope_local_base = c.value("rope_local_base_freq", 10000.0f);
-    check_range(m.cfg.rope_local_base, 1.0, 1e12, true, "rope_local_base_freq", cfg_fail);
+    check_cfg_float(m.cfg.rope_local_base, 1.0, 1e12, true, "rope_local_base_freq");
   }
   if (m.arch->hooks.uses_query_pre_attn_scalar) {
     m.cfg.attn_scale = 1.0f / std::sqrt(float(get_int("query_pre_attn_scalar", m.cfg.head_dim)));
   }
   // tie_word_embeddings true: transformers uses the embedding as the head and ignores an lm_head
-  // tensor, so this engine does too when it holds the same values, and refuses the file when not.
+  // tensor, so this engine does too when it holds the same values, and refuses the file when not
+  // (compared even without with_data: fold relies on this check).
   const auto tw = c.find("tie_word_embeddings");
   const bool tied_cfg = tw != c.end() && tw->is_boolean() && tw->get<bool>();
   std::optional<std::string> head_hf = to_hf_name(*m.arch, m.arch->head);
   std::optional<std::string> emb_hf = to_hf_name(*m.arch, m.arch->tied_source);
   const bool drop_head = tied_cfg && head_hf && emb_hf && d.find(*head_hf) && d.find(*emb_hf);
-  if (drop_head && with_data && d.load_fp32(*head_hf) != d.load_fp32(*emb_hf)) {
+  if (drop_head && d.load_fp32(*head_hf) != d.load_fp32(*emb_hf)) {
     throw Error(
         fmt::format("{}/config.json: tie_word_embeddings is true but {} differs from {}; "
                     "refusing an ambiguous LM head",

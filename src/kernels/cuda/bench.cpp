@@ -141,16 +141,10 @@ std::vector<float> to_host_float(const void* d, size_t n) {
 }  // namespace
 
 nlohmann::json run_kernel_bench(const BenchOptions& opt) {
-  int dev = 0, n_dev = 0;  // the GPU first: without one, nothing else here matters
-  const cudaError_t de = cudaGetDeviceCount(&n_dev);
-  if (de != cudaSuccess || n_dev == 0) {
-    cudaGetLastError();
-    throw Error(fmt::format(
-        "bench: no usable NVIDIA GPU ({})",
-        de == cudaSuccess || de == cudaErrorNoDevice || de == cudaErrorInsufficientDriver
-            ? "no NVIDIA GPU with a CUDA 13 driver found"
-            : cudaGetErrorString(de)));
-  }
+  std::string why;  // the GPU first: without one, nothing else here matters
+  if (!hopper_device_available(&why))
+    throw Error(fmt::format("bench: no usable NVIDIA GPU ({})", why));
+  int dev = 0;
   std::error_code fec;
   if (!std::filesystem::is_regular_file(opt.shapes_path, fec))  // not a FIFO to block on
     throw Error(
@@ -186,11 +180,6 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, dev));
-  if (prop.major != 9)
-    throw Error(
-        fmt::format("bench: device {} ({}) has compute capability {}.{}; the kernels are "
-                    "built for 9.0 (Hopper, sm_90a)",
-                    dev, prop.name, prop.major, prop.minor));
   int drv = 0, rt = 0;
   cudaDriverGetVersion(&drv);
   cudaRuntimeGetVersion(&rt);

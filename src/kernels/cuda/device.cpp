@@ -8,6 +8,29 @@
 
 namespace flashnorm::kernels::cuda {
 
+bool hopper_device_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    if (why) {
+      *why = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || n == 0
+                 ? std::string("no NVIDIA GPU with a CUDA 13 driver found")
+                 : std::string("CUDA: ") + cudaGetErrorString(e);
+    }
+    return false;
+  }
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (major != 9) {
+    if (why)
+      *why = fmt::format("device {} has compute capability {}.x; the kernels need 9.0", dev, major);
+    return false;
+  }
+  return true;
+}
+
 void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     throw Error(fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));

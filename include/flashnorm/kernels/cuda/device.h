@@ -6,9 +6,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <string>
 #include <utility>
 
 namespace flashnorm::kernels::cuda {
+
+// True when a CUDA device with compute capability 9.0 is present (the kernels are built for
+// sm_90a only); otherwise false and *why (optional) says what is missing, in one line.
+bool hopper_device_available(std::string* why = nullptr);
 
 // Throws flashnorm::Error naming `what` when e != cudaSuccess.
 void cuda_check(cudaError_t e, const char* what);
