@@ -80,6 +80,13 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   gpu.push_back({"flashnorm (two-stream)",
                  make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
   d.deferred = "fused";
+  if (load_model(original, /*with_data=*/false).cfg.tied_head) {  // both ways of a tied head
+    d.fold_tied_head = !dev.fold_tied_head;
+    gpu.push_back(
+        {d.fold_tied_head ? "flashnorm (fused, head folded)" : "flashnorm (fused, head tied)",
+         make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
+    d.fold_tied_head = dev.fold_tied_head;
+  }
   for (const auto& f : folded) {
     gpu.push_back({"flashnorm (fused), " + f,
                    make_engine(load_model(f), NormMode::FlashNorm, d, max_ctx, cancel)});

@@ -25,6 +25,10 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
       ->check(CLI::IsMember({"fused", "two-stream"}))
       ->capture_default_str();
   cmd->add_flag("--eager", d.eager, "cuda: launch decode steps eagerly instead of a CUDA graph");
+  cmd->add_flag("--fold-tied-head", d.fold_tied_head,
+                "cuda, flashnorm mode, LM head tied to the embedding: fold the final norm's gain "
+                "into an untied copy of the head (vocab x hidden more weights) instead of running "
+                "that one RMSNorm with its gain");
 }
 
 std::string resolve_device(const std::string& device) {
@@ -43,11 +47,12 @@ std::string resolve_device(const std::string& device) {
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track) {
   const std::string dev = resolve_device(d.device);
-  if (dev == "cpu" && (d.dtype != "bf16" || d.deferred != "fused" || d.eager)) {
-    std::fprintf(stderr, "note: --dtype, --deferred and --eager apply to the CUDA engine only; "
-                         "the CPU engine runs fp32\n");
-  } else if (mode == NormMode::Standard && d.deferred != "fused") {
-    std::fprintf(stderr, "note: --deferred applies to --norm flashnorm only\n");
+  if (dev == "cpu" && (d.dtype != "bf16" || d.deferred != "fused" || d.eager || d.fold_tied_head)) {
+    std::fprintf(stderr,
+                 "note: --dtype, --deferred, --eager and --fold-tied-head apply to the CUDA engine "
+                 "only; the CPU engine runs fp32\n");
+  } else if (mode == NormMode::Standard && (d.deferred != "fused" || d.fold_tied_head)) {
+    std::fprintf(stderr, "note: --deferred and --fold-tied-head apply to --norm flashnorm only\n");
   }
 #if defined(FLASHNORM_HAVE_CUDA)
   if (dev == "cuda") {
@@ -57,6 +62,7 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
     o.dtype = d.dtype == "fp16" ? kernels::cuda::DType::kFP16 : kernels::cuda::DType::kBF16;
     o.deferred = d.deferred == "two-stream" ? Deferred::kTwoStream : Deferred::kFused;
     o.graph = !d.eager;
+    o.fold_tied_head = d.fold_tied_head;
     return std::make_unique<CudaEngine>(model, mode, o);
   }
 #endif
@@ -67,7 +73,8 @@ std::string describe_engine(const Engine& e) {
 #if defined(FLASHNORM_HAVE_CUDA)
   if (auto* c = dynamic_cast<const CudaEngine*>(&e)) return "cuda, " + c->describe();
 #endif
-  return fmt::format("cpu, fp32, norm {}", e.mode() == NormMode::Standard ? "standard" : "flashnorm");
+  return fmt::format("cpu, fp32, norm {}",
+                     e.mode() == NormMode::Standard ? "standard" : "flashnorm");
 }
 
 NormMode parse_norm_mode(const std::string& s) {

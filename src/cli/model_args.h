@@ -1,10 +1,9 @@
 // Shared pieces of the model-running subcommands: loading an engine and its tokenizer.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/io/gguf.h"
@@ -14,10 +13,11 @@ namespace flashnorm::cli {
 
 // Where and how a model runs: --device auto|cpu|cuda, and for cuda --dtype, --deferred, --eager.
 struct DeviceArgs {
-  std::string device = "auto";      // auto: cuda when a usable GPU is present, else cpu
-  std::string dtype = "bf16";       // cuda weights/activations: bf16 or fp16
-  std::string deferred = "fused";   // cuda flashnorm mode: fused or two-stream
-  bool eager = false;               // cuda: no CUDA graph for decode steps
+  std::string device = "auto";     // auto: cuda when a usable GPU is present, else cpu
+  std::string dtype = "bf16";      // cuda weights/activations: bf16 or fp16
+  std::string deferred = "fused";  // cuda flashnorm mode: fused or two-stream
+  bool eager = false;              // cuda: no CUDA graph for decode steps
+  bool fold_tied_head = false;     // cuda flashnorm mode: CudaEngineOptions::fold_tied_head
 };
 void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.

@@ -2,7 +2,8 @@
 // For each configuration (standard; flashnorm fused; flashnorm two-stream; as a stronger
 // baseline, standard with the residual add and RMSNorm fused in one kernel; and, as an ablation,
 // both modes with the decode ops unfused: separate residual-add, RoPE/KV-write, attention and
-// merge kernels, and both modes with the decode GEMV's cp.async ring allowed), interleaved over
+// merge kernels, and both modes with the decode GEMV's cp.async ring allowed; for a tied LM head
+// also flashnorm with the final gain folded into an untied copy of the head), interleaved over
 // `runs` rounds: prompt tokens/s (one eager prefill of the prompt, host clock around forward(),
 // logits of the last token copied back) and decode tokens/s at batch 1 (CUDA-graph replays timed
 // with CUDA events over `decode` steps after the prompt, next token sampled on the GPU), medians
@@ -78,6 +79,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     bool fused_add;
     bool fuse_decode_ops;
     bool decode_ring = false;
+    bool fold_tied_head = false;
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
@@ -94,6 +96,12 @@ void run_model_bench(const ModelBenchArgs& a) {
   cfgs.push_back({"standard, ring GEMVs", NormMode::Standard, Deferred::kFused, false, true, true});
   cfgs.push_back(
       {"flashnorm, ring GEMVs", NormMode::FlashNorm, Deferred::kFused, false, true, true});
+  // A tied LM head with its final gain folded into an untied copy
+  // (CudaEngineOptions::fold_tied_head)
+  if (model.cfg.tied_head) {
+    cfgs.push_back({"flashnorm, head folded", NormMode::FlashNorm, Deferred::kFused, false, true,
+                    false, true});
+  }
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
     CudaEngineOptions o;
@@ -103,6 +111,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.fused_add_norm = c.fused_add;
     o.fuse_decode_ops = c.fuse_decode_ops;
     o.decode_ring = c.decode_ring;
+    o.fold_tied_head = c.fold_tied_head;
     c.e = std::make_unique<CudaEngine>(model, c.mode, o);
   }
   std::mt19937 rng(1234);

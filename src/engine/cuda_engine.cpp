@@ -169,12 +169,14 @@ struct CudaEngine::Impl {
   // y = normalized(x) W^T for a projection fed by an RMSNorm, x = rows row0 .. row0+M-1 of xb.
   // Standard runs the norm (unless the preceding residual add already wrote xn: fused_add_norm)
   // then the plain projection; FlashNorm runs flashnorm_linear on raw x with the folded W.
+  // keep_gain: FlashNorm mode's tied LM head (CudaEngineOptions::fold_tied_head off), normalized
+  // as in Standard mode since its gain is not folded.
   void normed(int row0, int M, const void* gain, const void* w, int N, void* y, const uint8_t* mask,
-              bool all_unscaled, int ldy = 0, bool y_f32 = false) {
+              bool all_unscaled, int ldy = 0, bool y_f32 = false, bool keep_gain = false) {
     if (ldy == 0) ldy = N;
     const void* x = static_cast<const char*>(xb.get()) + size_t(row0) * H * 2;
     const void* xnr = static_cast<const char*>(xn.get()) + size_t(row0) * H * 2;
-    if (mode == NormMode::Standard) {
+    if (mode == NormMode::Standard || keep_gain) {
       if (!xn_ready) {
         op(kNorm, [&] {
           fk::RmsNormArgs a;
@@ -270,7 +272,7 @@ struct CudaEngine::Impl {
     }
     if (rows > 0) {
       normed(T - rows, rows, out_gain.get(), head_is_emb ? emb.get() : head.get(), V, logits.get(),
-             nullptr, false, ldv, /*y_f32=*/true);
+             nullptr, false, ldv, /*y_f32=*/true, /*keep_gain=*/head_is_emb);
     }
     xn_ready = false;
     if (sample) {
@@ -511,7 +513,7 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
     append_rows(dt, m.get(a.tied_source), nullptr, w);
     e.emb = upload(w);
     const bool tied = !m.has(a.head);
-    if (tied && !fold) {
+    if (tied && (!fold || !opt.fold_tied_head)) {
       e.head_is_emb = true;
     } else {
       w.clear();
@@ -580,7 +582,9 @@ std::string CudaEngine::describe() const {
   const Impl& e = *p_;
   std::string variant;
   if (e.mode == NormMode::FlashNorm) {
-    variant = e.opt.deferred == Deferred::kTwoStream ? " (two-stream)" : " (fused)";
+    variant = e.opt.deferred == Deferred::kTwoStream ? " (two-stream" : " (fused";
+    if (e.head_is_emb) variant += "; tied LM head: final RMSNorm keeps its gain";
+    variant += ")";
   } else if (e.opt.fused_add_norm) {
     variant = " (residual add + RMSNorm fused)";
   }

@@ -28,7 +28,8 @@ struct Case {
   NormMode mode;
   Deferred deferred;
   fk::DType dt;
-  bool fused_add = false;  // Standard mode with the residual add + RMSNorm fused
+  bool fused_add = false;       // Standard mode with the residual add + RMSNorm fused
+  bool fold_tied_head = false;  // FlashNorm mode: CudaEngineOptions::fold_tied_head
 };
 
 std::string model_dir(bool gemma, bool tied) {
@@ -62,6 +63,7 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
   CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
   CudaEngineOptions o;
   o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
+  o.fold_tied_head = c.fold_tied_head;
   CudaEngine gpu(load_model(dir), c.mode, o);
   const std::vector<int32_t> seq = random_ids(96, cpu.config().vocab, 3);
   ComparisonStats st = compare_teacher_forced(cpu, &gpu, seq, 48);
@@ -80,6 +82,7 @@ TEST_P(CudaEngineVsCpu, DecodeStepsMatchPrefill) {
   const std::string dir = model_dir(c.gemma, c.tied);
   CudaEngineOptions o;
   o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
+  o.fold_tied_head = c.fold_tied_head;
   CudaEngine gpu(load_model(dir), c.mode, o);
   const int V = gpu.config().vocab;
   const std::vector<int32_t> seq = random_ids(40, V, 9);
@@ -100,6 +103,7 @@ TEST_P(CudaEngineVsCpu, GpuGreedyGenerationMatchesHostArgmax) {
   const std::string dir = model_dir(c.gemma, c.tied);
   CudaEngineOptions o;
   o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
+  o.fold_tied_head = c.fold_tied_head;
   o.tune = false;  // heuristic launch configurations (keeps this test quick under the sanitizers)
   CudaEngine gpu(load_model(dir), c.mode, o);
   const std::vector<int32_t> prompt = random_ids(12, gpu.config().vocab, 4);
@@ -131,6 +135,10 @@ const Case kCases[] = {
      true},
     {"llama_stdfused_fp16", false, false, NormMode::Standard, Deferred::kFused, fk::DType::kFP16,
      true},
+    {"llama_fn_headfolded_bf16", false, true, NormMode::FlashNorm, Deferred::kFused,
+     fk::DType::kBF16, false, true},
+    {"gemma3_fn_headfolded_bf16", true, true, NormMode::FlashNorm, Deferred::kFused,
+     fk::DType::kBF16, false, true},
 };
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineVsCpu, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });

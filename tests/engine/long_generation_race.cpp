@@ -44,6 +44,7 @@ struct Config {
   NormMode mode;
   Deferred deferred;
   bool fused_add = false;
+  bool fold_tied_head = false;
 };
 
 }  // namespace
@@ -79,10 +80,12 @@ int main(int argc, char** argv) {
     Tokenizer tok = Tokenizer::from_gguf(vocab);
     std::vector<int32_t> ids = tok.encode(prompt, false);
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());
-    std::vector<Config> cfgs = {{"standard", NormMode::Standard, Deferred::kFused},
-                                {"standard-fused-add", NormMode::Standard, Deferred::kFused, true},
-                                {"flashnorm", NormMode::FlashNorm, Deferred::kFused},
-                                {"two-stream", NormMode::FlashNorm, Deferred::kTwoStream}};
+    std::vector<Config> cfgs = {
+        {"standard", NormMode::Standard, Deferred::kFused},
+        {"standard-fused-add", NormMode::Standard, Deferred::kFused, true},
+        {"flashnorm", NormMode::FlashNorm, Deferred::kFused},
+        {"two-stream", NormMode::FlashNorm, Deferred::kTwoStream},
+        {"flashnorm-head-folded", NormMode::FlashNorm, Deferred::kFused, false, true}};
     if (no_join) cfgs = {cfgs[3]};
     int failed = 0;
     for (const Config& c : cfgs) {
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
       o.max_context = static_cast<int>(ids.size()) + steps + 8;
       o.deferred = c.deferred;
       o.fused_add_norm = c.fused_add;
+      o.fold_tied_head = c.fold_tied_head;
       CudaEngineOptions ro = o;
       ro.graph = false;
       if (c.deferred == Deferred::kTwoStream) {

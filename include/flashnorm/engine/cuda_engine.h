@@ -57,6 +57,12 @@ struct CudaEngineOptions {
   int max_context = 0;  // KV cache positions; 0: min(model context, 8192); at most 32768
   int max_batch = 512;  // largest number of tokens in one forward pass (longer ones are split)
   bool cancel = true;   // FlashNorm mode: drop the rstd that QK-norm cancels
+  // FlashNorm mode, LM head tied to the token embedding (SmolLM2, Gemma): false keeps it tied and
+  // runs the final RMSNorm with its gain (one rms_norm launch per pass, the head's weights the
+  // same dtype values as Standard's); true folds the final gain into an untied copy of the head
+  // (no norm kernel at all, but vocab x hidden more weights on the GPU, e.g. +56 MB in bf16 for
+  // SmolLM2-135M, +336 MB for Gemma 3 270M, and a second rounding of the head to dtype).
+  bool fold_tied_head = false;
   kernels::cuda::DType dtype = kernels::cuda::DType::kBF16;
   Deferred deferred = Deferred::kFused;
   bool graph = true;          // replay decode steps from a CUDA graph (false: eager launches)
