@@ -6,12 +6,14 @@
 # benchmark (`flashnorm bench --model`).
 #
 # Needs the bundle and the model parts made by scripts/gpu_stage.sh. One device call per part
-# (SmolLM2: 2), each within 30 s of the previous one (the machine must stay warm: /tmp/fn_model lives
-# only that long; a later call on the same warm machine needs only the bundle):
+# (SmolLM2: 2; Gemma 3 270M: 6), each within 30 s of the previous one (the machine must stay
+# warm: /tmp/fn_model lives only that long; a later call on the same warm machine needs only the
+# bundle):
 #   carry [".cache/device/model1"]:  mkdir -p /tmp/fn_model && cp .cache/device/model1/* /tmp/fn_model/
-#   carry [".cache/device/modelI"]:  cp .cache/device/modelI/* /tmp/fn_model/      (I = 2 .. K-1)
-#   carry [".cache/device/modelK", ".cache/device/bundle"]:
-#        cp .cache/device/modelK/* /tmp/fn_model/ && FN_COMMIT=... bash scripts/gpu_engine.sh
+#   carry [".cache/device/modelI"]:  cp .cache/device/modelI/* /tmp/fn_model/      (I = 2 .. K)
+#   carry [".cache/device/bundle"]:  FN_COMMIT=... bash scripts/gpu_engine.sh
+# (the last part and the bundle may share a call when together with the working tree they stay
+# under 64 MiB).
 # Outputs under $OUT (the device tool returns at most 8 files: choose STAGES accordingly):
 # gpu_engine.log (everything, generated text and sanitizer summaries included), kernel_tests.log,
 # engine_tests.log, race.log (with the --no-join run), verify_gpu_<dtype>.json, model_bench.json,
@@ -115,9 +117,10 @@ fi
 
 if has verify; then
   for dt in ${VERIFY_DTYPES:-bf16}; do
-    stamp "equivalence: verify --device cuda --dtype $dt (1024 teacher-forced positions)"
+    # VERIFY_TEXT_TOKENS: chunks of 513 (BOS + 512 scored positions each); default 1024 positions
+    stamp "equivalence: verify --device cuda --dtype $dt (${VERIFY_TEXT_TOKENS:-1026} text tokens)"
     "$BIN/flashnorm" verify "$M" --device cuda --dtype $dt --text /tmp/fn/data/GPL-3 \
-      --max-text-tokens 1026 --ctx 513 --tokens 128 --json "$OUT/verify_gpu_$dt.json" 2>&1 | grep -v $'\r'
+      --max-text-tokens ${VERIFY_TEXT_TOKENS:-1026} --ctx 513 --tokens 128 --json "$OUT/verify_gpu_$dt.json" 2>&1 | grep -v $'\r'
     echo "verify $dt rc=${PIPESTATUS[0]}"
   done
 fi

@@ -6,7 +6,7 @@
 #       (built here with nvcc for sm_90a, stripped), the C ABI's libflashnorm_capi.so (ctypes, for
 #       bench/torch_peers.py), the shared libraries they need beyond glibc and CUDA, and the GPL-3
 #       text (verify's corpus);
-#   .cache/device/model1, model2, ...      the GGUF split in parts of at most 60 MiB + its SHA-256
+#   .cache/device/model1, model2, ...      the GGUF split in parts of at most 48 MiB + its SHA-256
 #                                          (SmolLM2: 2 parts; Gemma 3 270M: 5).
 # The device calls (see scripts/gpu_engine.sh): one per part, each copying it to /tmp/fn_model on
 # the machine while it is still warm; the last also runs with the bundle, which joins the parts and
@@ -37,8 +37,9 @@ tar -C $S -cJf $D/bundle/fn_bundle.tar.xz fn
 rm -rf $S
 name=$(basename "$MODEL")
 ( cd "$(dirname "$MODEL")" && sha256sum "$name" ) > $D/model.sha256
-# parts of at most 60 MiB (a call carries 64 MiB): model1, model2, ... each with the checksum
-split -b $((60 * 1024 * 1024)) -d -a 2 "$MODEL" /tmp/fn_stage/part.
+# parts of at most 48 MiB (a call carries 64 MiB, the working tree included): model1, model2, ...
+# each with the checksum
+split -b $((48 * 1024 * 1024)) -d -a 2 "$MODEL" /tmp/fn_stage/part.
 i=1
 for part in /tmp/fn_stage/part.*; do
   mkdir -p $D/model$i && mv "$part" $D/model$i/ && cp $D/model.sha256 $D/model$i/
