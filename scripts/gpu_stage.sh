@@ -7,10 +7,10 @@
 #       bench/torch_peers.py), the shared libraries they need beyond glibc and CUDA, and the GPL-3
 #       text (verify's corpus);
 #   .cache/device/model1, model2, ...      the GGUF split in parts of at most 48 MiB + its SHA-256
-#                                          (SmolLM2: 2 parts; Gemma 3 270M: 5).
+#                                          (SmolLM2: 2 parts; Gemma 3 270M: 6).
 # The device calls (see scripts/gpu_engine.sh): one per part, each copying it to /tmp/fn_model on
-# the machine while it is still warm; the last also runs with the bundle, which joins the parts and
-# checks the SHA-256 first.
+# the machine while it is still warm; then one with the bundle (with the last part when both fit),
+# which joins the parts and checks the SHA-256 first.
 # Usage: scripts/gpu_stage.sh [MODEL.gguf]   (default: the fetch script's SmolLM2 Q4_1)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,8 +3,9 @@
 // --norm flashnorm; reports perplexity of each on a text, greedy agreement over N generated tokens
 // on several prompts, and the largest relative logit difference (teacher-forced).
 // With --device cuda: the CUDA engine (bf16) in standard mode, flashnorm mode (fused and
-// two-stream; folded at load, and each given folded file) against the CPU fp32 engine on the
-// original, and flashnorm against standard on the GPU (issue 4's equivalence table).
+// two-stream; folded at load, and each given folded file; for a tied LM head also fused with the
+// other --fold-tied-head choice) against the CPU fp32 engine on the original, and flashnorm
+// against standard on the GPU (issue 4's equivalence table).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -55,9 +56,10 @@ void write_json(std::optional<io::AtomicFile>& f, const nlohmann::json& j) {
 }
 
 // The CUDA engine's equivalence run: GPU engines (standard; flashnorm fused and two-stream on the
-// original, folded at load; flashnorm fused on each folded file) against the CPU fp32 engine on the
-// original in standard mode, then flashnorm against standard on the GPU; greedy tokens of each GPU
-// engine against the GPU standard engine.
+// original, folded at load; for a tied head, flashnorm fused with the other fold_tied_head choice;
+// flashnorm fused on each folded file) against the CPU fp32 engine on the original in standard
+// mode, then flashnorm against standard on the GPU; greedy tokens of each GPU engine against the
+// GPU standard engine.
 nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std::string>& folded,
                              const DeviceArgs& dev, const std::vector<int32_t>& text, int ctx,
                              const std::vector<std::vector<int32_t>>& prompts, int n_greedy,
@@ -71,8 +73,10 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   std::vector<Named> gpu;
   DeviceArgs d = dev;
   d.device = "cuda";
+  d.fold_tied_head = false;  // a flashnorm-only option: no note for the standard engine
   gpu.push_back(
       {"standard", make_engine(load_model(original), NormMode::Standard, d, max_ctx, cancel)});
+  d.fold_tied_head = dev.fold_tied_head;
   d.deferred = "fused";
   gpu.push_back({"flashnorm (fused)",
                  make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});

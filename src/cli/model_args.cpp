@@ -53,6 +53,10 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
                  "only; the CPU engine runs fp32\n");
   } else if (mode == NormMode::Standard && (d.deferred != "fused" || d.fold_tied_head)) {
     std::fprintf(stderr, "note: --deferred and --fold-tied-head apply to --norm flashnorm only\n");
+  } else if (d.fold_tied_head && !model.cfg.tied_head) {
+    std::fprintf(stderr,
+                 "note: --fold-tied-head: this model's LM head is not tied to the embedding (a "
+                 "folded file's never is); nothing to fold\n");
   }
 #if defined(FLASHNORM_HAVE_CUDA)
   if (dev == "cuda") {

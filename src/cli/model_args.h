@@ -11,7 +11,8 @@
 
 namespace flashnorm::cli {
 
-// Where and how a model runs: --device auto|cpu|cuda, and for cuda --dtype, --deferred, --eager.
+// Where and how a model runs: --device auto|cpu|cuda, and for cuda --dtype, --deferred, --eager,
+// --fold-tied-head.
 struct DeviceArgs {
   std::string device = "auto";     // auto: cuda when a usable GPU is present, else cpu
   std::string dtype = "bf16";      // cuda weights/activations: bf16 or fp16

@@ -123,6 +123,8 @@ const Case kCases[] = {
     {"llama_fn_bf16", false, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
     {"llama_fn2s_bf16", false, true, NormMode::FlashNorm, Deferred::kTwoStream, fk::DType::kBF16},
     {"llama_untied_fn_bf16", false, false, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
+    {"llama_untied_fn2s_bf16", false, false, NormMode::FlashNorm, Deferred::kTwoStream,
+     fk::DType::kBF16},
     {"llama_fn_fp16", false, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kFP16},
     {"llama_std_fp16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kFP16},
     {"gemma3_std_bf16", true, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16},

@@ -58,10 +58,12 @@ struct CudaEngineOptions {
   int max_batch = 512;  // largest number of tokens in one forward pass (longer ones are split)
   bool cancel = true;   // FlashNorm mode: drop the rstd that QK-norm cancels
   // FlashNorm mode, LM head tied to the token embedding (SmolLM2, Gemma): false keeps it tied and
-  // runs the final RMSNorm with its gain (one rms_norm launch per pass, the head's weights the
-  // same dtype values as Standard's); true folds the final gain into an untied copy of the head
-  // (no norm kernel at all, but vocab x hidden more weights on the GPU, e.g. +56 MB in bf16 for
-  // SmolLM2-135M, +336 MB for Gemma 3 270M, and a second rounding of the head to dtype).
+  // runs the final RMSNorm with its gain (one rms_norm launch per pass that computes logits; the
+  // head reads the same dtype weights as Standard's); true folds the final gain into an untied
+  // copy of the head (no norm kernel at all, but vocab x hidden more weights on the GPU, e.g.
+  // +57 MB in bf16 for SmolLM2-135M, +336 MB for Gemma 3 270M, and the head rounded to dtype as
+  // round(g * E) instead of Standard's round(E) with g applied to the activation). No effect on an
+  // untied head (a folded file's included).
   bool fold_tied_head = false;
   kernels::cuda::DType dtype = kernels::cuda::DType::kBF16;
   Deferred deferred = Deferred::kFused;
@@ -101,7 +103,9 @@ struct CudaEngineOptions {
 
 // Per-step time by kernel class from an eager, event-bracketed decode step (median of reps).
 struct StepProfile {
-  double norm_us = 0;  // RMSNorm kernels (Standard mode; with fused_add_norm, the add+norm kernels)
+  // RMSNorm kernels (Standard mode; with fused_add_norm, the add+norm kernels; FlashNorm mode: the
+  // final norm of a tied LM head that keeps its gain)
+  double norm_us = 0;
   double normed_proj_us = 0;  // q|k|v, gate|up and LM-head projections (FlashNorm: incl. rstd)
   double other_proj_us = 0;   // o and down projections
   double attention_us = 0;    // RoPE/KV write + attention
