@@ -159,8 +159,8 @@ if has sanitize; then
       "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log
     timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/engine_race_test" --model "$M" --steps 2 --check-every 2 --only flashnorm \
-      >> /tmp/sanitize.log 2>&1
+      "$BIN/engine_race_test" --model "$M" --steps 2 --check-every 2 --no-tune \
+      --only flashnorm two-stream >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (SmolLM2, 2 steps) rc=$?" | tee -a /tmp/sanitize.log
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanitize.log | sort | uniq -c

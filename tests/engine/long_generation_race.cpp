@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   int steps = 2048, check_every = 256;
   long long delay = 50000;
   double tol = 1e-2, fresh_tol = 5e-2;
-  bool no_join = false;
+  bool no_join = false, no_tune = false;
   std::vector<std::string> only;
   app.add_option("--model", model, "GGUF model")->required()->check(CLI::ExistingFile);
   app.add_option("--steps", steps, "decode steps per configuration")->capture_default_str();
@@ -66,8 +66,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tol", tol, "per-step relative logit tolerance")->capture_default_str();
   app.add_option("--only", only,
-                 "configurations: standard, standard-fused-add, flashnorm, two-stream");
+                 "configurations: standard, standard-fused-add, flashnorm, two-stream, "
+                 "flashnorm-head-folded");
   app.add_flag("--no-join", no_join, "remove the two-stream join (the test must then FAIL)");
+  app.add_flag("--no-tune", no_tune,
+               "heuristic decode GEMV configurations instead of tuning at load (quick under "
+               "compute-sanitizer)");
   CLI11_PARSE(app, argc, argv);
   try {
     std::string why;
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
       o.deferred = c.deferred;
       o.fused_add_norm = c.fused_add;
       o.fold_tied_head = c.fold_tied_head;
+      o.tune = !no_tune;  // off: the reference engines take the same heuristic configurations
       CudaEngineOptions ro = o;
       ro.graph = false;
       if (c.deferred == Deferred::kTwoStream) {
