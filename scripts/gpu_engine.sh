@@ -148,17 +148,17 @@ if has sanitize; then
   F='Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/llama_*_bf16'
   for tool in memcheck racecheck synccheck; do
     echo "--- $tool" >> /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BIN/kernels_gpu_test" --gtest_filter='LinearSmall.DecodeGluInput:LinearSmall.DecodeAccumulate' \
       >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (decode GEMV: GLU input, fused residual add) rc=$?" | tee -a /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BIN/engine_ops_gpu_test" --gtest_filter='DecodeAttentionSmall.ManyChunks*:DecodeAttentionSmall.CacheShorter*' >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (decode_attention) rc=$?" | tee -a /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (GPU tests, $F) rc=$?" | tee -a /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BIN/engine_race_test" --model "$M" --steps 2 --check-every 2 --no-tune \
       --only flashnorm two-stream >> /tmp/sanitize.log 2>&1
     echo "sanitizer $tool (SmolLM2, 2 steps) rc=$?" | tee -a /tmp/sanitize.log
