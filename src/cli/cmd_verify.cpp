@@ -84,7 +84,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   gpu.push_back({"flashnorm (two-stream)",
                  make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
   d.deferred = "fused";
-  if (load_model(original, /*with_data=*/false).cfg.tied_head) {  // both ways of a tied head
+  if (gpu[0].e->config().tied_head) {  // both ways of a tied head
     d.fold_tied_head = !dev.fold_tied_head;
     gpu.push_back(
         {d.fold_tied_head ? "flashnorm (fused, head folded)" : "flashnorm (fused, head tied)",

@@ -88,7 +88,6 @@ struct CudaEngine::Impl {
   std::vector<Layer> layers;
   DeviceBuffer emb, head, out_gain;
   bool head_is_emb = false;
-  bool head_folded = false;          // a tied head folded into an untied copy (fold_tied_head)
   DeviceBuffer qkv_mask, zero_mask;  // uint8 scale masks
   bool qkv_masked = false, qkv_all_unscaled = false;
   DeviceBuffer cos_g, sin_g, cos_l, sin_l;
@@ -513,11 +512,9 @@ CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& o
     std::vector<uint16_t> w;
     append_rows(dt, m.get(a.tied_source), nullptr, w);
     e.emb = upload(w);
-    const bool tied = !m.has(a.head);
-    if (tied && (!fold || !opt.fold_tied_head)) {
+    if (c.tied_head && (!fold || !opt.fold_tied_head)) {
       e.head_is_emb = true;
     } else {
-      e.head_folded = tied;
       w.clear();
       append_rows(dt, m.head(), fold ? &og : nullptr, w);
       e.head = upload(w);
@@ -586,7 +583,7 @@ std::string CudaEngine::describe() const {
   if (e.mode == NormMode::FlashNorm) {
     variant = e.opt.deferred == Deferred::kTwoStream ? " (two-stream" : " (fused";
     if (e.head_is_emb) variant += "; tied LM head: final RMSNorm keeps its gain";
-    if (e.head_folded) variant += "; tied LM head folded into an untied copy";
+    if (e.cfg.tied_head && !e.head_is_emb) variant += "; tied LM head folded into an untied copy";
     variant += ")";
   } else if (e.opt.fused_add_norm) {
     variant = " (residual add + RMSNorm fused)";
