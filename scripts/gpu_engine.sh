@@ -120,7 +120,8 @@ if has verify; then
     # VERIFY_TEXT_TOKENS: chunks of 513 (BOS + 512 scored positions each); default 1024 positions
     stamp "equivalence: verify --device cuda --dtype $dt (${VERIFY_TEXT_TOKENS:-1026} text tokens)"
     "$BIN/flashnorm" verify "$M" --device cuda --dtype $dt --text /tmp/fn/data/GPL-3 \
-      --max-text-tokens ${VERIFY_TEXT_TOKENS:-1026} --ctx 513 --tokens 128 --json "$OUT/verify_gpu_$dt.json" 2>&1 | grep -v $'\r'
+      --max-text-tokens ${VERIFY_TEXT_TOKENS:-1026} --ctx 513 --tokens 128 --commit "$COMMIT" \
+      --driver "$DRIVER" --json "$OUT/verify_gpu_$dt.json" 2>&1 | grep -v $'\r'
     echo "verify $dt rc=${PIPESTATUS[0]}"
   done
 fi

@@ -167,7 +167,8 @@ void register_verify(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "verify", "Compare a folded model (flashnorm mode) against its original (standard mode)");
   struct Args {
-    std::string original, text = "/usr/share/common-licenses/GPL-3", json, tokenizer;
+    std::string original, text = "/usr/share/common-licenses/GPL-3", json, tokenizer, commit,
+                          driver;
     std::vector<std::string> folded, prompts;
     int tokens = 256, ctx = 512, max_text_tokens = 0;
     bool no_cancel = false;
@@ -191,6 +192,8 @@ void register_verify(CLI::App& app) {
                 "keep the rstd that QK-norm cancels (default: drop it and report its effect)");
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
+  cmd->add_option("--commit", a->commit, "--device cuda: commit id to record in the JSON");
+  cmd->add_option("--driver", a->driver, "--device cuda: driver version to record (nvidia-smi)");
   add_device_options(cmd, a->dev);
   cmd->callback([a] {
     const std::string device = resolve_device(a->dev.device);
@@ -235,6 +238,7 @@ void register_verify(CLI::App& app) {
       nlohmann::json out = verify_on_gpu(a->original, a->folded, a->dev, text, a->ctx, prompt_ids,
                                          a->tokens, bos, !a->no_cancel, tok);
       out["text"] = a->text;
+      out.update(gpu_run_stamp(std::time(nullptr), a->commit, a->driver));
       write_json(json_out, out);
       return;
     }

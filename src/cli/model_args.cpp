@@ -7,6 +7,8 @@
 
 #include "flashnorm/io/error.h"
 #if defined(FLASHNORM_HAVE_CUDA)
+#include <cuda_runtime.h>
+
 #include "flashnorm/engine/cuda_engine.h"
 #endif
 
@@ -113,6 +115,21 @@ size_t complete_utf8_prefix(const std::string& s) {
   const int need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
   if (need == 0) return n;  // ASCII or stray continuation bytes: emit as is
   return cont >= need ? n : i - 1;
+}
+
+nlohmann::json gpu_run_stamp(std::time_t when, const std::string& commit,
+                             const std::string& driver) {
+  std::string gpu = "none";
+#if defined(FLASHNORM_HAVE_CUDA)
+  cudaDeviceProp prop{};
+  int dev = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+    gpu = prop.name;
+  }
+#endif
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&when));
+  return {{"gpu", gpu}, {"date", date}, {"commit", commit}, {"driver", driver}};
 }
 
 }  // namespace flashnorm::cli

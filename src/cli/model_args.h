@@ -2,7 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "flashnorm/engine/cpu_engine.h"
@@ -40,5 +42,11 @@ io::GgufFile open_vocab(const std::string& model, const std::string& tokenizer_g
 
 // Number of bytes at the start of `s` that form complete UTF-8 sequences (for streaming output).
 size_t complete_utf8_prefix(const std::string& s);
+
+// The provenance every GPU result JSON carries: {"gpu": the current CUDA device's name (or "none"
+// without CUDA), "date": `when` in UTC, ISO 8601, "commit", "driver": as given (the scripts pass
+// the git hash and nvidia-smi's driver version)}.
+nlohmann::json gpu_run_stamp(std::time_t when, const std::string& commit,
+                             const std::string& driver);
 
 }  // namespace flashnorm::cli

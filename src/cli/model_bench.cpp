@@ -25,6 +25,7 @@
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/model/model.h"
+#include "model_args.h"
 #if defined(FLASHNORM_HAVE_CUDA)
 #include <cuda_runtime.h>
 
@@ -140,32 +141,23 @@ void run_model_bench(const ModelBenchArgs& a) {
     c.e->forward(prompt);
     c.prof = c.e->profile_decode_step(20);
   }
-  cudaDeviceProp prop{};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  cudaGetDeviceProperties(&prop, dev);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  nlohmann::json j = {{"gpu", prop.name},
-                      {"driver", a.driver},
-                      {"commit", a.commit},
-                      {"dirty", a.dirty},
-                      {"date", date},
-                      {"model", a.model},
-                      {"arch", model.cfg.arch},
-                      {"batch", 1},
-                      {"prompt_tokens", a.prompt_tokens},
-                      {"decode_tokens", a.decode_tokens},
-                      {"runs", a.runs},
-                      {"method",
-                       "prompt: host clock around one eager forward of the prompt; decode: CUDA "
-                       "events around decode_tokens CUDA-graph replays after the prompt; medians "
-                       "over runs (configurations interleaved); profile: eager step, CUDA events "
-                       "around each kernel, median of 20 steps"},
-                      {"configs", nlohmann::json::array()}};
+  nlohmann::json j = gpu_run_stamp(now, a.commit, a.driver);
+  j.update({{"dirty", a.dirty},
+            {"model", a.model},
+            {"arch", model.cfg.arch},
+            {"batch", 1},
+            {"prompt_tokens", a.prompt_tokens},
+            {"decode_tokens", a.decode_tokens},
+            {"runs", a.runs},
+            {"method",
+             "prompt: host clock around one eager forward of the prompt; decode: CUDA "
+             "events around decode_tokens CUDA-graph replays after the prompt; medians "
+             "over runs (configurations interleaved); profile: eager step, CUDA events "
+             "around each kernel, median of 20 steps"},
+            {"configs", nlohmann::json::array()}});
   const double std_us = median(cfgs[0].decode_us);
   fmt::print("{} | {} | prompt {} tokens, decode {} tokens at batch 1, {} runs (medians)\n",
-             prop.name, a.model, a.prompt_tokens, a.decode_tokens, a.runs);
+             j["gpu"].get<std::string>(), a.model, a.prompt_tokens, a.decode_tokens, a.runs);
   fmt::print("{:<24} {:>12} {:>11} {:>9} {:>8} | {:>7} {:>9} {:>9} {:>9} {:>8} (us, eager)\n",
              "config", "prompt tok/s", "decode tok/s", "us/step", "speedup", "norm", "normedproj",
              "otherproj", "attention", "other");
