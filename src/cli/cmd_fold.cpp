@@ -23,10 +23,11 @@ void register_fold(CLI::App& app) {
       ->check(CLI::ExistingPath);
   cmd->add_option("-o,--output", a->out, "output GGUF file or directory (never the input)")
       ->required();
-  cmd->add_option("--dtype", a->dtype, "stored type of the folded tensors")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
+  auto* dtype = cmd->add_option("--dtype", a->dtype, "stored type of the folded tensors")
+                    ->check(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
   cmd->add_flag("--requantize", a->requantize,
-                "GGUF: requantize folded tensors to their original type (Q8_0, Q4_0, Q4_1, Q5_0)");
+                "GGUF: requantize folded tensors to their original type (Q8_0, Q4_0, Q4_1, Q5_0)")
+      ->excludes(dtype);  // the original types are the stored types: --dtype would do nothing
   cmd->callback([a] {
     FoldOptions opt;
     opt.dtype = *io::ggml_type_from_name(a->dtype);

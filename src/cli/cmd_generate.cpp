@@ -3,12 +3,15 @@
 // graph replay per token, the next id sampled on the device); top-k / top-p sample on the host.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "commands.h"
 #include "flashnorm/engine/sampler.h"
 #include "flashnorm/io/error.h"
+#include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/chat.h"
 #include "model_args.h"
@@ -21,7 +24,7 @@ namespace flashnorm::cli {
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text (CPU or CUDA engine)");
   struct Args {
-    std::string model, prompt, norm = "flashnorm", tokenizer, system;
+    std::string model, prompt, file, norm = "flashnorm", tokenizer, system;
     int n = 128, ctx = 0;
     SamplerOptions s;
     bool chat = false, no_cancel = false;
@@ -32,31 +35,59 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-m,--model", a->model, "GGUF file or Hugging Face directory")
       ->required()
       ->check(CLI::ExistingPath);
-  cmd->add_option("-p,--prompt", a->prompt, "prompt text")->required();
+  auto* prompt = cmd->add_option("-p,--prompt", a->prompt, "prompt text (or -f FILE)");
+  auto* file =
+      cmd->add_option("-f,--file", a->file, "read the prompt from FILE (- : standard input)")
+          ->excludes(prompt);
   cmd->add_option("-n,--n-predict", a->n, "tokens to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--norm", a->norm, "normalization mode: standard or flashnorm")
       ->check(CLI::IsMember({"standard", "flashnorm"}));
-  cmd->add_option("--seed", a->s.seed, "sampling seed");
+  // Checked on the text: CLI11 would wrap -1 and clamp values past 2^64 - 1.
+  cmd->add_option("--seed", a->s.seed, "sampling seed (0 to 2^64 - 1)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            uint64_t x = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+            if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
+              return v + " is not an integer from 0 to 18446744073709551615";
+            }
+            return "";
+          },
+          "UINT64"));
   cmd->add_option("--temperature", a->s.temperature, "0 = greedy decoding")
       ->check(CLI::Range(0.0f, 100.0f));
-  cmd->add_option("--top-k", a->s.top_k, "keep the k most likely tokens (0 = all)");
+  cmd->add_option("--top-k", a->s.top_k, "keep the k most likely tokens (0 = all)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("--top-p", a->s.top_p, "nucleus sampling threshold in (0, 1]");
-  cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
-  cmd->add_option("--system", a->system, "system message for --chat");
+  auto* chat = cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
+  cmd->add_option("--system", a->system, "system message for --chat")->needs(chat);
   cmd->add_flag("--no-cancel", a->no_cancel,
                 "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
   cmd->add_option("--ctx", a->ctx, "KV cache length (0: model context, at most 8192)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
+  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)")
+      ->check(CLI::ExistingFile);
   add_device_options(cmd, a->dev);
-  cmd->callback([a] {
+  cmd->callback([a, prompt, file] {
     using clk = std::chrono::steady_clock;
+    if (prompt->count() == 0 && file->count() == 0) {
+      throw Error("give the prompt with -p TEXT or -f FILE (- : standard input)");
+    }
+    if (a->no_cancel && a->norm != "flashnorm") {
+      throw Error("--no-cancel applies to --norm flashnorm only (standard mode cancels nothing)");
+    }
+    const std::string text_in = file->count() ? read_prompt_file(a->file) : a->prompt;
+    require_utf8(text_in, file->count() ? "--file " + a->file : "the prompt");
+    require_utf8(a->system, "--system");
     io::GgufFile vocab = open_vocab(a->model, a->tokenizer);
     Tokenizer tok = Tokenizer::from_gguf(vocab);
-    std::string text = a->prompt;
+    Model model = load_model(a->model);
+    check_vocab_fits(tok, model.cfg.vocab, a->tokenizer.empty() ? a->model : a->tokenizer,
+                     a->model);
+    std::string text = text_in;
     if (a->chat) {
       text = apply_chat_template(
-          vocab, a->prompt,
+          vocab, text_in,
           a->system.empty() ? std::nullopt : std::optional<std::string_view>(a->system));
     }
     std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/a->chat);
@@ -64,14 +95,14 @@ void register_generate(CLI::App& app) {
     if (ids.empty()) throw Error("the prompt encodes to no tokens");
     Sampler sampler(a->s);
     std::unique_ptr<Engine> eng =
-        make_engine(load_model(a->model), parse_norm_mode(a->norm), a->dev, a->ctx, !a->no_cancel);
+        make_engine(std::move(model), parse_norm_mode(a->norm), a->dev, a->ctx, !a->no_cancel);
     if (ids.size() + size_t(a->n) > size_t(eng->max_context())) {
       throw Error(fmt::format("prompt ({} tokens) + -n {} exceeds the context of {}", ids.size(),
                               a->n, eng->max_context()));
     }
     std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
                  ids.size());
-    if (!a->chat) std::fputs(a->prompt.c_str(), stdout);
+    if (!a->chat) std::fwrite(text_in.data(), 1, text_in.size(), stdout);
     std::string pending;
     int produced = 0;
     // Streams one token; false at an end-of-generation token.

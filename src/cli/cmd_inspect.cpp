@@ -1,5 +1,7 @@
 // `flashnorm inspect MODEL`: architecture, every normalization and the projections it feeds,
-// the gain convention, whether the model is folded.
+// the gain convention, whether the model is folded. Then the checks `generate` runs at load
+// (check_model_file): a file it would refuse gets the same one-line error and exit 1, after what
+// inspect could read was printed.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -11,6 +13,8 @@
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/arch.h"
 #include "flashnorm/model/audit.h"
+#include "flashnorm/model/check.h"
+#include "flashnorm/model/model.h"
 
 namespace flashnorm::cli {
 namespace {
@@ -69,8 +73,7 @@ View from_hf(const std::string& dir) {
   }
   v.n_layer = nl.get<int>();
   v.gains = a->hf_gains;
-  auto it = d.metadata().find(std::string(kFoldedKey));
-  v.folded = it != d.metadata().end() && it->second == "true";
+  v.folded = hf_folded_marker(d);
   for (const auto& n : d.tensor_names()) {
     auto canon = from_hf_name(*a, n);
     const io::StTensorInfo* t = d.find(n);
@@ -85,6 +88,47 @@ View from_hf(const std::string& dir) {
   return v;
 }
 
+// Prints what inspect reads of the model at `path` (throws where it cannot read it).
+void print_view(const std::string& path) {
+  View v = std::filesystem::is_directory(path) ? from_hf(path) : from_gguf(path);
+  const ArchDescription& a = arch_by_name(v.arch);
+  fmt::print("model:        {}\narchitecture: {} ({} layers)\n", path, v.arch, v.n_layer);
+  for (const auto& [k, val] : v.facts) fmt::print("  {:<24} {}\n", k, val);
+  fmt::print("gain convention: {}\n", v.gains == GainConvention::Plain
+                                          ? "plain: y = x * rstd * w (identity w = 1)"
+                                          : "one-plus: y = x * rstd * (1 + w) (identity w = 0)");
+  fmt::print("folded:       {}\n", v.folded ? "yes (flashnorm.folded)" : "no");
+  const bool tied = !v.tensors.count(a.head);
+  fmt::print("LM head:      {}\n", tied ? fmt::format("tied to {}", a.tied_source)
+                                        : std::string("separate (") + a.head + ")");
+  auto has = [&](const std::string& t) { return v.tensors.count(t) > 0; };
+  auto show = [&](int layer) {
+    for (const NormAudit& na : audit_layer(a, layer, has)) {
+      fmt::print("{} {}\n", na.norm, v.tensors.at(na.norm));
+      if (!na.foldable) {
+        fmt::print("    not foldable: {}\n", na.fold_reason);
+        continue;
+      }
+      for (const ConsumerAudit& c : na.consumers) {
+        auto ct = v.tensors.find(c.tensor);
+        std::string desc = ct != v.tensors.end() ? ct->second
+                           : c.tensor == a.head  ? "tied: " + a.tied_source
+                                                 : "MISSING";
+        fmt::print("    -> {} {}\n       rstd {}: {}\n", c.tensor, desc,
+                   c.cancellable ? "cancels" : "needed", c.reason);
+      }
+      if (na.skip_reduction) {
+        fmt::print("    every consumer renormalizes: the whole rstd reduction can be dropped\n");
+      }
+    }
+  };
+  fmt::print(
+      "normalizations (RMSNorm), the projections each one feeds, and the cancellation "
+      "audit:\n");
+  for (int l = 0; l < v.n_layer; ++l) show(l);
+  show(-1);
+}
+
 }  // namespace
 
 void register_inspect(CLI::App& app) {
@@ -95,43 +139,13 @@ void register_inspect(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingPath);
   cmd->callback([path] {
-    View v = std::filesystem::is_directory(*path) ? from_hf(*path) : from_gguf(*path);
-    const ArchDescription& a = arch_by_name(v.arch);
-    fmt::print("model:        {}\narchitecture: {} ({} layers)\n", *path, v.arch, v.n_layer);
-    for (const auto& [k, val] : v.facts) fmt::print("  {:<24} {}\n", k, val);
-    fmt::print("gain convention: {}\n", v.gains == GainConvention::Plain
-                                            ? "plain: y = x * rstd * w (identity w = 1)"
-                                            : "one-plus: y = x * rstd * (1 + w) (identity w = 0)");
-    fmt::print("folded:       {}\n", v.folded ? "yes (flashnorm.folded)" : "no");
-    const bool tied = !v.tensors.count(a.head);
-    fmt::print("LM head:      {}\n", tied ? fmt::format("tied to {}", a.tied_source)
-                                          : std::string("separate (") + a.head + ")");
-    auto has = [&](const std::string& t) { return v.tensors.count(t) > 0; };
-    auto show = [&](int layer) {
-      for (const NormAudit& na : audit_layer(a, layer, has)) {
-        fmt::print("{} {}\n", na.norm, v.tensors.at(na.norm));
-        if (!na.foldable) {
-          fmt::print("    not foldable: {}\n", na.fold_reason);
-          continue;
-        }
-        for (const ConsumerAudit& c : na.consumers) {
-          auto ct = v.tensors.find(c.tensor);
-          std::string desc = ct != v.tensors.end() ? ct->second
-                             : c.tensor == a.head  ? "tied: " + a.tied_source
-                                                   : "MISSING";
-          fmt::print("    -> {} {}\n       rstd {}: {}\n", c.tensor, desc,
-                     c.cancellable ? "cancels" : "needed", c.reason);
-        }
-        if (na.skip_reduction) {
-          fmt::print("    every consumer renormalizes: the whole rstd reduction can be dropped\n");
-        }
-      }
-    };
-    fmt::print(
-        "normalizations (RMSNorm), the projections each one feeds, and the cancellation "
-        "audit:\n");
-    for (int l = 0; l < v.n_layer; ++l) show(l);
-    show(-1);
+    try {
+      print_view(*path);
+    } catch (const std::exception&) {
+      check_model_file(*path);  // the error `generate` would print, when it refuses the file too
+      throw;
+    }
+    check_model_file(*path);
   });
 }
 

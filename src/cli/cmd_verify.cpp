@@ -19,6 +19,7 @@
 #include "flashnorm/engine/evaluate.h"
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
+#include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 #include "model_args.h"
@@ -187,11 +188,17 @@ void register_verify(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--prompt", a->prompts, "prompt for the greedy comparison (repeatable)");
   cmd->add_option("--ctx", a->ctx, "chunk length for perplexity")->check(CLI::Range(2, 8192));
-  cmd->add_option("--max-text-tokens", a->max_text_tokens, "use only the first N tokens of text");
+  cmd->add_option("--max-text-tokens", a->max_text_tokens,
+                  "use only the first N tokens of text (0: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-cancel", a->no_cancel,
                 "keep the rstd that QK-norm cancels (default: drop it and report its effect)");
-  cmd->add_option("--json", a->json, "also write the results as JSON to this file");
-  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)");
+  cmd->add_option("--json", a->json, "also write the results as JSON to this file")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.empty() ? std::string("--json: empty path") : ""; },
+          "PATH"));
+  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--commit", a->commit, "--device cuda: commit id to record in the JSON");
   cmd->add_option("--driver", a->driver, "--device cuda: driver version to record (nvidia-smi)");
   add_device_options(cmd, a->dev);
@@ -213,6 +220,9 @@ void register_verify(CLI::App& app) {
     if (!a->json.empty()) json_out.emplace(a->json, inputs);
     io::GgufFile vocab = open_vocab(a->original, a->tokenizer);
     Tokenizer tok = Tokenizer::from_gguf(vocab);
+    // a --tokenizer whose vocabulary does not fit the model is refused before any run
+    check_vocab_fits(tok, load_model(a->original, /*with_data=*/false).cfg.vocab,
+                     a->tokenizer.empty() ? a->original : a->tokenizer, a->original);
     std::vector<int32_t> text = tok.encode(read_text(a->text), /*parse_special=*/false);
     if (a->max_text_tokens > 0 && text.size() > size_t(a->max_text_tokens)) {
       text.resize(a->max_text_tokens);

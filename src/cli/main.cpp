@@ -1,5 +1,10 @@
 // flashnorm: fold, inspect, verify, generate, bench. See README.md.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -7,7 +12,24 @@
 #include "commands.h"
 #include "flashnorm/io/error.h"
 
+namespace {
+
+// A standard descriptor closed at start (`flashnorm ... >&-`) is held by /dev/null opened the
+// wrong way round, so that no file the tool opens becomes fd 0-2 (an output written through
+// printf, say) and using it fails visibly: reads of stdin and writes to stdout give EBADF.
+void reserve_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      const int got = ::open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+      if (got >= 0 && got != fd) ::close(got);  // lower descriptors were open: cannot happen
+    }
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  reserve_standard_descriptors();
   CLI::App app{"flashnorm: RMSNorm folding and deferred normalization for LLM inference"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows every default
@@ -40,6 +62,14 @@ int main(int argc, char** argv) {
       if (c == '\n' || c == '\r') c = ' ';
     }
     std::fprintf(stderr, "error: %s\n", msg.c_str());
+    return 1;
+  }
+  // What was printed must have arrived (a full disk, a closed pipe or descriptor): otherwise the
+  // run failed, whatever it computed.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: cannot write to standard output: %s\n",
+                 errno ? std::strerror(errno) : "write error");
     return 1;
   }
   return 0;

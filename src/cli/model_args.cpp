@@ -1,9 +1,17 @@
 #include "model_args.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "flashnorm/io/error.h"
 #if defined(FLASHNORM_HAVE_CUDA)
@@ -115,6 +123,86 @@ size_t complete_utf8_prefix(const std::string& s) {
   const int need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
   if (need == 0) return n;  // ASCII or stray continuation bytes: emit as is
   return cont >= need ? n : i - 1;
+}
+
+std::optional<size_t> first_invalid_utf8(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = b[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return i;  // 0x80-0xC1 (stray continuation, overlong lead) or 0xF5-0xFF
+    }
+    if (i + len > n) return i;  // truncated
+    if (b[i + 1] < lo || b[i + 1] > hi) return i;
+    for (int k = 2; k < len; ++k) {
+      if ((b[i + k] & 0xC0) != 0x80) return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+void require_utf8(std::string_view s, const std::string& what) {
+  if (auto at = first_invalid_utf8(s)) {
+    throw Error(fmt::format(
+        "{} is not valid UTF-8: the sequence at byte offset {} (byte 0x{:02X}) is ill-formed", what,
+        *at, static_cast<unsigned char>(s[*at])));
+  }
+}
+
+std::string read_prompt_file(const std::string& path) {
+  constexpr size_t kMaxPrompt = size_t(256) << 20;  // as verify's --text
+  const bool is_stdin = path == "-";
+  const std::string what = is_stdin ? "--file - (standard input)" : "--file " + path;
+  int fd = STDIN_FILENO;
+  if (!is_stdin) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw Error(fmt::format("{}: cannot open: {}", what, std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw Error(
+          fmt::format("{}: not a regular file (give a file, or - for standard input)", what));
+    }
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      if (!is_stdin) ::close(fd);
+      throw Error(fmt::format("{}: read error: {}", what, std::strerror(err)));
+    }
+    if (n == 0) break;
+    if (text.size() + size_t(n) > kMaxPrompt) {
+      if (!is_stdin) ::close(fd);
+      throw Error(
+          fmt::format("{}: longer than {} MiB; refusing to read it whole", what, kMaxPrompt >> 20));
+    }
+    text.append(buf, size_t(n));
+  }
+  if (!is_stdin) ::close(fd);
+  return text;
 }
 
 nlohmann::json gpu_run_stamp(std::time_t when, const std::string& commit,

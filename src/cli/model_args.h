@@ -5,7 +5,9 @@
 #include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/io/gguf.h"
@@ -42,6 +44,19 @@ io::GgufFile open_vocab(const std::string& model, const std::string& tokenizer_g
 
 // Number of bytes at the start of `s` that form complete UTF-8 sequences (for streaming output).
 size_t complete_utf8_prefix(const std::string& s);
+
+// Byte offset of the first ill-formed UTF-8 sequence in `s` (Unicode table 3-7: no 0xC0/0xC1 or
+// 0xF5-0xFF, no overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequence);
+// nullopt when all of `s` is well-formed.
+std::optional<size_t> first_invalid_utf8(std::string_view s);
+
+// Throws Error naming `what` (e.g. "the prompt"), the byte offset and the byte's value when `s`
+// is not well-formed UTF-8: text is refused rather than silently losing bytes in the tokenizer.
+void require_utf8(std::string_view s, const std::string& what);
+
+// The bytes of a prompt file; "-" reads standard input. Throws Error (one line naming the file)
+// for a missing, unreadable or directory path.
+std::string read_prompt_file(const std::string& path);
 
 // The provenance every GPU result JSON carries: {"gpu": the current CUDA device's name (or "none"
 // without CUDA), "date": `when` in UTC, ISO 8601, "commit", "driver": as given (the scripts pass

@@ -8,6 +8,7 @@
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/gguf.h"
+#include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "plan.h"
 
@@ -58,6 +59,9 @@ std::vector<uint8_t> encode(const std::vector<double>& v, GgmlType type, FoldedT
       out = io::quantize(type, f);
       std::vector<float> back(v.size());
       io::dequantize(type, out, back);
+      // what the file will hold: finite, and not flushed to zero
+      check_requantized(v, back, io::ggml_type_traits(uint32_t(type))->block_elems,
+                        io::ggml_type_name(uint32_t(type)), rec.name);
       for (size_t i = 0; i < v.size(); ++i) {
         const double e = double(back[i]) - v[i];
         rec.sum_sq_err += e * e;
@@ -74,14 +78,14 @@ std::vector<uint8_t> encode(const std::vector<double>& v, GgmlType type, FoldedT
 FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
                      const FoldOptions& opt) {
   const std::filesystem::path inputs[] = {in};
-  io::refuse_overwrite(out, inputs);
+  io::check_output_file(out, inputs);  // before any work: a refused output costs nothing
   io::GgufFile f = io::GgufFile::open(in);
   if (f.get_bool_or(std::string(kFoldedKey), false)) {
     throw Error(fmt::format("{}: already folded ({} = true); refusing to fold twice", in.string(),
                             kFoldedKey));
   }
-  // The checkpoint must be one the engine can run: hyperparameters consistent with every tensor.
-  load_model(in, /*with_data=*/false);
+  // The checkpoint must be one `generate` runs: the same checks, before computing anything.
+  check_model_file(in);
   if (!opt.requantize && opt.dtype != GgmlType::F32 && opt.dtype != GgmlType::F16 &&
       opt.dtype != GgmlType::BF16) {
     throw Error("fold: --dtype must be f32, f16 or bf16");

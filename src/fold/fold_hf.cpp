@@ -6,6 +6,7 @@
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/safetensors.h"
+#include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "plan.h"
 
@@ -14,18 +15,17 @@ namespace flashnorm {
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
                    const FoldOptions& opt) {
   const std::filesystem::path inputs[] = {in_dir};
-  io::refuse_overwrite(out_dir, inputs);
+  io::check_output_dir(out_dir, inputs);  // before any work: a refused output costs nothing
   io::HfModelDir d = io::HfModelDir::open(in_dir);
-  if (auto it = d.metadata().find(std::string(kFoldedKey));
-      it != d.metadata().end() && it->second == "true") {
+  if (hf_folded_marker(d)) {  // (a marker other than "true" / "false" is refused)
     throw Error(
         fmt::format("{}: already folded ({} = \"true\" in the safetensors metadata); "
                     "refusing to fold twice",
                     in_dir.string(), kFoldedKey));
   }
   if (opt.requantize) throw Error("fold: --requantize applies to GGUF files only");
-  // The checkpoint must be one the engine can run: hyperparameters consistent with every tensor.
-  load_model(in_dir, /*with_data=*/false);
+  // The checkpoint must be one `generate` runs: the same checks, before computing anything.
+  check_model_file(in_dir);
   nlohmann::json config = d.config();
   auto cls = config.value("architectures", nlohmann::json::array());
   const std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -12,16 +14,18 @@
 #include <cstring>
 #include <vector>
 
+#include "cleanup.h"
 #include "flashnorm/io/error.h"
 
 namespace flashnorm::io {
 namespace fs = std::filesystem;
 namespace {
 
-// Temporary files and staging directories in flight, removed by a SIGINT/SIGTERM/SIGHUP/SIGPIPE
-// handler so that an interrupted run leaves nothing behind (a SIGKILL cannot be caught). Fixed
-// slots: the handler may only call async-signal-safe functions (unlink, open, close, the raw
-// getdents64 system call, unlinkat, rmdir).
+// Temporary files and staging directories in flight, removed by a handler of the terminating
+// signals (SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT, SIGALRM, SIGUSR1/2, SIGXCPU, ...) so that an
+// interrupted run leaves nothing behind (a SIGKILL cannot be caught). Fixed slots: the handler may
+// only call async-signal-safe functions (unlink, open, close, the raw getdents64 system call,
+// unlinkat, rmdir).
 constexpr int kSlots = 16;
 char g_tmp_paths[kSlots][4096];
 volatile std::sig_atomic_t g_tmp_used[kSlots];  // 1: a file, 2: a directory of files
@@ -58,23 +62,26 @@ void remove_flat_dir(const char* dir) {
 }
 
 extern "C" void remove_temporaries(int sig) {
-  for (int i = 0; i < kSlots; ++i) {
-    if (g_tmp_used[i] == 1) ::unlink(g_tmp_paths[i]);
-  }
-  for (int i = 0; i < kSlots; ++i) {  // after the files, which may lie inside the directories
-    if (g_tmp_used[i] == 2) remove_flat_dir(g_tmp_paths[i]);
-  }
+  detail::remove_registered_outputs();
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
 
 int register_slot(const std::string& path, int kind) {
   static const bool installed = [] {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
+    // every catchable signal whose default action ends the process
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU,
+                    SIGVTALRM, SIGPROF}) {
       struct sigaction old {};
       if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
         std::signal(sig, remove_temporaries);
       }
+    }
+    // A file-size limit (ulimit -f): ignored, the write then fails with EFBIG and is reported as
+    // one line, and the temporary is removed like after any other write error.
+    struct sigaction old {};
+    if (::sigaction(SIGXFSZ, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+      std::signal(SIGXFSZ, SIG_IGN);
     }
     return true;
   }();
@@ -96,43 +103,109 @@ void unregister_temporary(int slot) {
   if (slot >= 0) g_tmp_used[slot] = 0;
 }
 
-// "<path>.tmp-<pid>": where AtomicFile and StagingDir write before the rename.
-fs::path temporary_sibling(const fs::path& path) {
-  fs::path t = path;
-  t += fmt::format(".tmp-{}", static_cast<long>(::getpid()));
-  return t;
+// The directory an output path lives in ("." for a bare name).
+fs::path directory_of(const fs::path& path) {
+  return path.has_parent_path() ? path.parent_path() : fs::path(".");
+}
+
+// "<dir>/.fn-XXXXXXXXXXXX": a short (so any valid output name works) and unpredictable name
+// (12 random characters from getrandom(2)) beside the output.
+fs::path random_sibling(const fs::path& path) {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  unsigned char r[12];
+  if (::getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
+    throw Error(fmt::format("cannot create a temporary file for {}: getrandom failed: {}",
+                            path.string(), std::strerror(errno)));
+  std::string name = ".fn-";
+  for (unsigned char c : r) name += kAlphabet[c % 36];
+  return directory_of(path) / name;
+}
+
+// Creates a new temporary file beside `path` exclusively (O_CREAT | O_EXCL | O_NOFOLLOW: a file
+// or link planted at the name is never opened or written through), mode 0600 until committed.
+// Returns its descriptor and sets `tmp`. Errors: throws Error naming the output.
+int create_temporary(const fs::path& path, fs::path& tmp) {
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    tmp = random_sibling(path);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST)
+      throw Error(fmt::format("cannot write {}: creating a temporary file in {} failed: {}",
+                              path.string(), directory_of(path).string(), std::strerror(errno)));
+  }
+  throw Error(fmt::format("cannot write {}: no free temporary name in {}", path.string(),
+                          directory_of(path).string()));
+}
+
+// The process's umask (read by setting it and setting it back).
+mode_t current_umask() {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
+// fsync of a directory, so that a rename inside it is durable.
+void sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
 }
 
 }  // namespace
 
-StagingDir::StagingDir(const fs::path& final_path) : final_(final_path) {
+namespace detail {
+
+void remove_registered_outputs() noexcept {
+  for (int i = 0; i < kSlots; ++i) {
+    if (g_tmp_used[i] == 1) ::unlink(g_tmp_paths[i]);
+  }
+  for (int i = 0; i < kSlots; ++i) {  // after the files, which may lie inside the directories
+    if (g_tmp_used[i] == 2) remove_flat_dir(g_tmp_paths[i]);
+  }
+}
+
+}  // namespace detail
+
+fs::path check_output_dir(const fs::path& path, std::span<const fs::path> inputs) {
+  refuse_overwrite(path, inputs);
   // trailing separators dropped: "out/" names the directory "out"
-  fs::path p = final_path.lexically_normal();
+  fs::path p = path.lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   if (p.empty() || p.filename() == "." || p.filename() == "..")
-    throw Error(
-        fmt::format("refusing to write the directory {}: give it a name", final_path.string()));
-  final_ = p;
+    throw Error(fmt::format("refusing to write the directory {}: give it a name", path.string()));
   std::error_code ec;
-  if (fs::exists(final_, ec) || fs::is_symlink(final_, ec)) {
-    if (!fs::is_directory(final_, ec) || fs::is_symlink(final_, ec))
+  if (fs::exists(p, ec) || fs::is_symlink(p, ec)) {
+    if (!fs::is_directory(p, ec) || fs::is_symlink(p, ec))
       throw Error(
-          fmt::format("refusing to write {}: it exists and is not a directory", final_.string()));
-    if (!fs::is_empty(final_, ec))
+          fmt::format("refusing to write {}: it exists and is not a directory", p.string()));
+    if (!fs::is_empty(p, ec))
       throw Error(
           fmt::format("refusing to write into {}: the directory exists and is not empty "
                       "(remove it or choose another path; nothing is replaced)",
-                      final_.string()));
+                      p.string()));
   }
-  const fs::path parent = final_.has_parent_path() ? final_.parent_path() : fs::path(".");
+  const fs::path parent = directory_of(p);
   if (!fs::is_directory(parent, ec))
-    throw Error(fmt::format("cannot write {}: the directory {} does not exist", final_.string(),
+    throw Error(fmt::format("cannot write {}: the directory {} does not exist", p.string(),
                             parent.string()));
-  work_ = temporary_sibling(final_);
-  fs::remove_all(work_, ec);
-  if (!fs::create_directory(work_, ec) || ec)
-    throw Error(fmt::format("cannot create {}: {}", work_.string(),
-                            ec ? ec.message() : std::string("it exists")));
+  // A temporary created and removed again proves the directory writable (read-only file
+  // systems, permissions) before any work is done.
+  fs::path probe;
+  ::close(create_temporary(p, probe));
+  ::unlink(probe.c_str());
+  return p;
+}
+
+StagingDir::StagingDir(const fs::path& final_path, std::span<const fs::path> inputs)
+    : final_(check_output_dir(final_path, inputs)) {
+  for (int attempt = 0;; ++attempt) {
+    work_ = random_sibling(final_);
+    if (::mkdir(work_.c_str(), 0700) == 0) break;
+    if (errno != EEXIST || attempt == 63)
+      throw Error(fmt::format("cannot create {}: {}", work_.string(), std::strerror(errno)));
+  }
   slot_ = register_slot(work_.string(), 2);
 }
 
@@ -146,10 +219,14 @@ StagingDir::~StagingDir() {
 
 void StagingDir::commit() {
   std::error_code ec;
+  // the files inside are durable already (AtomicFile); the directory gets the umask's mode
+  ::chmod(work_.c_str(), 0777 & ~current_umask());
+  sync_directory(work_);
   // an empty directory at the final path (checked in the constructor) is replaced by rename(2)
   fs::rename(work_, final_, ec);
   if (ec) throw Error(fmt::format("rename to {} failed: {}", final_.string(), ec.message()));
   committed_ = true;
+  sync_directory(directory_of(final_));
 }
 
 // True if `p` equals `dir` or lies anywhere below it (both made canonical, links resolved).
@@ -189,17 +266,36 @@ void refuse_overwrite(const fs::path& out, std::span<const fs::path> inputs) {
   }
 }
 
-AtomicFile::AtomicFile(const fs::path& path, std::span<const fs::path> inputs) : path_(path) {
+// check_output_file without the probe (AtomicFile creates its temporary right after).
+static void check_output_file_path(const fs::path& path, std::span<const fs::path> inputs) {
   refuse_overwrite(path, inputs);
   std::error_code ec;
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+  if (fs::is_directory(path, ec))
+    throw Error(fmt::format("refusing to write {}: it is a directory", path.string()));
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
     throw Error(
         fmt::format("refusing to write {}: it exists and is not a regular file", path.string()));
-  }
-  tmp_ = temporary_sibling(path);
-  f_ = std::fopen(tmp_.c_str(), "wb");
+  if (!fs::is_directory(directory_of(path), ec))
+    throw Error(fmt::format("cannot write {}: the directory {} does not exist", path.string(),
+                            directory_of(path).string()));
+}
+
+void check_output_file(const fs::path& path, std::span<const fs::path> inputs) {
+  check_output_file_path(path, inputs);
+  fs::path probe;  // proves the directory writable (read-only file systems, permissions)
+  ::close(create_temporary(path, probe));
+  ::unlink(probe.c_str());
+}
+
+AtomicFile::AtomicFile(const fs::path& path, std::span<const fs::path> inputs) : path_(path) {
+  check_output_file_path(path, inputs);
+  const int fd = create_temporary(path, tmp_);
+  f_ = ::fdopen(fd, "wb");
   if (!f_) {
-    throw Error(fmt::format("cannot create {}: {}", tmp_.string(), std::strerror(errno)));
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    throw Error(fmt::format("cannot write {}: {}", tmp_.string(), std::strerror(err)));
   }
   slot_ = register_temporary(tmp_.string());
 }
@@ -215,7 +311,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t n) {
   if (n && std::fwrite(data, 1, n, f_) != n) {
-    throw Error(fmt::format("write to {} failed: {}", tmp_.string(), std::strerror(errno)));
+    throw Error(fmt::format("cannot write {}: {}", path_.string(), std::strerror(errno)));
   }
   pos_ += n;
 }
@@ -230,12 +326,13 @@ void AtomicFile::write_zeros(size_t n) {
 }
 
 void AtomicFile::commit() {
-  if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) {
-    throw Error(fmt::format("flush of {} failed: {}", tmp_.string(), std::strerror(errno)));
+  if (std::fflush(f_) != 0 || ::fchmod(::fileno(f_), 0666 & ~current_umask()) != 0 ||
+      ::fsync(::fileno(f_)) != 0) {
+    throw Error(fmt::format("cannot write {}: {}", path_.string(), std::strerror(errno)));
   }
   if (std::fclose(f_) != 0) {
     f_ = nullptr;
-    throw Error(fmt::format("close of {} failed: {}", tmp_.string(), std::strerror(errno)));
+    throw Error(fmt::format("cannot write {}: {}", path_.string(), std::strerror(errno)));
   }
   f_ = nullptr;
   std::error_code ec, ignored;
@@ -246,6 +343,7 @@ void AtomicFile::commit() {
     fs::remove(tmp_, ignored);
     throw Error(fmt::format("rename to {} failed: {}", path_.string(), ec.message()));
   }
+  sync_directory(directory_of(path_));
 }
 
 }  // namespace flashnorm::io

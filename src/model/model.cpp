@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/error.h"
@@ -54,6 +56,64 @@ std::optional<std::string> out_of_range(double v, double lo, double hi, bool ope
   if (std::isfinite(v) && v >= lo && !(open_lo && v == lo) && v <= hi) return std::nullopt;
   return fmt::format("{} = {} is not a finite value in {}{}, {}]", what, v, open_lo ? "(" : "[", lo,
                      hi);
+}
+
+// The layer index of a name "<prefix><digits>.<rest>" ("blk.", "model.layers."), if it is one.
+std::optional<int> layer_index(std::string_view name, std::string_view prefix) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  name.remove_prefix(prefix.size());
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot > 6) return std::nullopt;
+  int v = 0;
+  for (char c : name.substr(0, dot)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Refuses a tensor the forward pass does not use (`name` as the file spells it): computing
+// without it would silently be a different model than the file describes.
+[[noreturn]] void refuse_unused(const std::string& src, const std::string& name,
+                                std::string_view arch, std::optional<int> layer, int n_layer,
+                                std::string_view layers_key) {
+  if (name.ends_with(".bias")) {
+    throw Error(fmt::format(
+        "{}: tensor '{}' is a bias, and biases are not supported (computing without it would be "
+        "a different model)",
+        src, name));
+  }
+  if (layer && *layer >= n_layer) {
+    throw Error(fmt::format(
+        "{}: tensor '{}' belongs to layer {}, but {} = {}: no layer owns it (refusing to compute "
+        "without it)",
+        src, name, *layer, layers_key, n_layer));
+  }
+  throw Error(fmt::format(
+      "{}: tensor '{}' is not used by the {} forward pass (refusing to compute without it)", src,
+      name, arch));
+}
+
+// The name a canonical tensor has in the model's file (the HF name for a directory).
+std::string file_name_of(const Model& m, bool hf, const std::string& canonical) {
+  if (!hf) return canonical;
+  return to_hf_name(*m.arch, canonical).value_or(canonical);
+}
+
+// Throws the error for a non-finite element `v` at flat index `i` of a tensor.
+[[noreturn]] void refuse_non_finite(const Model& m, bool hf, const std::string& canonical,
+                                    uint64_t i, float v) {
+  throw Error(fmt::format("{}: {} '{}' element {} is {}; every weight must be finite",
+                          m.source.string(),
+                          canonical.ends_with("_norm.weight") ? "norm gain" : "tensor",
+                          file_name_of(m, hf, canonical), i, v));
+}
+
+// Checks `v`, the elements [base, base + v.size()) of a tensor.
+void check_finite_span(const Model& m, bool hf, const std::string& canonical, uint64_t base,
+                       std::span<const float> v) {
+  const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+  if (bad != v.end()) refuse_non_finite(m, hf, canonical, base + (bad - v.begin()), *bad);
 }
 
 // GGUF: the float at `key` (read as `v`) in range, else a FormatError at the key's offset.
@@ -153,8 +213,19 @@ Model load_hf(const fs::path& dir, bool with_data) {
   m.cfg.n_head_kv = get_int("num_key_value_heads", m.cfg.n_head);
   m.cfg.head_dim = get_int("head_dim", m.cfg.hidden / m.cfg.n_head);
   m.cfg.context = get_int("max_position_embeddings", 2048);
-  m.cfg.rope_base = c.value("rope_theta", 10000.0f);
-  m.cfg.eps = c.value("rms_norm_eps", 1e-6f);
+  // config.json: a number field, or `fallback` when absent; null or another type is refused by name
+  const auto get_float = [&](const char* k, float fallback) {
+    const auto it = c.find(k);
+    if (it == c.end()) return fallback;
+    if (!it->is_number())
+      throw Error(fmt::format("{}/config.json: field '{}' is {}, not a number", dir.string(), k,
+                              it->type_name()));
+    return it->get<float>();
+  };
+  m.cfg.rope_base = get_float("rope_theta", 10000.0f);
+  m.cfg.eps = get_float("rms_norm_eps", 1e-6f);
+  std::optional<int> vocab_size;
+  if (c.contains("vocab_size") && !c["vocab_size"].is_null()) vocab_size = get_int("vocab_size");
   // config.json: a float field in range, else an Error naming the file and the field
   const auto check_cfg_float = [&](double v, double lo, double hi, bool open_lo, const char* key) {
     if (auto msg = out_of_range(v, lo, hi, open_lo, key))
@@ -166,7 +237,7 @@ Model load_hf(const fs::path& dir, bool with_data) {
   m.cfg.gains = m.arch->hf_gains;
   if (m.arch->hooks.sliding_window_pattern > 0) {
     m.cfg.sliding_window = get_int("sliding_window");
-    m.cfg.rope_local_base = c.value("rope_local_base_freq", 10000.0f);
+    m.cfg.rope_local_base = get_float("rope_local_base_freq", 10000.0f);
     check_cfg_float(m.cfg.rope_local_base, 1.0, 1e12, true, "rope_local_base_freq");
   }
   if (m.arch->hooks.uses_query_pre_attn_scalar) {
@@ -176,6 +247,11 @@ Model load_hf(const fs::path& dir, bool with_data) {
   // tensor, so this engine does too when it holds the same values, and refuses the file when not
   // (compared even without with_data: fold relies on this check).
   const auto tw = c.find("tie_word_embeddings");
+  if (tw != c.end() && !tw->is_boolean() && !tw->is_null()) {
+    // e.g. the string "true" (truthy in Python): guessing could pick a different LM head
+    throw Error(fmt::format("{}/config.json: field 'tie_word_embeddings' is not a boolean ({})",
+                            dir.string(), tw->type_name()));
+  }
   const bool tied_cfg = tw != c.end() && tw->is_boolean() && tw->get<bool>();
   std::optional<std::string> head_hf = to_hf_name(*m.arch, m.arch->head);
   std::optional<std::string> emb_hf = to_hf_name(*m.arch, m.arch->tied_source);
@@ -186,19 +262,34 @@ Model load_hf(const fs::path& dir, bool with_data) {
                     "refusing an ambiguous LM head",
                     dir.string(), *head_hf, *emb_hf));
   }
-  auto md = d.metadata();
-  auto it = md.find(std::string(kFoldedKey));
-  m.cfg.folded = it != md.end() && it->second == "true";
+  // The vocabulary size the config states must be the embedding's (transformers would refuse
+  // to load the weights otherwise).
+  if (const io::StTensorInfo* e = emb_hf ? d.find(*emb_hf) : nullptr;
+      vocab_size && e && e->shape.size() == 2 && e->shape[0] != uint64_t(*vocab_size)) {
+    throw Error(fmt::format("{}/config.json: vocab_size = {} but {} has {} rows", dir.string(),
+                            *vocab_size, *emb_hf, e->shape[0]));
+  }
+  m.cfg.folded = hf_folded_marker(d);
   for (const auto& hf : d.tensor_names()) {
     auto canon = from_hf_name(*m.arch, hf);
-    if (!canon) continue;                       // e.g. rotary inv_freq buffers some exporters keep
+    if (!canon) {
+      // Rotary inv_freq buffers some exporters keep are recomputed from rope_theta; any other
+      // tensor the architecture does not know would be silently left out of the computation.
+      if (hf.ends_with("rotary_emb.inv_freq")) continue;
+      const io::SafetensorsFile* file = nullptr;
+      d.find(hf, &file);
+      refuse_unused(file->name(), hf, m.arch->name, layer_index(hf, "model.layers."), m.cfg.n_layer,
+                    "num_hidden_layers");
+    }
     if (drop_head && hf == *head_hf) continue;  // tied: the embedding is the head
     const io::SafetensorsFile* file = nullptr;
     const io::StTensorInfo* info = d.find(hf, &file);
     Tensor x;
     x.shape = info->shape;
     try {
-      if (with_data) x.data = io::st_to_fp32(info->dtype, file->data(*info));
+      // without data, converting no bytes still refuses a dtype that has no fp32 conversion
+      x.data =
+          io::st_to_fp32(info->dtype, with_data ? file->data(*info) : std::span<const uint8_t>());
     } catch (const Error& e) {
       throw Error(fmt::format("{}: tensor '{}': {}", file->name(), hf, e.what()));
     }
@@ -217,6 +308,7 @@ void expect_shape(const Model& m, const std::string& name, std::vector<uint64_t>
 
 void validate(Model& m) {
   ModelConfig& c = m.cfg;
+  const bool hf = fs::is_directory(m.source);
   if (c.n_head % c.n_head_kv != 0) {
     throw Error(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}",
                             m.source.string(), c.n_head, c.n_head_kv));
@@ -240,8 +332,11 @@ void validate(Model& m) {
   const uint64_t H = c.hidden, F = c.ffn, D = c.head_dim;
   const uint64_t q = uint64_t(c.n_head) * D, kv = uint64_t(c.n_head_kv) * D;
   const ArchHooks& hk = m.arch->hooks;
+  // Every tensor the forward pass uses is shape-checked below; these are all it may contain.
+  std::set<std::string, std::less<>> used = {m.arch->tied_source, "output_norm.weight",
+                                             m.arch->head};
   for (int l = 0; l < c.n_layer; ++l) {
-    auto n = [&](std::string_view pat) { return expand_layer(pat, l); };
+    auto n = [&](std::string_view pat) { return *used.insert(expand_layer(pat, l)).first; };
     expect_shape(m, n("blk.{L}.attn_norm.weight"), {H});
     expect_shape(m, n("blk.{L}.attn_q.weight"), {q, H});
     expect_shape(m, n("blk.{L}.attn_k.weight"), {kv, H});
@@ -261,15 +356,10 @@ void validate(Model& m) {
   }
   expect_shape(m, "output_norm.weight", {H});
   if (!c.tied_head) expect_shape(m, m.arch->head, {uint64_t(c.vocab), H});
-  // Norm gains are what folding multiplies into the weights: a NaN or infinite one would make the
-  // folded model (and the engine) produce NaN without any error.
   for (const auto& [name, t] : m.tensors) {
-    if (!name.ends_with("_norm.weight")) continue;
-    for (size_t i = 0; i < t.data.size(); ++i) {
-      if (!std::isfinite(t.data[i]))
-        throw Error(fmt::format("{}: norm gain '{}' element {} is {}", m.source.string(), name, i,
-                                t.data[i]));
-    }
+    if (used.count(name)) continue;
+    refuse_unused(m.source.string(), file_name_of(m, hf, name), m.arch->name,
+                  layer_index(name, "blk."), c.n_layer, hf ? "num_hidden_layers" : "block_count");
   }
 }
 
@@ -284,7 +374,97 @@ Model load_model(const fs::path& path, bool with_data) {
     throw Error(fmt::format("{}/config.json: {}", path.string(), e.what()));
   }
   validate(m);
+  // Norm gains are what folding multiplies into the weights, and every weight feeds the engine:
+  // a NaN or infinite one would produce NaN (or no output) without any error.
+  if (with_data) check_finite_weights(m);
   return m;
+}
+
+void check_finite_weights(const Model& m) {
+  const bool hf = fs::is_directory(m.source);
+  std::optional<io::GgufFile> gguf;
+  std::optional<io::HfModelDir> dir;
+  std::vector<float> scratch;
+  constexpr uint64_t kChunk = 1 << 20;  // elements dequantized at a time
+  for (const auto& [name, t] : m.tensors) {
+    uint64_t n = 1;
+    for (uint64_t d : t.shape) n *= d;
+    if (n == 0) continue;
+    if (t.data.size() == n) {
+      check_finite_span(m, hf, name, 0, t.data);
+      continue;
+    }
+    if (hf) {
+      if (!dir) dir = io::HfModelDir::open(m.source);
+      const std::string file_name = file_name_of(m, true, name);
+      const io::SafetensorsFile* file = nullptr;
+      const io::StTensorInfo* info = dir->find(file_name, &file);
+      if (!info) throw Error(fmt::format("{}: missing tensor '{}'", m.source.string(), file_name));
+      const std::span<const uint8_t> bytes = file->data(*info);
+      const size_t es = io::st_dtype_size(info->dtype);
+      for (uint64_t i = 0; i < n; i += kChunk) {
+        const uint64_t k = std::min(kChunk, n - i);
+        std::vector<float> v;
+        try {
+          v = io::st_to_fp32(info->dtype, bytes.subspan(i * es, k * es));
+        } catch (const Error& e) {
+          throw Error(fmt::format("{}: tensor '{}': {}", file->name(), file_name, e.what()));
+        }
+        check_finite_span(m, hf, name, i, v);
+      }
+      continue;
+    }
+    if (!gguf) gguf = io::GgufFile::open(m.source);
+    const io::GgufTensorInfo* info = gguf->find_tensor(name);
+    if (!info) throw Error(fmt::format("{}: missing tensor '{}'", m.source.string(), name));
+    const auto traits = io::ggml_type_traits(uint32_t(info->type));
+    const std::span<const uint8_t> bytes = gguf->tensor_data(*info);
+    const uint64_t row = info->dims.empty() ? n : info->dims[0];
+    if (!traits || row == 0 || row % traits->block_elems != 0 || n % row != 0) {
+      scratch.resize(n);  // not in whole rows of blocks: at once (dequantize names the fault)
+      io::dequantize(info->type, bytes, scratch);
+      check_finite_span(m, hf, name, 0, scratch);
+      continue;
+    }
+    const uint64_t row_bytes = row / traits->block_elems * traits->block_bytes;
+    const uint64_t rows_per_chunk = std::max<uint64_t>(1, kChunk / row);
+    for (uint64_t r = 0; r < n / row; r += rows_per_chunk) {
+      const uint64_t k = std::min(rows_per_chunk, n / row - r);
+      scratch.resize(k * row);
+      io::dequantize(info->type, bytes.subspan(r * row_bytes, k * row_bytes), scratch);
+      check_finite_span(m, hf, name, r * row, scratch);
+    }
+  }
+}
+
+bool hf_folded_marker(const io::HfModelDir& d) {
+  std::optional<bool> folded;
+  std::string first;  // the shard that set `folded`
+  for (const auto& shard : d.shards()) {
+    const auto& md = shard.metadata();
+    const auto it = md.find(std::string(kFoldedKey));
+    bool v = false;
+    if (it != md.end()) {
+      if (it->second == "true") {
+        v = true;
+      } else if (it->second != "false") {
+        // quoted as a JSON string: control bytes from the file reach the terminal escaped
+        throw Error(fmt::format(
+            "{}: __metadata__ {} = {} is neither \"true\" nor \"false\"; refusing to guess "
+            "whether the model is folded",
+            shard.name(), kFoldedKey,
+            nlohmann::json(it->second)
+                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+      }
+    }
+    if (folded && *folded != v) {
+      throw Error(fmt::format("{}: __metadata__ {} is {} here but {} in {}", shard.name(),
+                              kFoldedKey, v, *folded, first));
+    }
+    if (!folded) first = shard.name();
+    folded = v;
+  }
+  return folded.value_or(false);
 }
 
 }  // namespace flashnorm

@@ -3,10 +3,12 @@
 // clean up after SIGINT/SIGTERM/SIGHUP/SIGPIPE (checked in forked children that signal themselves
 // in the middle of a write).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -150,4 +152,131 @@ TEST(AtomicFile, SignalRemovesTheTemporaryAndKeepsTheOldFile) {
     EXPECT_EQ(entries(t.path), std::vector<std::string>{"r.json"});
     EXPECT_EQ(read_file(t.path / "r.json"), "old");
   }
+}
+
+namespace {
+
+// sha256 of a file through coreutils' sha256sum (an outside reference, not our code).
+std::string sha256(const fs::path& p) {
+  std::string cmd = "sha256sum '" + p.string() + "'";
+  std::FILE* f = ::popen(cmd.c_str(), "r");
+  char buf[65] = {};
+  const size_t n = f ? std::fread(buf, 1, 64, f) : 0;
+  if (f) ::pclose(f);
+  return std::string(buf, n);
+}
+
+// The name the old writer used for its temporary ("<path>.tmp-<pid>"): a link planted there was
+// written through. The temporary is now created exclusively under a random name, so neither a
+// symbolic nor a hard link at any name beside the output is ever opened.
+fs::path old_temporary_name(const fs::path& out) {
+  return fs::path(out.string() + ".tmp-" + std::to_string(::getpid()));
+}
+
+}  // namespace
+
+TEST(AtomicFile, PlantedSymlinkAtATemporaryNameIsNotWrittenThrough) {
+  TempDir t;
+  write_file(t.path / "victim", std::string(10000, 'v'));
+  const std::string before = sha256(t.path / "victim");
+  ASSERT_EQ(before.size(), 64u);
+  const fs::path out = t.path / "out.gguf";
+  fs::create_symlink(t.path / "victim", old_temporary_name(out));
+  {
+    AtomicFile f(out);
+    f.write("new contents", 12);
+    f.commit();
+  }
+  EXPECT_EQ(sha256(t.path / "victim"), before);
+  EXPECT_FALSE(fs::is_symlink(out));
+  EXPECT_EQ(read_file(out), "new contents");
+}
+
+TEST(AtomicFile, PlantedHardLinkAtATemporaryNameIsNotWrittenThrough) {
+  TempDir t;
+  write_file(t.path / "input.gguf", std::string(10000, 'i'));
+  const std::string before = sha256(t.path / "input.gguf");
+  const fs::path out = t.path / "out.gguf";
+  fs::create_hard_link(t.path / "input.gguf", old_temporary_name(out));
+  {
+    const fs::path inputs[] = {t.path / "input.gguf"};
+    AtomicFile f(out, inputs);
+    f.write("new contents", 12);
+    f.commit();
+  }
+  EXPECT_EQ(sha256(t.path / "input.gguf"), before);
+  EXPECT_EQ(fs::hard_link_count(t.path / "input.gguf"), 2u);  // the planted link, untouched
+  EXPECT_EQ(read_file(out), "new contents");
+}
+
+TEST(AtomicFile, TemporaryIsPrivateUntilCommitAndTheResultTakesTheUmask) {
+  TempDir t;
+  const mode_t old = ::umask(022);
+  {
+    AtomicFile f(t.path / "r.json");
+    f.write("x", 1);
+    // the one entry in the directory is the temporary, readable by its owner only
+    const auto names = entries(t.path);
+    ASSERT_EQ(names.size(), 1u);
+    EXPECT_EQ(fs::status(t.path / names[0]).permissions() & fs::perms::all, fs::perms::owner_read |
+                                                                              fs::perms::owner_write);
+    f.commit();
+  }
+  ::umask(old);
+  EXPECT_EQ(fs::status(t.path / "r.json").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                fs::perms::others_read);
+}
+
+// The longest valid name (NAME_MAX = 255) still works: the temporary's name does not grow with it.
+TEST(AtomicFile, LongestValidOutputNameWorks) {
+  TempDir t;
+  const fs::path out = t.path / std::string(255, 'n');
+  AtomicFile f(out);
+  f.write("x", 1);
+  f.commit();
+  EXPECT_EQ(read_file(out), "x");
+}
+
+TEST(StagingDir, LongestValidOutputNameWorks) {
+  TempDir t;
+  const fs::path out = t.path / std::string(255, 'd');
+  StagingDir d(out);
+  write_file(d.path() / "a", "A");
+  d.commit();
+  EXPECT_EQ(read_file(out / "a"), "A");
+}
+
+// The old staging name ("<path>.tmp-<pid>") was emptied with remove_all before use: a directory
+// planted there lost its files. The staging directory is now new and random.
+TEST(StagingDir, PlantedDirectoryAtATemporaryNameKeepsItsFiles) {
+  TempDir t;
+  const fs::path out = t.path / "out";
+  fs::create_directory(old_temporary_name(out));
+  write_file(old_temporary_name(out) / "precious", "p");
+  {
+    StagingDir d(out);
+    write_file(d.path() / "a", "A");
+    d.commit();
+  }
+  EXPECT_EQ(read_file(old_temporary_name(out) / "precious"), "p");
+  EXPECT_EQ(read_file(out / "a"), "A");
+}
+
+TEST(CheckOutput, RefusesDirectoriesDevicesMissingParentsAndInputsBeforeAnyWork) {
+  TempDir t;
+  using flashnorm::io::check_output_dir;
+  using flashnorm::io::check_output_file;
+  write_file(t.path / "in.gguf", "in");
+  const fs::path inputs[] = {t.path / "in.gguf"};
+  EXPECT_THROW(check_output_file(t.path, inputs), Error);                // a directory
+  EXPECT_THROW(check_output_file("/dev/null", inputs), Error);           // a device
+  EXPECT_THROW(check_output_file(t.path / "no" / "x.gguf", inputs), Error);  // no parent
+  EXPECT_THROW(check_output_file(t.path / "in.gguf", inputs), Error);    // the input
+  EXPECT_THROW(check_output_file("/proc/x.gguf", inputs), Error);        // cannot be created
+  EXPECT_THROW(check_output_dir("/proc/out", inputs), Error);
+  EXPECT_NO_THROW(check_output_file(t.path / "ok.gguf", inputs));
+  EXPECT_NO_THROW(check_output_dir(t.path / "ok", inputs));
+  // the checks leave nothing behind
+  EXPECT_EQ(entries(t.path), std::vector<std::string>{"in.gguf"});
 }

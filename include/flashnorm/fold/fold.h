@@ -85,9 +85,26 @@ uint16_t round_to_bf16(double v);
 
 // The type folded values are rounded to before they are stored (block types: fp32, their input).
 enum class FoldTarget { kF32, kF16, kBF16 };
+
+// The largest fraction of a tensor's non-zero folded values that may be stored as zero (flushed
+// by rounding: a tiny gain times a small weight below the type's smallest subnormal, or a
+// requantized block whose scale underflows): 0.1%. A fold that loses more is refused.
+inline constexpr double kMaxFlushedFraction = 0.001;
+
 // Errors: flashnorm::Error naming `tensor` and the element when a folded value is not finite (a
 // NaN or infinite weight) or overflows `target` once rounded (e.g. f16 above 65504: a large
-// gain times a large weight), instead of writing a model that computes NaN.
+// gain times a large weight), and naming `tensor` when rounding to `target` turns more than
+// kMaxFlushedFraction of its non-zero values into zero; instead of writing a model that computes
+// NaN or silently loses its weights.
 void check_folded_range(std::span<const double> v, FoldTarget target, std::string_view tensor);
+
+// The same checks on the values a requantized tensor actually stores: `back` is the requantized
+// `type` tensor dequantized again, `v` the folded values it encodes, in blocks of `block_elems`.
+// Errors: flashnorm::Error naming `tensor`, the element and the type when a stored value is not
+// finite (a block scale that overflows the type's f16 scale), or when more than
+// kMaxFlushedFraction of the non-zero values lie in blocks that read back as all zero (a block
+// scale that underflows).
+void check_requantized(std::span<const double> v, std::span<const float> back, size_t block_elems,
+                       std::string_view type, std::string_view tensor);
 
 }  // namespace flashnorm

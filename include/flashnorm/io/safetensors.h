@@ -149,7 +149,7 @@ class HfModelDir {
 // files model-0000i-of-0000n.safetensors with model.safetensors.index.json when n_shards > 1
 // (model.safetensors otherwise; shard s gets the tensors [T*s/n, T*(s+1)/n) in order). The index
 // is {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}. Every file goes through
-// AtomicFile; the directory is built under "<dir>.tmp-<pid>" and renamed into place when complete
+// AtomicFile; the directory is built in a StagingDir beside it and renamed into place when complete
 // (StagingDir: `dir` must not exist or be empty, its parent must exist); `copy_from` is never
 // written to (writing into it is an Error). Other regular files of `copy_from` (tokenizer.json,
 // generation_config.json, ...) are copied unchanged, except config.json, *.index.json and weight

@@ -12,6 +12,9 @@
 #include "flashnorm/model/arch.h"
 
 namespace flashnorm {
+namespace io {
+class HfModelDir;
+}
 
 // Row-major fp32 tensor. Matrices are [N, K] = [out, in] (a GGUF tensor with dims {K, N}).
 struct Tensor {
@@ -59,11 +62,29 @@ struct Model {
 
 // Loads a GGUF file or a HF directory (chosen by whether `path` is a directory).
 // Validates hyperparameters against the tensors: every tensor the architecture needs exists
-// with the expected shape; head counts divide; block_count within the tensors present.
-// With with_data = false only hyperparameters and shapes are read (tensors keep empty data):
-// the same validation, without the cost of dequantizing (used by `fold` before it writes).
+// with the expected shape; head counts divide; block_count within the tensors present. Every
+// tensor must be one the architecture's forward pass uses: a tensor no layer owns (blk.30.* when
+// block_count is 30, a bias, any unknown name) is refused naming it, instead of being computed
+// without (HF: only rotary `inv_freq` buffers are skipped). HF: config.json vocab_size, when
+// present, must equal the embedding's rows; the flashnorm.folded metadata must be exactly "true"
+// or "false" (see hf_folded_marker). With data, every weight must be finite
+// (check_finite_weights). With with_data = false only hyperparameters and shapes are read (tensors
+// keep empty data): the same validation except finiteness, without the cost of dequantizing
+// (check_model_file in flashnorm/model/check.h adds finiteness tensor by tensor).
 // Errors: flashnorm::Error / FormatError with the tensor or key name.
 Model load_model(const std::filesystem::path& path, bool with_data = true);
+
+// Refuses a non-finite weight: throws Error naming the model, the tensor (its name in the file)
+// and the first NaN or infinite element ("m.gguf: tensor 'blk.0.attn_q.weight' element 17 is
+// nan; ..."; norm tensors are called "norm gain"). Tensors in the order of m.tensors; a tensor
+// whose data was not loaded (load_model with with_data = false) is read again from m.source and
+// dequantized a chunk of rows at a time, so the whole model is never held in fp32.
+void check_finite_weights(const Model& m);
+
+// The flashnorm.folded marker of a HF directory's safetensors metadata: true for "true", false
+// for "false" or no marker. Errors: Error naming the key and the shard file for any other value
+// (e.g. "TRUE", "1"), or when shards disagree.
+bool hf_folded_marker(const io::HfModelDir& d);
 
 // The gain values of a norm tensor as a multiplier (1 + w for OnePlus files).
 std::vector<double> effective_gain(const Tensor& norm, GainConvention c);

@@ -17,6 +17,7 @@
 
 #include "flashnorm/io/error.h"
 #include "flashnorm/io/gguf.h"
+#include "flashnorm/io/mapped_file.h"
 #include "gguf_internal.h"
 
 namespace flashnorm::io {
@@ -260,8 +261,7 @@ class ValueReader {
 struct GgufFile::Impl {
   std::string name;
   std::vector<uint8_t> owned;  // the image, for parse()
-  void* map = nullptr;         // the mapping, for open()
-  size_t map_len = 0;
+  MappedFile mapping;          // the file, for open()
   std::span<const uint8_t> bytes;
 
   uint32_t version = 0;
@@ -271,10 +271,6 @@ struct GgufFile::Impl {
   std::map<std::string, size_t, std::less<>> kv_index;
   std::vector<GgufTensorInfo> tensors;
   std::map<std::string, size_t, std::less<>> tensor_index;
-
-  ~Impl() {
-    if (map) ::munmap(map, map_len);
-  }
 
   void parse();
   const GgufKv& require(std::string_view key) const;
@@ -460,28 +456,8 @@ GgufFile::~GgufFile() = default;
 GgufFile GgufFile::open(const std::filesystem::path& path) {
   auto impl = std::make_unique<Impl>();
   impl->name = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(fmt::format("cannot open {}: {}", impl->name, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    throw Error(fmt::format("cannot read {}: {}", impl->name,
-                            S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size > 0) {
-    void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      throw Error(fmt::format("cannot map {}: {}", impl->name, std::strerror(err)));
-    }
-    impl->map = m;
-    impl->map_len = size;
-    impl->bytes = std::span<const uint8_t>(static_cast<const uint8_t*>(m), size);
-  }
-  ::close(fd);
+  impl->mapping = MappedFile::open(path);
+  impl->bytes = impl->mapping.bytes();
   impl->parse();
   return GgufFile(std::move(impl));
 }

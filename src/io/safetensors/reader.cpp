@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "flashnorm/io/error.h"
+#include "flashnorm/io/mapped_file.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"
 
@@ -22,26 +23,6 @@ using st_detail::quote;
 
 // Largest header accepted, as in the reference implementation (MAX_HEADER_SIZE = 100 MB).
 constexpr uint64_t kMaxHeader = 100'000'000;
-
-// A read-only private mapping of a whole file; unmapped on destruction.
-struct Mapping {
-  void* addr = nullptr;
-  size_t size = 0;
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (addr) ::munmap(addr, size);
-  }
-};
-
-// A file descriptor closed on destruction.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // The validated header of a file.
 struct Parsed {
@@ -217,7 +198,7 @@ void parse_into(Parsed& impl, std::span<const uint8_t> bytes) {
 }  // namespace
 
 struct SafetensorsFile::Impl : Parsed {
-  std::unique_ptr<Mapping> mapping;  // set by open()
+  MappedFile mapping;  // set by open()
   std::vector<uint8_t> owned;        // set by parse()
 };
 
@@ -229,28 +210,8 @@ SafetensorsFile::~SafetensorsFile() = default;
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   auto impl = std::make_unique<Impl>();
   impl->name = path.string();
-  Fd fd;
-  fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd.fd < 0) {
-    throw Error(fmt::format("cannot open {}: {}", impl->name, std::strerror(errno)));
-  }
-  struct stat st {};
-  if (::fstat(fd.fd, &st) != 0) {
-    throw Error(fmt::format("cannot stat {}: {}", impl->name, std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{} is not a regular file", impl->name));
-  const auto size = static_cast<uint64_t>(st.st_size);
-  std::span<const uint8_t> bytes;
-  if (size > 0) {
-    impl->mapping = std::make_unique<Mapping>();
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-    if (p == MAP_FAILED) {
-      throw Error(fmt::format("cannot map {}: {}", impl->name, std::strerror(errno)));
-    }
-    impl->mapping->addr = p;
-    impl->mapping->size = size;
-    bytes = {static_cast<const uint8_t*>(p), size};
-  }
+  impl->mapping = MappedFile::open(path);
+  const std::span<const uint8_t> bytes = impl->mapping.bytes();
   parse_into(*impl, bytes);
   return SafetensorsFile(std::move(impl));
 }

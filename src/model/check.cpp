@@ -1,0 +1,43 @@
+#include "flashnorm/model/check.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "flashnorm/io/error.h"
+#include "flashnorm/io/gguf.h"
+#include "flashnorm/tokenizer/tokenizer.h"
+
+namespace flashnorm {
+namespace fs = std::filesystem;
+
+bool has_gguf_vocabulary(const io::GgufFile& f) {
+  for (const auto& kv : f.kvs()) {
+    if (kv.key.starts_with("tokenizer.ggml.")) return true;
+  }
+  return false;
+}
+
+void check_vocab_fits(const Tokenizer& tok, int model_vocab, const std::string& vocab_source,
+                      const std::string& model) {
+  if (tok.vocab_size() != static_cast<size_t>(model_vocab)) {
+    throw Error(fmt::format(
+        "{}: the vocabulary has {} tokens but {} has {} embedding rows: this tokenizer does not "
+        "fit the model",
+        vocab_source, tok.vocab_size(), model, model_vocab));
+  }
+}
+
+Model check_model_file(const fs::path& path) {
+  std::optional<Tokenizer> tok;
+  if (!fs::is_directory(path)) {
+    io::GgufFile f = io::GgufFile::open(path);
+    if (has_gguf_vocabulary(f)) tok.emplace(Tokenizer::from_gguf(f));
+  }
+  Model m = load_model(path, /*with_data=*/false);
+  check_finite_weights(m);
+  if (tok) check_vocab_fits(*tok, m.cfg.vocab, path.string(), path.string());
+  return m;
+}
+
+}  // namespace flashnorm

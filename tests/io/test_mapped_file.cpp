@@ -1,0 +1,108 @@
+// Mapped inputs (include/flashnorm/io/mapped_file.h): a file that shrinks while it is mapped ends
+// the process with one line naming the file and exit status 1 (not a silent SIGBUS), removing
+// the outputs in flight. Checked in forked children (GoogleTest death tests).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+
+#include "flashnorm/io/atomic_file.h"
+#include "flashnorm/io/error.h"
+#include "flashnorm/io/gguf.h"
+#include "flashnorm/io/mapped_file.h"
+#include "support/random_llama.h"
+
+namespace fs = std::filesystem;
+using flashnorm::io::AtomicFile;
+using flashnorm::io::GgufFile;
+using flashnorm::io::MappedFile;
+
+namespace {
+
+fs::path dir_for(const char* name) {
+  return flashnorm::testing::fresh_dir(std::string("mf_") + name);
+}
+
+void write_bytes(const fs::path& p, size_t n) {
+  std::ofstream f(p, std::ios::binary);
+  std::string s(n, 'a');
+  f.write(s.data(), static_cast<std::streamsize>(s.size()));
+}
+
+// Reads every page of `bytes` (volatile: the reads cannot be optimized away).
+int touch(std::span<const uint8_t> bytes) {
+  volatile int sum = 0;
+  for (size_t i = 0; i < bytes.size(); i += 4096) sum = sum + bytes[i];
+  return sum;
+}
+
+}  // namespace
+
+TEST(MappedFileDeathTest, ReadsTheWholeFileWhenNothingChanges) {
+  const fs::path d = dir_for("ok");
+  write_bytes(d / "in.bin", 1 << 16);
+  MappedFile m = MappedFile::open(d / "in.bin");
+  EXPECT_EQ(m.bytes().size(), 1u << 16);
+  EXPECT_EQ(touch(m.bytes()), 16 * 'a');
+}
+
+TEST(MappedFileDeathTest, TruncatedWhileMappedIsOneLineAndExitOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path d = dir_for("trunc");
+  write_bytes(d / "in.bin", 1 << 20);
+  EXPECT_EXIT(
+      {
+        MappedFile m = MappedFile::open(d / "in.bin");
+        fs::resize_file(d / "in.bin", 4096);
+        touch(m.bytes());
+        std::exit(0);  // not reached: the read past the new end faults
+      },
+      ::testing::ExitedWithCode(1),
+      "^error: .*in\\.bin: the file shrank or became unreadable while being read \\(byte [0-9]+\\)"
+      "; nothing was written\n$");
+}
+
+TEST(MappedFileDeathTest, TruncatedGgufRemovesTheOutputInFlight) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path d = dir_for("gguf");
+  flashnorm::testing::write_random_gguf(d / "in.gguf");
+  EXPECT_EXIT(
+      {
+        GgufFile f = GgufFile::open(d / "in.gguf");
+        AtomicFile out(d / "out.gguf");
+        out.write("partial", 7);
+        fs::resize_file(d / "in.gguf", f.data_offset());  // the header stays, the data goes
+        for (const auto& t : f.tensors()) touch(f.tensor_data(t));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(1), "in\\.gguf: the file shrank");
+  // the child's temporary is gone, and no output appeared
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"in.gguf"});
+}
+
+TEST(MappedFileDeathTest, ASigbusOutsideAnyInputKeepsTheDefaultAction) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "under ASan the previous action is ASan's own SIGBUS report";
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path d = dir_for("other");
+  write_bytes(d / "in.bin", 4096);
+  EXPECT_EXIT(
+      {
+        MappedFile m = MappedFile::open(d / "in.bin");  // installs the handler
+        std::raise(SIGBUS);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+TEST(MappedFileDeathTest, RefusesWhatIsNotARegularFile) {
+  EXPECT_THROW(MappedFile::open("/dev/null"), flashnorm::Error);
+  EXPECT_THROW(MappedFile::open("/nonexistent/x"), flashnorm::Error);
+  EXPECT_THROW(MappedFile::open("/tmp"), flashnorm::Error);
+}
