@@ -244,6 +244,14 @@ TEST_F(HfFixture, GoodIndexOpens) {
   EXPECT_EQ(d.load_fp32("b"), std::vector<float>{2});
 }
 
+// A single model.safetensors beside an index: transformers would load the single file, the index
+// names other weights; refused rather than one of them guessed.
+TEST_F(HfFixture, SingleFileAndIndexTogetherAreRefused) {
+  index(R"({"metadata":{},"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}})");
+  write_safetensors(dir / "model.safetensors", {{"a", StDtype::F32, {1}, {9}}}, {});
+  expect_error("refusing to guess", /*format=*/false);
+}
+
 TEST_F(HfFixture, MissingWeightMap) {
   index(R"({"metadata":{}})");
   expect_error("missing weight_map");

@@ -119,6 +119,12 @@ HfModelDir HfModelDir::open(const fs::path& dir) {
   }
 
   const fs::path index_path = dir / kIndex;
+  // Both a single file and an index: transformers loads model.safetensors, an index reader the
+  // shards; which weights are meant is ambiguous, so neither is guessed.
+  if (fs::exists(index_path, ec) && fs::exists(dir / kSingle, ec)) {
+    throw Error(fmt::format("{}: holds both {} and {}: refusing to guess which weights are meant",
+                            dir.string(), kSingle, kIndex));
+  }
   if (fs::exists(index_path, ec)) {
     const std::string file = index_path.string();
     const std::string text = read_text(index_path);
