@@ -2,7 +2,8 @@
 // clean parse or a flashnorm::FormatError is a bug (sanitizers report memory errors and UB).
 // On a clean parse it walks the accessors and dequantizes small tensors, so every offset and
 // size the reader accepted is exercised against the mapped bytes.
-// Seeds: python3 tests/io/gguf_fuzz_seeds.py <dir> (small files written by gguf-py's GGUFWriter).
+// Seeds: fuzz/corpus/fuzz_gguf (fuzz/make_seeds.py: real SmolLM2 / Gemma 3 metadata made small,
+// plus tests/io/gguf_fuzz_seeds.py's synthetic files); run with scripts/fuzz.sh.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -28,6 +29,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       try {
         (void)f.int_array(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+      try {
+        (void)f.float_array(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+      try {
+        (void)f.get_float_opt(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+      try {
+        (void)f.get_string_opt(kv.key);
+      } catch (const flashnorm::FormatError&) {
+      }
+      try {
+        (void)f.get_bool_or(kv.key, false);
       } catch (const flashnorm::FormatError&) {
       }
     }
