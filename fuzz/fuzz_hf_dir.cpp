@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/model.h"
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/chat.h"
 #include "flashnorm/tokenizer/tokenizer.h"

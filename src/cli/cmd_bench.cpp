@@ -10,7 +10,7 @@
 
 #include "commands.h"
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #if defined(FLASHNORM_MODEL_BENCH)
 #include "model_bench.h"
 #endif

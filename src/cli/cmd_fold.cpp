@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "flashnorm/fold/fold.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "progress.h"
 
 namespace flashnorm::cli {

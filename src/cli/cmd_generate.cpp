@@ -10,7 +10,7 @@
 
 #include "commands.h"
 #include "flashnorm/engine/sampler.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/chat.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/arch.h"

@@ -18,7 +18,7 @@
 #include "commands.h"
 #include "flashnorm/engine/evaluate.h"
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/tokenizer.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "commands.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace {
 

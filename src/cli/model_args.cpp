@@ -13,7 +13,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #if defined(FLASHNORM_HAVE_CUDA)
 #include <cuda_runtime.h>
 

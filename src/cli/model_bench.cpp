@@ -23,7 +23,7 @@
 #include <random>
 
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/model/model.h"
 #include "model_args.h"
 #if defined(FLASHNORM_HAVE_CUDA)

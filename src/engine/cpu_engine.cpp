@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "flashnorm/engine/layer_plan.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/model/audit.h"
 
 namespace flashnorm {

@@ -10,7 +10,7 @@
 
 #include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/fold/fold.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/kernels/cuda/device.h"
 #include "flashnorm/kernels/cuda/engine_ops.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "flashnorm/engine/sampler.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm {
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm {
 

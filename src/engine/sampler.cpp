@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm {
 

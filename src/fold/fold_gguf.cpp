@@ -6,7 +6,7 @@
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"

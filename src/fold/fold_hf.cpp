@@ -4,7 +4,7 @@
 
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"

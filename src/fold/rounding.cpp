@@ -7,7 +7,7 @@
 
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm {
 float round_to_odd_f32(double v) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cleanup.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::io {
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "cleanup.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::io {
 namespace {

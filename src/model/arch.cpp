@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm {
 namespace {

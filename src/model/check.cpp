@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 

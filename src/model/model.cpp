@@ -9,7 +9,7 @@
 #include <set>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
 

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 
 namespace flashnorm {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::tokenizer_detail {
 namespace {

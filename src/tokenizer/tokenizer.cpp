@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "pretokenizer.h"
 #include "spm.h"

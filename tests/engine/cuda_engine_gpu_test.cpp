@@ -14,7 +14,7 @@
 #include "flashnorm/engine/cuda_engine.h"
 #include "flashnorm/engine/evaluate.h"
 #include "flashnorm/engine/sampler.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "support/random_llama.h"
 
 namespace flashnorm {

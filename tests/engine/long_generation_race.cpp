@@ -17,7 +17,7 @@
 #include "flashnorm/engine/cuda_engine.h"
 #include "flashnorm/engine/evaluate.h"
 #include "flashnorm/engine/sampler.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 

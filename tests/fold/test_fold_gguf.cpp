@@ -5,7 +5,7 @@
 
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "support/random_llama.h"
 

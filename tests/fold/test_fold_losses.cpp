@@ -10,7 +10,7 @@
 
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "support/error_of.h"
 #include "support/gguf_rewrite.h"

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "support/random_llama.h"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::io {
 namespace {

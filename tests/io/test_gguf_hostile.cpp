@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 
 namespace flashnorm::io {

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "test_gguf_util.h"
 

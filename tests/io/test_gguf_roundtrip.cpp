@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "test_gguf_util.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/mapped_file.h"
 #include "support/random_llama.h"

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/kernels/cpu/reference.h"
 
 namespace fc = flashnorm::kernels::cpu;

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/check.h"

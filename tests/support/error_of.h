@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::testing {
 

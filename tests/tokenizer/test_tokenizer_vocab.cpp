@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/chat.h"
 #include "flashnorm/tokenizer/tokenizer.h"

@@ -9,7 +9,7 @@
 #include <array>
 #include <cstring>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::io {
 namespace {

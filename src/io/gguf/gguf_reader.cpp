@@ -15,7 +15,7 @@
 #include <map>
 #include <numeric>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/mapped_file.h"
 #include "gguf_internal.h"

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "gguf_internal.h"
 

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::io {
 namespace {

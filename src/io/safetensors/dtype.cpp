@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"
 

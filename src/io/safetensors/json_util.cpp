@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "internal.h"
 
 namespace flashnorm::io::st_detail {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/mapped_file.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::kernels::cpu {
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/kernels/cpu/reference.h"
 #include "flashnorm/kernels/cuda/device.h"
 #include "flashnorm/kernels/cuda/kernels.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 #include "flashnorm/kernels/cuda/kernels.h"
 #include "launch.h"
 #include "prefill_sm90.h"

@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 namespace flashnorm::kernels::cuda {
 

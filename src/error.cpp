@@ -1,4 +1,4 @@
-#include "flashnorm/io/error.h"
+#include "flashnorm/error.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// Error type shared by every reader, writer and tool of flashnorm.
+// Error types shared by every part of flashnorm: readers, writers, the model, the engines, the CLI.
 #pragma once
 
 #include <cstdint>
