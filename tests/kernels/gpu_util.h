@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "flashnorm/kernels/cpu/reference.h"
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/linear.h"
+#include "flashnorm/kernels/cuda/rms_norm.h"
 
 namespace fk = flashnorm::kernels::cuda;
 namespace fc = flashnorm::kernels::cpu;
@@ -26,9 +27,6 @@ namespace fc = flashnorm::kernels::cpu;
     fk::Status s_ = (call);                              \
     ASSERT_TRUE(s_.ok()) << #call << ": " << s_.message; \
   } while (0)
-
-// Set by gpu_main.cpp from --no-join.
-extern bool g_no_join;
 
 struct DevMem {
   void* p = nullptr;

@@ -4,6 +4,7 @@
 // Suites named *Small* are the ones scripts/gpu_kernels.sh runs under compute-sanitizer.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -149,12 +150,32 @@ fk::LinearContext& ctx() {
   return c;
 }
 
+// ctx()'s decode configuration for the shape with the given fields replaced (ks, rw, kw > 0;
+// stages >= 0).
+fk::DecodeConfig decode_config(int64_t M, int64_t N, int64_t K, int ks, int rw = 0, int kw = 0,
+                               int stages = -1) {
+  fk::DecodeConfig c = ctx().decode_config(M, N, K);
+  if (ks > 0) c.ks = ks;
+  if (rw > 0) c.rw = rw;
+  if (kw > 0) c.kw = kw;
+  if (stages >= 0) c.stages = stages;
+  return c;
+}
+fk::PrefillConfig pdl(int tile, int order = 0) {
+  return fk::PrefillConfig::fused(tile, order, fk::PrefillConfig::Rstd::kKernelPdl);
+}
+
+// Runs `impl` on case c and compares with the fp64 reference. kDecode: ksplit, rw, kw (> 0) and
+// stages (>= 0) override the context's configuration for the shape; kPrefill: `prefill` replaces
+// it (the explicit-configuration overloads of LinearContext::run).
 void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0,
-                int prefill_tile = -2, bool prescale = false, bool y_f32 = false, int stages = -1) {
+                std::optional<fk::PrefillConfig> prefill = std::nullopt, bool y_f32 = false,
+                int stages = -1) {
   SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
                                   << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
                                   << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw
-                                  << " prefill_tile=" << prefill_tile << " y_f32=" << y_f32);
+                                  << " prefill=" << (prefill ? prefill->name() : "-")
+                                  << " y_f32=" << y_f32);
   const LinData& d = lin_data(c);
   const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
                yn = static_cast<size_t>(c.M) * c.N;
@@ -170,25 +191,18 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   a.y = y.p, a.ldy = c.N, a.eps = kEps, a.y_f32 = y_f32;
   if (c.bias) a.bias = b.p;
   if (c.mask) a.scale_mask = static_cast<const uint8_t*>(mk.p);
-  struct ResetHooks {  // also when an ASSERT returns early: later tests share ctx()
-    ~ResetHooks() { ctx().debug = {}; }
-  } reset_hooks;
-  ctx().debug = {};
-  ctx().debug.decode_ksplit = ksplit;
-  ctx().debug.decode_rw = rw;
-  ctx().debug.decode_kw = kw;
-  ctx().debug.decode_stages = stages;
-  ctx().debug.prefill_tile = prefill_tile;
-  ctx().debug.prefill_prescale = prescale;
-  FN_OK(ctx().run(a, impl, nullptr));
-  if (prefill_tile >= 0)
-    EXPECT_EQ(ctx().last_prefill_path(),
-              prefill_tile >= fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders
-                  ? "rstd_pdl"
-                  : "fused");
-  if (prescale) EXPECT_EQ(ctx().last_prefill_path(), "prescale");
+  if (impl == fk::LinearImpl::kDecode) {
+    FN_OK(ctx().run(a, decode_config(c.M, c.N, c.K, ksplit, rw, kw, stages), nullptr));
+  } else if (impl == fk::LinearImpl::kPrefill && prefill) {
+    FN_OK(ctx().run(a, *prefill, nullptr));
+    EXPECT_EQ(ctx().last_prefill_path(), !prefill->is_fused() ? "prescale"
+                                         : prefill->rstd == fk::PrefillConfig::Rstd::kKernelPdl
+                                             ? "rstd_pdl"
+                                             : "fused");
+  } else {
+    FN_OK(ctx().run(a, impl, nullptr));
+  }
   CUDA_OK(cudaDeviceSynchronize());
-  ctx().debug = {};
   std::vector<float> got(yn);
   if (y_f32) {
     CUDA_OK(cudaMemcpy(got.data(), y.p, yn * 4, cudaMemcpyDeviceToHost));
@@ -203,6 +217,19 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
                                    d.ref.data() + i * c.N, c.N);
     ASSERT_LT(e, 1e-2) << "row " << d.rows[i];
   }
+}
+// A shape of the tile sweeps: M, N, K and the reference rows checked (LinCase::rows).
+struct TileShape {
+  int M, N, K, rows;
+};
+// run_linear with kPrefill on every fused tile (rstd as given), both dtypes, each shape.
+void every_tile(std::initializer_list<TileShape> shapes, fk::PrefillConfig::Rstd rstd,
+                bool y_f32 = false) {
+  for (int tile = 0; tile < fk::PrefillConfig::kTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+      for (const TileShape& t : shapes)
+        run_linear({dt, t.M, t.N, t.K, false, false, t.rows}, fk::LinearImpl::kPrefill, 0, 0, 0,
+                   fk::PrefillConfig::fused(tile, 0, rstd), y_f32);
 }
 
 const fk::LinearImpl kAll[] = {fk::LinearImpl::kDecode, fk::LinearImpl::kPrefill,
@@ -250,14 +277,14 @@ TEST(LinearSmall, DecodeRing) {
           for (int ks : {1, 3})
             for (int M : {1, 3, 8})
               run_linear({fk::DType::kBF16, M, 200, 1000, true, true, 0}, fk::LinearImpl::kDecode,
-                         ks, rw, kw, -2, false, false, stages);
+                         ks, rw, kw, std::nullopt, false, stages);
   for (int stages : {3, 4}) {
     run_linear({fk::DType::kBF16, 8, 72, 8192, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 1,
-               -2, false, false, stages);
+               std::nullopt, false, stages);
     run_linear({fk::DType::kFP16, 5, 72, 4096, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 8,
-               -2, false, true, stages);
-    run_linear({fk::DType::kBF16, 1, 24, 64, false, false, 0}, fk::LinearImpl::kDecode, 1, 2, 2, -2,
-               false, false, stages);
+               std::nullopt, true, stages);
+    run_linear({fk::DType::kBF16, 1, 24, 64, false, false, 0}, fk::LinearImpl::kDecode, 1, 2, 2,
+               std::nullopt, false, stages);
   }
 }
 TEST(LinearSmall, LargeMSmallShape) {
@@ -270,52 +297,31 @@ TEST(LinearSmall, LargeMSmallShape) {
 // many k-tiles, more tiles than SMs (persistent scheduler), both dtypes.
 TEST(LinearSmall, PrefillFusedTiles) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c :
-           {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
-            LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+  every_tile({{3, 8, 1000, 0}, {33, 72, 1000, 0}, {130, 264, 200, 0}, {64, 96, 64, 0}},
+             fk::PrefillConfig::Rstd::kMainloop);
 }
 // The rstd-by-PDL configurations (rstd kernel, then the GEMM launched behind it, epilogue scale):
 // every tile, both dtypes, y in the input type and fp32, the same shapes as the fused tiles.
 TEST(LinearSmall, PrefillPdlTiles) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16}) {
-      for (LinCase c :
-           {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
-            LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
-                   tile + fk::LinearContext::kPrefillPdlFirst);
-      run_linear({dt, 70, 136, 520, false, false, 0}, fk::LinearImpl::kPrefill, 0, 0, 0,
-                 tile + fk::LinearContext::kPrefillPdlFirst, false, true);
-    }
+  every_tile({{3, 8, 1000, 0}, {33, 72, 1000, 0}, {130, 264, 200, 0}, {64, 96, 64, 0}},
+             fk::PrefillConfig::Rstd::kKernelPdl);
+  every_tile({{70, 136, 520, 0}}, fk::PrefillConfig::Rstd::kKernelPdl, /*y_f32=*/true);
 }
 // More rows than the rstd kernel has warps (its grid-stride loop), more GEMM tiles than SMs, and
 // every scheduler order of a shared-memory and a register-A tile.
 TEST(LinearPrefill, PdlTilesLarger) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
-                        LinCase{dt, 4096, 1544, 576, false, false, 12}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
-                   tile + fk::LinearContext::kPrefillPdlFirst);
-  for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
+  every_tile({{1000, 136, 1000, 16}, {4096, 1544, 576, 12}}, fk::PrefillConfig::Rstd::kKernelPdl);
+  for (int order = 1; order < fk::PrefillConfig::kOrders; ++order)
     for (int tile : {3, 4})
-      run_linear(
-          {fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0, 0, 0,
-          tile + fk::LinearContext::kPrefillTiles * order + fk::LinearContext::kPrefillPdlFirst);
+      run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
+                 0, 0, pdl(tile, order));
 }
 TEST(LinearPrefill, FusedTilesLarger) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
-                        LinCase{dt, 257, 2056, 4104, false, false, 24},
-                        LinCase{dt, 4096, 1544, 576, false, false, 12}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+  every_tile({{1000, 136, 1000, 16}, {257, 2056, 4104, 24}, {4096, 1544, 576, 12}},
+             fk::PrefillConfig::Rstd::kMainloop);
 }
 // Every tile-scheduler order (raster direction, swizzle) of a shared-memory and a register-A tile,
 // on shapes with several tiles in both M and N: the order only moves tiles between CTAs, so each
@@ -323,21 +329,20 @@ TEST(LinearPrefill, FusedTilesLarger) {
 // so these tests check correctness under each order, not that the order took effect.)
 TEST(LinearSmall, PrefillFusedOrders) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
+  for (int order = 1; order < fk::PrefillConfig::kOrders; ++order)
     for (int tile : {3, 4})
       for (LinCase c : {LinCase{fk::DType::kBF16, 300, 520, 200, false, false, 0},
                         LinCase{fk::DType::kFP16, 520, 264, 136, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
-                   tile + fk::LinearContext::kPrefillTiles * order);
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, fk::PrefillConfig::fused(tile, order));
 }
 // More tiles than SMs, so each persistent CTA runs several tiles in an order the scheduler
 // arguments change: the row sums must restart with every tile (tiles 3, 4 and 9, every order).
 TEST(LinearPrefill, FusedOrdersManyTilesPerCta) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int order = 0; order < fk::LinearContext::kPrefillOrders; ++order)
+  for (int order = 0; order < fk::PrefillConfig::kOrders; ++order)
     for (int tile : {3, 4, 9})
       run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
-                 0, 0, tile + fk::LinearContext::kPrefillTiles * order);
+                 0, 0, fk::PrefillConfig::fused(tile, order));
 }
 // tune_gemm times cuBLASLt's candidate algorithms and keeps the fastest in the cached plan: the
 // paths that use that plan (two-stream's GEMM, prescale's) still match the reference afterwards,
@@ -362,7 +367,7 @@ TEST(LinearTune, TuneGemm) {
     EXPECT_GT(us, 0.0);
     EXPECT_GE(n_algos, 1);
     run_linear(c, fk::LinearImpl::kTwoStream);
-    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
+    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, fk::PrefillConfig::prescale());
     a[1].N = c.N - 8;
     EXPECT_LT(ctx().tune_gemm(a, 2, stream.get(), &st), 0.0);
     EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
@@ -381,7 +386,7 @@ TEST(LinearTune, TunePrefillRefusesMismatchedSets) {
   fk::LinearContext local;
   fk::Stream stream;
   fk::Status st;
-  EXPECT_EQ(local.tune_prefill(a, 2, stream.get(), &st), -2);
+  EXPECT_FALSE(local.tune_prefill(a, 2, stream.get(), &st));
   EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
 }
 // The PDL prefill captured in a CUDA graph (the launch attribute becomes a programmatic edge
@@ -407,7 +412,7 @@ TEST(LinearSmall, PrefillPdlInGraph) {
   CUDA_OK(cudaMemcpy(x1.p, xb2.data(), xn * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(x2.p, xb4.data(), xn * 2, cudaMemcpyHostToDevice));
   fk::LinearContext local;
-  local.debug.prefill_tile = 3 + fk::LinearContext::kPrefillPdlFirst;
+  const fk::PrefillConfig config = pdl(3);
   fk::Stream stream;
   auto args = [&](int i) {
     fk::LinearArgs a;
@@ -415,12 +420,12 @@ TEST(LinearSmall, PrefillPdlInGraph) {
     a.ldw = c.K, a.y = ys[i]->p, a.ldy = c.N, a.eps = kEps;
     return a;
   };
-  FN_OK(local.run(args(0), fk::LinearImpl::kPrefill, stream.get()));  // grows the workspaces
+  FN_OK(local.run(args(0), config, stream.get()));  // grows the workspaces
   CUDA_OK(cudaStreamSynchronize(stream.get()));
   EXPECT_EQ(local.last_prefill_path(), "rstd_pdl");
   cudaGraph_t g = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 3; ++i) FN_OK(local.run(args(i), fk::LinearImpl::kPrefill, stream.get()));
+  for (int i = 0; i < 3; ++i) FN_OK(local.run(args(i), config, stream.get()));
   CUDA_OK(cudaStreamEndCapture(stream.get(), &g));
   cudaGraphExec_t ge = nullptr;
   CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
@@ -492,20 +497,17 @@ TEST(LinearTune, AutoChoosesFasterTunedImplementation) {
 // fp32 y (the CUDA engine's projections): every tile with the fp32 epilogue, and the tuned path.
 TEST(LinearSmall, PrefillFusedFp32Output) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c : {LinCase{dt, 33, 72, 1000, false, false, 0},
-                        LinCase{dt, 130, 264, 200, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile, false, /*y_f32=*/true);
-  run_linear({fk::DType::kBF16, 513, 960, 576, false, false, 0}, fk::LinearImpl::kAuto, 0, 0, 0, -2,
-             false, true);
+  every_tile({{33, 72, 1000, 0}, {130, 264, 200, 0}}, fk::PrefillConfig::Rstd::kMainloop,
+             /*y_f32=*/true);
+  run_linear({fk::DType::kBF16, 513, 960, 576, false, false, 0}, fk::LinearImpl::kAuto, 0, 0, 0,
+             std::nullopt, true);
   EXPECT_EQ(ctx().last_prefill_path(), "fused");  // the engine's prompt-pass shape (SmolLM2 q|k|v)
 }
 // The prescale fallback stays correct (it runs when CUTLASS refuses a shape or the build has none).
 TEST(LinearSmall, PrefillPrescale) {
   for (LinCase c : {LinCase{fk::DType::kBF16, 33, 72, 1000, false, false, 0},
                     LinCase{fk::DType::kFP16, 130, 264, 200, false, false, 0}})
-    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
+    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, fk::PrefillConfig::prescale());
 }
 TEST(LinearSmall, RejectsBadArguments) {
   DevMem x(1 << 16), w(1 << 16), y(1 << 16);
@@ -581,12 +583,8 @@ void run_fused(fk::DType dt, int M, int N, int K, int ks, int glu, bool acc, int
   a.y = y.p, a.ldy = N, a.eps = kEps, a.y_f32 = true, a.scale_mask = static_cast<uint8_t*>(mk.p);
   a.accumulate = acc, a.y_rounded = acc ? yr.p : nullptr;
   a.x_glu = glu >= 0, a.glu_kind = glu == 1 ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
-  ctx().debug = {};
-  ctx().debug.decode_ksplit = ks;
-  ctx().debug.decode_stages = stages;
-  FN_OK(ctx().run(a, fk::LinearImpl::kDecode, nullptr));
+  FN_OK(ctx().run(a, decode_config(M, N, K, ks, 0, 0, stages), nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-  ctx().debug = {};
   std::vector<float> got(y0.size());
   CUDA_OK(cudaMemcpy(got.data(), y.p, got.size() * 4, cudaMemcpyDeviceToHost));
   std::vector<float> added(got.size());

@@ -15,7 +15,7 @@
 //
 // Build (not by default; CUTLASS headers from scripts/fetch_cutlass.sh):
 //   cmake --build build/release --target splitk_probe
-// Run: build/release/bench/splitk_probe   (one line per shape, M and variant: us per call, the
+// Run: build/release/bench/probes/splitk_probe   (one line per shape, M and variant: us per call, the
 // largest difference from cuBLAS's result relative to its largest |y|). A failed CUDA call throws
 // (FN_CUDA_CHECK) and ends the program with its message.
 #include <cublas_v2.h>
