@@ -69,3 +69,21 @@ inline std::vector<float> download_half(fk::DType dt, const void* d, size_t n) {
   for (size_t i = 0; i < n; ++i) f[i] = from_half_bits(dt, h[i]);
   return f;
 }
+
+// The LinearContext the tests of one binary share (created on first use).
+inline fk::LinearContext& ctx() {
+  static fk::LinearContext c;
+  return c;
+}
+
+// ctx()'s decode configuration for the shape with the given fields replaced (ks, rw, kw > 0;
+// stages >= 0).
+inline fk::DecodeConfig decode_config(int64_t M, int64_t N, int64_t K, int ks, int rw = 0,
+                                      int kw = 0, int stages = -1) {
+  fk::DecodeConfig c = ctx().decode_config(M, N, K);
+  if (ks > 0) c.ks = ks;
+  if (rw > 0) c.rw = rw;
+  if (kw > 0) c.kw = kw;
+  if (stages >= 0) c.stages = stages;
+  return c;
+}

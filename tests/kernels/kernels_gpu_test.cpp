@@ -1,4 +1,5 @@
-// GPU tests of rms_norm and flashnorm_linear (every implementation) against the fp64 CPU reference:
+// GPU tests of flashnorm_linear (every implementation) against the fp64 CPU reference (RMSNorm:
+// rms_norm_gpu_test.cpp; the decode fused ops: decode_fused_ops_gpu_test.cpp):
 // outputs poisoned (NaN) before each run, every element checked finite, relative error
 // ||y - ref|| / ||ref|| below 1e-2 per checked row (bf16 output rounding alone gives ~2e-3).
 // Suites named *Small* are the ones scripts/gpu_kernels.sh runs under compute-sanitizer.
@@ -16,86 +17,6 @@
 namespace {
 
 constexpr float kEps = 1e-6f;
-
-// ---------------------------------------------------------------------------------------------------
-struct RmsCase {
-  fk::DType dt;
-  int M, K;
-  int gain;  // 0 none, 1 plain, 2 one_plus
-  bool residual;
-};
-
-void run_rms(const RmsCase& c) {
-  const size_t n = static_cast<size_t>(c.M) * c.K;
-  std::vector<uint16_t> xb, rb, gb;
-  std::vector<float> xf, rf, gf;
-  random_half(c.dt, n, c.K, 2.f, 3.f, 1 + c.M * 7 + c.K, xb, xf);
-  random_half(c.dt, n, c.K, 1.f, 0.f, 2 + c.M, rb, rf);
-  random_half(c.dt, c.K, 0, c.gain == 2 ? 0.3f : 1.5f, 0.f, 3 + c.K, gb, gf);
-  DevMem x(n * 2), r(n * 2), ro(n * 2), y(n * 2), g(c.K * 2);
-  CUDA_OK(cudaMemcpy(x.p, xb.data(), n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(r.p, rb.data(), n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(g.p, gb.data(), c.K * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(y.p, 0xff, n * 2));
-  CUDA_OK(cudaMemset(ro.p, 0xff, n * 2));
-  fk::RmsNormArgs a;
-  a.dtype = c.dt, a.M = c.M, a.K = c.K, a.x = x.p, a.ldx = c.K, a.y = y.p, a.ldy = c.K,
-  a.eps = kEps;
-  if (c.gain) a.gain = g.p, a.gain_one_plus = c.gain == 2;
-  if (c.residual) a.residual = r.p, a.ld_res = c.K, a.residual_out = ro.p, a.ld_res_out = c.K;
-  FN_OK(fk::rms_norm(a, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  // expected h: x + residual rounded once to the storage type
-  std::vector<float> h = xf;
-  if (c.residual)
-    for (size_t i = 0; i < n; ++i) h[i] = from_half_bits(c.dt, to_half_bits(c.dt, xf[i] + rf[i]));
-  if (c.residual) {
-    std::vector<float> got = download_half(c.dt, ro.p, n);
-    ASSERT_EQ(got.size(), n);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], h[i]) << "residual_out[" << i << "]";
-  }
-  std::vector<double> ref(n);
-  fc::rms_norm(h.data(), c.gain ? gf.data() : nullptr, c.gain == 2, c.M, c.K, kEps, ref.data());
-  std::vector<float> got = download_half(c.dt, y.p, n);
-  ASSERT_EQ(got.size(), n);
-  for (int m = 0; m < c.M; ++m) {
-    const double e = fc::rel_error(got.data() + static_cast<size_t>(m) * c.K,
-                                   ref.data() + static_cast<size_t>(m) * c.K, c.K);
-    ASSERT_LT(e, 1e-2) << "row " << m;
-  }
-}
-
-TEST(RmsNormSmall, PlainGainBf16) { run_rms({fk::DType::kBF16, 7, 640, 1, false}); }
-TEST(RmsNormSmall, OnePlusGainFp16Residual) { run_rms({fk::DType::kFP16, 5, 1000, 2, true}); }
-TEST(RmsNormSmall, NoGainBf16Residual) { run_rms({fk::DType::kBF16, 3, 576, 0, true}); }
-TEST(RmsNormShapes, Wide) {
-  for (int K : {2048, 4096, 8192, 16384}) run_rms({fk::DType::kBF16, 33, K, 1, K == 4096});
-}
-TEST(RmsNormShapes, ManyRows) { run_rms({fk::DType::kBF16, 1000, 2048, 2, false}); }
-
-TEST(RmsNormSmall, AllZeroRowGivesZeroNotNaN) {
-  const int K = 64;
-  DevMem x(K * 2), y(K * 2);
-  CUDA_OK(cudaMemset(x.p, 0, K * 2));
-  CUDA_OK(cudaMemset(y.p, 0xff, K * 2));
-  fk::RmsNormArgs a;
-  a.M = 1, a.K = K, a.x = x.p, a.ldx = K, a.y = y.p, a.ldy = K;
-  FN_OK(fk::rms_norm(a, nullptr));
-  std::vector<float> got = download_half(fk::DType::kBF16, y.p, K);
-  for (float f : got) ASSERT_EQ(f, 0.f);
-}
-
-TEST(RmsNormSmall, RejectsBadArguments) {
-  DevMem x(4096), y(4096);
-  fk::RmsNormArgs a;
-  a.M = 1, a.K = 60, a.x = x.p, a.ldx = 64, a.y = y.p, a.ldy = 64;
-  EXPECT_EQ(fk::rms_norm(a, nullptr).code, fk::Code::kInvalidArgument);  // K % 8
-  a.K = 64, a.x = static_cast<char*>(x.p) + 2;
-  fk::Status s = fk::rms_norm(a, nullptr);
-  EXPECT_EQ(s.code, fk::Code::kInvalidArgument);
-  EXPECT_NE(s.message.find("aligned"), std::string::npos) << s.message;
-  EXPECT_THROW(fk::throw_if_error(s), std::exception);
-}
 
 // ---------------------------------------------------------------------------------------------------
 struct LinCase {
@@ -145,22 +66,6 @@ const LinData& lin_data(const LinCase& c) {
   return d;
 }
 
-fk::LinearContext& ctx() {
-  static fk::LinearContext c;
-  return c;
-}
-
-// ctx()'s decode configuration for the shape with the given fields replaced (ks, rw, kw > 0;
-// stages >= 0).
-fk::DecodeConfig decode_config(int64_t M, int64_t N, int64_t K, int ks, int rw = 0, int kw = 0,
-                               int stages = -1) {
-  fk::DecodeConfig c = ctx().decode_config(M, N, K);
-  if (ks > 0) c.ks = ks;
-  if (rw > 0) c.rw = rw;
-  if (kw > 0) c.kw = kw;
-  if (stages >= 0) c.stages = stages;
-  return c;
-}
 fk::PrefillConfig pdl(int tile, int order = 0) {
   return fk::PrefillConfig::fused(tile, order, fk::PrefillConfig::Rstd::kKernelPdl);
 }
@@ -526,125 +431,6 @@ TEST(LinearSmall, RejectsBadArguments) {
   fk::Status s = fk::validate_linear(a, fk::LinearImpl::kPrefill);
   EXPECT_EQ(s.code, fk::Code::kInvalidArgument);
   EXPECT_NE(s.message.find("device pointer"), std::string::npos) << s.message;
-}
-
-// The decode kernel's fused ops (the CUDA engine's decode step): x from fp32 gate|up rows through
-// SwiGLU / GeGLU (x_glu: glu >= 0 gives the GluKind) and y accumulated into an fp32 residual with a
-// rounded copy (accumulate, y_rounded). Reference: the GLU in fp64 rounded to dtype, the plain GEMV
-// in fp64 (added to the residual on the host); y_rounded must be exactly round(y).
-void run_fused(fk::DType dt, int M, int N, int K, int ks, int glu, bool acc, int stages = -1) {
-  SCOPED_TRACE(testing::Message() << "fused M=" << M << " N=" << N << " K=" << K << " ks=" << ks
-                                  << " glu=" << glu << " acc=" << acc << " stages=" << stages);
-  std::mt19937 rng(M * 131 + N + K + glu * 7);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const int ldx = glu >= 0 ? 2 * K : K;
-  std::vector<float> gu(static_cast<size_t>(M) * ldx), xf(static_cast<size_t>(M) * K);
-  std::vector<uint16_t> xb(xf.size());
-  for (float& v : gu) v = 3.f * u(rng);
-  for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) {
-      const size_t i = static_cast<size_t>(m) * K + k;
-      double v = 2.0 * u(rng);
-      if (glu >= 0) {
-        const double g = gu[static_cast<size_t>(m) * ldx + k];
-        const double up = gu[static_cast<size_t>(m) * ldx + K + k];
-        const double f =
-            glu == 0 ? g / (1.0 + std::exp(-g))
-                     : 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-        v = f * up;
-      }
-      xb[i] = to_half_bits(dt, static_cast<float>(v));
-      xf[i] = from_half_bits(dt, xb[i]);
-    }
-  std::vector<uint16_t> wb;
-  std::vector<float> wf;
-  random_half(dt, static_cast<size_t>(N) * K, 0, 0.05f, 0.f, 21 + K, wb, wf);
-  std::vector<float> y0(static_cast<size_t>(M) * N, 0.f);
-  if (acc)
-    for (float& v : y0) v = 4.f * u(rng);
-  const std::vector<uint8_t> none(N, 0);
-  std::vector<double> ref(y0.size());
-  fc::flashnorm_linear(xf.data(), wf.data(), nullptr, none.data(), M, N, K, kEps, ref.data());
-
-  DevMem x(glu >= 0 ? gu.size() * 4 : xb.size() * 2), w(wb.size() * 2), y(y0.size() * 4),
-      yr(y0.size() * 2), mk(N);
-  CUDA_OK(cudaMemcpy(x.p, glu >= 0 ? static_cast<const void*>(gu.data()) : xb.data(), x.bytes,
-                     cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(w.p, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(mk.p, none.data(), N, cudaMemcpyHostToDevice));
-  if (acc) {
-    CUDA_OK(cudaMemcpy(y.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
-  } else {
-    CUDA_OK(cudaMemset(y.p, 0xff, y0.size() * 4));  // poison
-  }
-  CUDA_OK(cudaMemset(yr.p, 0xff, y0.size() * 2));
-  fk::LinearArgs a;
-  a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x.p, a.ldx = ldx, a.w = w.p, a.ldw = K;
-  a.y = y.p, a.ldy = N, a.eps = kEps, a.y_f32 = true, a.scale_mask = static_cast<uint8_t*>(mk.p);
-  a.accumulate = acc, a.y_rounded = acc ? yr.p : nullptr;
-  a.x_glu = glu >= 0, a.glu_kind = glu == 1 ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
-  FN_OK(ctx().run(a, decode_config(M, N, K, ks, 0, 0, stages), nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> got(y0.size());
-  CUDA_OK(cudaMemcpy(got.data(), y.p, got.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<float> added(got.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << "unwritten/NaN output at " << i;
-    added[i] = got[i] - y0[i];
-  }
-  for (int m = 0; m < M; ++m) {
-    const double e = fc::rel_error(added.data() + static_cast<size_t>(m) * N,
-                                   ref.data() + static_cast<size_t>(m) * N, N);
-    ASSERT_LT(e, 1e-2) << "row " << m;
-  }
-  if (acc) {
-    const std::vector<float> rounded = download_half(dt, yr.p, got.size());
-    ASSERT_EQ(rounded.size(), got.size());
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_EQ(rounded[i], from_half_bits(dt, to_half_bits(dt, got[i])))
-          << "y_rounded[" << i << "]";
-  }
-}
-
-TEST(LinearSmall, DecodeAccumulate) {
-  for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-    for (int M : {1, 5, 16, 64})
-      for (int ks : {1, 3}) {
-        run_fused(dt, M, 200, 1000, ks, -1, true);
-        run_fused(dt, M, 72, 520, ks, -1, true);
-        if (M <= 8)  // the residual add after the cp.async ring (M <= 8)
-          for (int stages : {3, 4}) run_fused(dt, M, 200, 1000, ks, -1, true, stages);
-      }
-}
-TEST(LinearSmall, DecodeGluInput) {
-  for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-    for (int M : {1, 5, 16})
-      for (int ks : {1, 3}) {
-        run_fused(dt, M, 200, 1000, ks, 0, true);   // SwiGLU + residual (the engine's down proj.)
-        run_fused(dt, M, 136, 1536, ks, 1, false);  // GeGLU
-        // a ring configuration for a GLU-input call: run_decode takes the register path
-        if (M <= 8) run_fused(dt, M, 200, 1000, ks, 0, true, 4);
-      }
-}
-TEST(LinearSmall, AccumulateRejectsBadArguments) {
-  DevMem x(1 << 16), w(1 << 16), y(1 << 16);
-  fk::LinearArgs a;
-  a.M = 4, a.N = 64, a.K = 64, a.x = x.p, a.ldx = 64, a.w = w.p, a.ldw = 64, a.y = y.p, a.ldy = 64;
-  a.accumulate = true;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument);
-  a.y_f32 = true;
-  EXPECT_TRUE(fk::validate_linear(a, fk::LinearImpl::kDecode).ok());
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kUnsupported);
-  a.accumulate = false, a.y_rounded = y.p;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument);
-  a.y_rounded = nullptr, a.x_glu = true;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument)
-      << "ldx < 2K";
-  a.ldx = 128;
-  EXPECT_TRUE(fk::validate_linear(a, fk::LinearImpl::kDecode).ok());
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kUnsupported);
-  a.M = 17;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument);
 }
 
 // Every benchmark shape (bench/shapes.json), decode Ms with all rows, prefill Ms with sampled rows.
