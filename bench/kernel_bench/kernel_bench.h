@@ -1,6 +1,6 @@
 // The kernel benchmark behind `flashnorm bench` (issue 3; its own library, flashnorm_kernel_bench,
 // outside the product's kernel library): every shape and M of a shapes.json
-// (shared/bench/shapes.json format), CUDA events, CUDA-graph captured and eager timings (medians),
+// (bench/shapes.json format), CUDA events, CUDA-graph captured and eager timings (medians),
 // W rotated over more copies than the L2 holds, random inputs. Variants, all in one process run:
 // rms_norm alone, unfused (rms_norm + cuBLASLt GEMM), bare cuBLASLt GEMM on folded weights, and
 // each flashnorm_linear implementation; HBM floor (bytes of W + x + y over the copy bandwidth
