@@ -97,6 +97,17 @@ def interleave_note(k):
     return ""
 
 
+def md_table(header, align, body):
+    """Markdown table lines: header cells, alignment per column ("l" or "r"), body rows (cell lists)."""
+    sep = "|" + "|".join("---" if c == "l" else "---:" for c in align) + "|"
+    return ["| " + " | ".join(header) + " |", sep] + ["| " + " | ".join(r) + " |" for r in body]
+
+
+def section(caption, header, align, body):
+    """A captioned table after a blank line (the sections below the main table)."""
+    return ["", caption, ""] + md_table(header, align, body)
+
+
 def table(doc):
     k = doc["kernels"]
     rows = rows_with_targets(doc)
@@ -108,80 +119,87 @@ def table(doc):
         f"{interleave_note(k)}"
         f", microseconds per call; W rotated past the L2.",
         "",
-        "| shape | M | W MB | unfused | bare cuBLAS | flashnorm | impl | decode | prefill | 2-stream "
-        "| torch eager | torch.compile | fn (torch run) | floor | unfused/fn | bare/fn | fn/floor | bare A/A | "
-        "max rel err | targets |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    met = total = 0
+    main = []
     for x in rows:
         r, v = x["r"], x["r"]["variants"]
         errs = [v[n].get("rel_err") for n in v if n.startswith("fn_") and v[n].get("rel_err") is not None]
-        total += 1
-        met += not x["misses"]
-        lines.append(
-            f"| {r['name']} | {r['M']} | {r['w_bytes'] / MB:.1f} | {fmt(x['unf'])} | {fmt(x['bare'])} | "
-            f"**{fmt(x['fn'])}** | {x['fn_impl'][3:]} | {fmt(v.get('fn_decode', {}).get('graph_us'))} | "
-            f"{fmt(v['fn_prefill']['graph_us'])} | {fmt(v['fn_two_stream']['graph_us'])} | "
-            f"{fmt(x['t_eager'])} | {fmt(x['t_comp'])} | {fmt(x['fn_t'])} | {fmt(x['floor'])} | {x['unf'] / x['fn']:.2f}x | "
-            f"{x['bare'] / x['fn']:.2f}x | {x['fn'] / x['floor']:.2f}x | {aa(v)} | {max(errs) if errs else 0:.1e} | "
-            f"{'ok' if not x['misses'] else 'MISS: ' + '; '.join(x['misses'])} |")
-    lines += ["", f"Rows meeting every target: {met} of {total}.", "",
-              "Eager (no graph) medians, same run:", "",
-              "| shape | M | unfused | bare | flashnorm | 2-stream | torch eager | rms_norm alone (graph) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        main.append([
+            r["name"], str(r["M"]), f"{r['w_bytes'] / MB:.1f}", fmt(x["unf"]), fmt(x["bare"]), f"**{fmt(x['fn'])}**",
+            x["fn_impl"][3:], fmt(v.get("fn_decode", {}).get("graph_us")), fmt(v["fn_prefill"]["graph_us"]),
+            fmt(v["fn_two_stream"]["graph_us"]), fmt(x["t_eager"]), fmt(x["t_comp"]), fmt(x["fn_t"]),
+            fmt(x["floor"]), f"{x['unf'] / x['fn']:.2f}x", f"{x['bare'] / x['fn']:.2f}x",
+            f"{x['fn'] / x['floor']:.2f}x", aa(v), f"{max(errs) if errs else 0:.1e}",
+            "ok" if not x["misses"] else "MISS: " + "; ".join(x["misses"])])
+    lines += md_table(["shape", "M", "W MB", "unfused", "bare cuBLAS", "flashnorm", "impl", "decode", "prefill",
+                       "2-stream", "torch eager", "torch.compile", "fn (torch run)", "floor", "unfused/fn",
+                       "bare/fn", "fn/floor", "bare A/A", "max rel err", "targets"],
+                      "lrrrrrlrrrrrrrrrrrrl", main)
+    met = sum(not x["misses"] for x in rows)
+    lines += ["", f"Rows meeting every target: {met} of {len(rows)}."]
+    eager = []
     for x in rows:
         r, v = x["r"], x["r"]["variants"]
         p = peer(doc.get("torch_peers", []), r["name"], r["M"])
-        lines.append(f"| {r['name']} | {r['M']} | {fmt(v['unfused']['eager_us'])} | {fmt(v['bare']['eager_us'])} | "
-                     f"{fmt(v[x['fn_impl']]['eager_us'])} | {fmt(v['fn_two_stream']['eager_us'])} | "
-                     f"{fmt(p.get('unfused_eager_us') if p else None)} | {fmt(v['rms_norm']['graph_us'])} |")
-    pdl = [x for x in rows if "fn_decode_pdl" in x["r"]["variants"]]
+        eager.append([r["name"], str(r["M"]), fmt(v["unfused"]["eager_us"]), fmt(v["bare"]["eager_us"]),
+                      fmt(v[x["fn_impl"]]["eager_us"]), fmt(v["fn_two_stream"]["eager_us"]),
+                      fmt(p.get("unfused_eager_us") if p else None), fmt(v["rms_norm"]["graph_us"])])
+    lines += section("Eager (no graph) medians, same run:",
+                     ["shape", "M", "unfused", "bare", "flashnorm", "2-stream", "torch eager",
+                      "rms_norm alone (graph)"], "lrrrrrrr", eager)
+    pdl = []
+    for x in rows:
+        r, v = x["r"], x["r"]["variants"]
+        if "fn_decode_pdl" not in v:
+            continue
+        d, q = v["fn_decode"]["graph_us"], v["fn_decode_pdl"]["graph_us"]
+        ring = " s%d" % r["decode_stages"] if r.get("decode_stages") else ""
+        pdl.append([r["name"], str(r["M"]),
+                    f"{r.get('decode_rw', '-')} x {r.get('decode_kw', '-')}, {r['decode_ksplit']}{ring}", fmt(d),
+                    fmt(q), fmt(x["bare"]), fmt(x["unf"]), f"{x['bare'] / q:.2f}x", f"{x['unf'] / q:.2f}x",
+                    f"{q / x['floor']:.2f}x"])
     if pdl:
-        lines += ["", "Decode kernel: chosen configuration (row-warps x k-warps, split-K, and `s3`/`s4` when W goes through the cp.async ring of 3/4 stages) and the same kernel "
-                  "launched with programmatic dependent launch in a chain of calls (`LinearArgs::pdl`; not the "
-                  "headline figure: cuBLAS and the unfused path get no such overlap here). Graph us:", "",
-                  "| shape | M | rw x kw, ks | decode | decode+PDL | bare | unfused | bare/decode+PDL | "
-                  "unfused/decode+PDL | decode+PDL/floor |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for x in pdl:
-            r, v = x["r"], x["r"]["variants"]
-            d, q = v["fn_decode"]["graph_us"], v["fn_decode_pdl"]["graph_us"]
-            lines.append(f"| {r['name']} | {r['M']} | {r.get('decode_rw', '-')} x {r.get('decode_kw', '-')}, "
-                         f"{r['decode_ksplit']}{' s%d' % r['decode_stages'] if r.get('decode_stages') else ''} | {fmt(d)} | {fmt(q)} | {fmt(x['bare'])} | {fmt(x['unf'])} | "
-                         f"{x['bare'] / q:.2f}x | {x['unf'] / q:.2f}x | {q / x['floor']:.2f}x |")
-    pre = [x for x in rows if "fn_prefill_fused" in x["r"]["variants"]]
+        lines += section(
+            "Decode kernel: chosen configuration (row-warps x k-warps, split-K, and `s3`/`s4` when W goes through "
+            "the cp.async ring of 3/4 stages) and the same kernel launched with programmatic dependent launch in "
+            "a chain of calls (`LinearArgs::pdl`; not the headline figure: cuBLAS and the unfused path get no "
+            "such overlap here). Graph us:",
+            ["shape", "M", "rw x kw, ks", "decode", "decode+PDL", "bare", "unfused", "bare/decode+PDL",
+             "unfused/decode+PDL", "decode+PDL/floor"], "lrlrrrrrrr", pdl)
+    pre = []
+    for x in rows:
+        r, v = x["r"], x["r"]["variants"]
+        if "fn_prefill_fused" not in v:
+            continue
+        f = v["fn_prefill_fused"]["graph_us"]
+        p = v.get("fn_prefill_pdl", {}).get("graph_us")
+        pl = v.get("cutlass_plain", {}).get("graph_us")
+        best = min(t for t in (f, p, v["fn_prefill_prescale"]["graph_us"]) if t)
+        pre.append([r["name"], str(r["M"]), r.get("prefill_tile", "-"), r.get("fused_tile", "-"), fmt(f),
+                    r.get("pdl_tile", "-"), fmt(p), fmt(pl), fmt(v["fn_prefill_prescale"]["graph_us"]),
+                    fmt(x["bare"]), fmt(x["unf"]), f"{fmt(f / pl if pl else None)}x",
+                    f"{fmt(p / pl if p and pl else None)}x", f"{fmt(pl / x['bare'] if pl else None)}x",
+                    f"{best / x['bare']:.2f}x"])
     if pre:
-        lines += ["", "Prefill implementations (graph us). `fused`: one CUTLASS sm90 GEMM that sums the x "
-                  "rows' squares from its staged tiles and scales the accumulators (fastest such configuration "
-                  "of the tuner); `pdl`: an rstd kernel, then the same GEMM without the reduction launched "
-                  "behind it with programmatic dependent launch, its epilogue waiting for rstd and scaling the "
-                  "rows (fastest such configuration); `plain`: the fused configuration's kernel without the "
-                  "reduction and the scale (a plain GEMM, not a flashnorm result: it isolates the reduction's "
-                  "cost); `prescale`: norm kernel + cuBLASLt; `choice`: what kPrefill runs after tuning.", "",
-                  "| shape | M | choice | fused tile | fused | pdl tile | pdl | plain | prescale | bare cuBLAS | "
-                  "unfused | fused/plain | pdl/plain | plain/bare | best/bare |",
-                  "|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for x in pre:
-            r, v = x["r"], x["r"]["variants"]
-            f = v["fn_prefill_fused"]["graph_us"]
-            p = v.get("fn_prefill_pdl", {}).get("graph_us")
-            pl = v.get("cutlass_plain", {}).get("graph_us")
-            best = min(t for t in (f, p, v["fn_prefill_prescale"]["graph_us"]) if t)
-            lines.append(f"| {r['name']} | {r['M']} | {r.get('prefill_tile', '-')} | {r.get('fused_tile', '-')} | "
-                         f"{fmt(f)} | {r.get('pdl_tile', '-')} | {fmt(p)} | {fmt(pl)} | "
-                         f"{fmt(v['fn_prefill_prescale']['graph_us'])} | {fmt(x['bare'])} | "
-                         f"{fmt(x['unf'])} | {fmt(f / pl if pl else None)}x | "
-                         f"{fmt(p / pl if p and pl else None)}x | {fmt(pl / x['bare'] if pl else None)}x | "
-                         f"{best / x['bare']:.2f}x |")
-    sweep = [x for x in rows if any(n.startswith("decode_ks") for n in x["r"]["variants"])]
+        lines += section(
+            "Prefill implementations (graph us). `fused`: one CUTLASS sm90 GEMM that sums the x rows' squares "
+            "from its staged tiles and scales the accumulators (fastest such configuration of the tuner); `pdl`: "
+            "an rstd kernel, then the same GEMM without the reduction launched behind it with programmatic "
+            "dependent launch, its epilogue waiting for rstd and scaling the rows (fastest such configuration); "
+            "`plain`: the fused configuration's kernel without the reduction and the scale (a plain GEMM, not a "
+            "flashnorm result: it isolates the reduction's cost); `prescale`: norm kernel + cuBLASLt; `choice`: "
+            "what kPrefill runs after tuning.",
+            ["shape", "M", "choice", "fused tile", "fused", "pdl tile", "pdl", "plain", "prescale", "bare cuBLAS",
+             "unfused", "fused/plain", "pdl/plain", "plain/bare", "best/bare"], "lrllrlrrrrrrrrr", pre)
+    sweep = []
+    for x in rows:
+        v = x["r"]["variants"]
+        if any(n.startswith("decode_ks") for n in v):
+            sweep.append([x["r"]["name"], str(x["r"]["M"]), str(x["r"]["decode_ksplit"])] +
+                         [fmt(v.get(f"decode_ks{k}", {}).get("graph_us")) for k in (1, 2, 4, 8, 16, 32)])
     if sweep:
-        lines += ["", "Decode split-K sweep (graph us):", "", "| shape | M | chosen ks | ks=1 | 2 | 4 | 8 | 16 | 32 |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for x in sweep:
-            v = x["r"]["variants"]
-            lines.append(f"| {x['r']['name']} | {x['r']['M']} | {x['r']['decode_ksplit']} | " +
-                         " | ".join(fmt(v.get(f'decode_ks{k}', {}).get('graph_us')) for k in (1, 2, 4, 8, 16, 32)) + " |")
+        lines += section("Decode split-K sweep (graph us):", ["shape", "M", "chosen ks", "ks=1", "2", "4", "8", "16",
+                                                              "32"], "lrrrrrrrr", sweep)
     return "\n".join(lines), rows
 
 

@@ -9,13 +9,11 @@
 #include <vector>
 
 #include "commands.h"
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
-#if defined(FLASHNORM_MODEL_BENCH)
+#include "flashnorm/io/atomic_file.h"
 #include "model_bench.h"
-#endif
 #if defined(FLASHNORM_HAVE_CUDA)
-#include "flashnorm/kernels/cuda/bench.h"
+#include "kernel_bench.h"  // bench/kernel_bench
 #endif
 
 namespace flashnorm::cli {
@@ -29,9 +27,7 @@ struct BenchCli {
   int graph_reps = 30, eager_reps = 10;
   bool no_check = false, decode_sweep = false, dirty = false;
   std::string commit, driver;
-#if defined(FLASHNORM_MODEL_BENCH)
   ModelBenchArgs model;
-#endif
 };
 }  // namespace
 
@@ -63,7 +59,6 @@ void register_bench(CLI::App& app) {
   sub->add_option("--commit", o->commit, "commit id to record");
   sub->add_flag("--dirty", o->dirty, "record that the working tree had uncommitted changes");
   sub->add_option("--driver", o->driver, "driver version to record (nvidia-smi)");
-#if defined(FLASHNORM_MODEL_BENCH)  // the CLI; not the kernel-only flashnorm_kbench
   sub->add_option("--model", o->model.model,
                   "instead of the kernels: decode benchmark of this model on the CUDA engine "
                   "(standard vs flashnorm, batch 1)")
@@ -73,9 +68,7 @@ void register_bench(CLI::App& app) {
   sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")
       ->capture_default_str();
   sub->add_option("--runs", o->model.runs, "--model: rounds (medians)")->capture_default_str();
-#endif
   sub->callback([o]() {
-#if defined(FLASHNORM_MODEL_BENCH)
     if (!o->model.model.empty()) {
       o->model.out = o->out;
       o->model.commit = o->commit;
@@ -83,12 +76,11 @@ void register_bench(CLI::App& app) {
       o->model.dirty = o->dirty;
       return run_model_bench(o->model);
     }
-#endif
 #if !defined(FLASHNORM_HAVE_CUDA)
     (void)o;
     throw Error("flashnorm was built without CUDA");
 #else
-    kernels::cuda::BenchOptions opt;
+    bench::KernelBenchOptions opt;
     opt.shapes_path = o->shapes;
     opt.Ms = o->Ms;
     opt.only = o->only;
@@ -99,7 +91,7 @@ void register_bench(CLI::App& app) {
     opt.commit = o->commit;
     opt.dirty = o->dirty;
     opt.driver = o->driver;
-    nlohmann::json j = kernels::cuda::run_kernel_bench(opt);
+    nlohmann::json j = bench::run_kernel_bench(opt);
     std::string out = o->out;
     if (out.empty()) {
       char d[32];

@@ -124,10 +124,12 @@ void run_case(const AttnCase& c) {
     fk::LinearArgs g;
     g.dtype = fk::DType::kFP16, g.M = T, g.N = ldqkv, g.K = K, g.x = px->p, g.ldx = K, g.w = pw->p;
     g.ldw = K, g.y = d_qkv.p, g.ldy = ldqkv, g.y_f32 = true, g.pdl = true;
-    linear_ctx().debug = {};
-    linear_ctx().debug.delay_gemm_cycles = 2000000;  // ~1 ms spin before the GEMV
-    FN_OK(linear_ctx().run(g, fk::LinearImpl::kDecode, st));
-    linear_ctx().debug = {};
+    fk::RaceHooks delayed;
+    delayed.delay_gemm_cycles = 2000000;  // ~1 ms spin before the GEMV
+    linear_ctx().set_race_hooks(delayed);
+    const fk::Status gs = linear_ctx().run(g, fk::LinearImpl::kDecode, st);
+    linear_ctx().set_race_hooks({});
+    FN_OK(gs);
     ra.pdl = aa.pdl = true;
   }
   for (int rep = 0; rep < 2; ++rep)

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "flashnorm/kernels/cpu/reference.h"
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/linear.h"
+#include "flashnorm/kernels/cuda/rms_norm.h"
 
 namespace fk = flashnorm::kernels::cuda;
 namespace fc = flashnorm::kernels::cpu;
@@ -26,9 +27,6 @@ namespace fc = flashnorm::kernels::cpu;
     fk::Status s_ = (call);                              \
     ASSERT_TRUE(s_.ok()) << #call << ": " << s_.message; \
   } while (0)
-
-// Set by gpu_main.cpp from --no-join.
-extern bool g_no_join;
 
 struct DevMem {
   void* p = nullptr;
@@ -70,4 +68,22 @@ inline std::vector<float> download_half(fk::DType dt, const void* d, size_t n) {
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = from_half_bits(dt, h[i]);
   return f;
+}
+
+// The LinearContext the tests of one binary share (created on first use).
+inline fk::LinearContext& ctx() {
+  static fk::LinearContext c;
+  return c;
+}
+
+// ctx()'s decode configuration for the shape with the given fields replaced (ks, rw, kw > 0;
+// stages >= 0).
+inline fk::DecodeConfig decode_config(int64_t M, int64_t N, int64_t K, int ks, int rw = 0,
+                                      int kw = 0, int stages = -1) {
+  fk::DecodeConfig c = ctx().decode_config(M, N, K);
+  if (ks > 0) c.ks = ks;
+  if (rw > 0) c.rw = rw;
+  if (kw > 0) c.kw = kw;
+  if (stages >= 0) c.stages = stages;
+  return c;
 }

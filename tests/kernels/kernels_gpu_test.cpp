@@ -1,9 +1,11 @@
-// GPU tests of rms_norm and flashnorm_linear (every implementation) against the fp64 CPU reference:
+// GPU tests of flashnorm_linear (every implementation) against the fp64 CPU reference (RMSNorm:
+// rms_norm_gpu_test.cpp; the decode fused ops: decode_fused_ops_gpu_test.cpp):
 // outputs poisoned (NaN) before each run, every element checked finite, relative error
 // ||y - ref|| / ||ref|| below 1e-2 per checked row (bf16 output rounding alone gives ~2e-3).
 // Suites named *Small* are the ones scripts/gpu_kernels.sh runs under compute-sanitizer.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -15,86 +17,6 @@
 namespace {
 
 constexpr float kEps = 1e-6f;
-
-// ---------------------------------------------------------------------------------------------------
-struct RmsCase {
-  fk::DType dt;
-  int M, K;
-  int gain;  // 0 none, 1 plain, 2 one_plus
-  bool residual;
-};
-
-void run_rms(const RmsCase& c) {
-  const size_t n = static_cast<size_t>(c.M) * c.K;
-  std::vector<uint16_t> xb, rb, gb;
-  std::vector<float> xf, rf, gf;
-  random_half(c.dt, n, c.K, 2.f, 3.f, 1 + c.M * 7 + c.K, xb, xf);
-  random_half(c.dt, n, c.K, 1.f, 0.f, 2 + c.M, rb, rf);
-  random_half(c.dt, c.K, 0, c.gain == 2 ? 0.3f : 1.5f, 0.f, 3 + c.K, gb, gf);
-  DevMem x(n * 2), r(n * 2), ro(n * 2), y(n * 2), g(c.K * 2);
-  CUDA_OK(cudaMemcpy(x.p, xb.data(), n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(r.p, rb.data(), n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(g.p, gb.data(), c.K * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(y.p, 0xff, n * 2));
-  CUDA_OK(cudaMemset(ro.p, 0xff, n * 2));
-  fk::RmsNormArgs a;
-  a.dtype = c.dt, a.M = c.M, a.K = c.K, a.x = x.p, a.ldx = c.K, a.y = y.p, a.ldy = c.K,
-  a.eps = kEps;
-  if (c.gain) a.gain = g.p, a.gain_one_plus = c.gain == 2;
-  if (c.residual) a.residual = r.p, a.ld_res = c.K, a.residual_out = ro.p, a.ld_res_out = c.K;
-  FN_OK(fk::rms_norm(a, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  // expected h: x + residual rounded once to the storage type
-  std::vector<float> h = xf;
-  if (c.residual)
-    for (size_t i = 0; i < n; ++i) h[i] = from_half_bits(c.dt, to_half_bits(c.dt, xf[i] + rf[i]));
-  if (c.residual) {
-    std::vector<float> got = download_half(c.dt, ro.p, n);
-    ASSERT_EQ(got.size(), n);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], h[i]) << "residual_out[" << i << "]";
-  }
-  std::vector<double> ref(n);
-  fc::rms_norm(h.data(), c.gain ? gf.data() : nullptr, c.gain == 2, c.M, c.K, kEps, ref.data());
-  std::vector<float> got = download_half(c.dt, y.p, n);
-  ASSERT_EQ(got.size(), n);
-  for (int m = 0; m < c.M; ++m) {
-    const double e = fc::rel_error(got.data() + static_cast<size_t>(m) * c.K,
-                                   ref.data() + static_cast<size_t>(m) * c.K, c.K);
-    ASSERT_LT(e, 1e-2) << "row " << m;
-  }
-}
-
-TEST(RmsNormSmall, PlainGainBf16) { run_rms({fk::DType::kBF16, 7, 640, 1, false}); }
-TEST(RmsNormSmall, OnePlusGainFp16Residual) { run_rms({fk::DType::kFP16, 5, 1000, 2, true}); }
-TEST(RmsNormSmall, NoGainBf16Residual) { run_rms({fk::DType::kBF16, 3, 576, 0, true}); }
-TEST(RmsNormShapes, Wide) {
-  for (int K : {2048, 4096, 8192, 16384}) run_rms({fk::DType::kBF16, 33, K, 1, K == 4096});
-}
-TEST(RmsNormShapes, ManyRows) { run_rms({fk::DType::kBF16, 1000, 2048, 2, false}); }
-
-TEST(RmsNormSmall, AllZeroRowGivesZeroNotNaN) {
-  const int K = 64;
-  DevMem x(K * 2), y(K * 2);
-  CUDA_OK(cudaMemset(x.p, 0, K * 2));
-  CUDA_OK(cudaMemset(y.p, 0xff, K * 2));
-  fk::RmsNormArgs a;
-  a.M = 1, a.K = K, a.x = x.p, a.ldx = K, a.y = y.p, a.ldy = K;
-  FN_OK(fk::rms_norm(a, nullptr));
-  std::vector<float> got = download_half(fk::DType::kBF16, y.p, K);
-  for (float f : got) ASSERT_EQ(f, 0.f);
-}
-
-TEST(RmsNormSmall, RejectsBadArguments) {
-  DevMem x(4096), y(4096);
-  fk::RmsNormArgs a;
-  a.M = 1, a.K = 60, a.x = x.p, a.ldx = 64, a.y = y.p, a.ldy = 64;
-  EXPECT_EQ(fk::rms_norm(a, nullptr).code, fk::Code::kInvalidArgument);  // K % 8
-  a.K = 64, a.x = static_cast<char*>(x.p) + 2;
-  fk::Status s = fk::rms_norm(a, nullptr);
-  EXPECT_EQ(s.code, fk::Code::kInvalidArgument);
-  EXPECT_NE(s.message.find("aligned"), std::string::npos) << s.message;
-  EXPECT_THROW(fk::throw_if_error(s), std::exception);
-}
 
 // ---------------------------------------------------------------------------------------------------
 struct LinCase {
@@ -144,17 +66,21 @@ const LinData& lin_data(const LinCase& c) {
   return d;
 }
 
-fk::LinearContext& ctx() {
-  static fk::LinearContext c;
-  return c;
+fk::PrefillConfig pdl(int tile, int order = 0) {
+  return fk::PrefillConfig::fused(tile, order, fk::PrefillConfig::Rstd::kKernelPdl);
 }
 
+// Runs `impl` on case c and compares with the fp64 reference. kDecode: ksplit, rw, kw (> 0) and
+// stages (>= 0) override the context's configuration for the shape; kPrefill: `prefill` replaces
+// it (the explicit-configuration overloads of LinearContext::run).
 void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 0, int kw = 0,
-                int prefill_tile = -2, bool prescale = false, bool y_f32 = false, int stages = -1) {
+                std::optional<fk::PrefillConfig> prefill = std::nullopt, bool y_f32 = false,
+                int stages = -1) {
   SCOPED_TRACE(testing::Message() << fk::impl_name(impl) << " M=" << c.M << " N=" << c.N
                                   << " K=" << c.K << " bias=" << c.bias << " mask=" << c.mask
                                   << " ksplit=" << ksplit << " rw=" << rw << " kw=" << kw
-                                  << " prefill_tile=" << prefill_tile << " y_f32=" << y_f32);
+                                  << " prefill=" << (prefill ? prefill->name() : "-")
+                                  << " y_f32=" << y_f32);
   const LinData& d = lin_data(c);
   const size_t xn = static_cast<size_t>(c.M) * c.K, wn = static_cast<size_t>(c.N) * c.K,
                yn = static_cast<size_t>(c.M) * c.N;
@@ -170,25 +96,18 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
   a.y = y.p, a.ldy = c.N, a.eps = kEps, a.y_f32 = y_f32;
   if (c.bias) a.bias = b.p;
   if (c.mask) a.scale_mask = static_cast<const uint8_t*>(mk.p);
-  struct ResetHooks {  // also when an ASSERT returns early: later tests share ctx()
-    ~ResetHooks() { ctx().debug = {}; }
-  } reset_hooks;
-  ctx().debug = {};
-  ctx().debug.decode_ksplit = ksplit;
-  ctx().debug.decode_rw = rw;
-  ctx().debug.decode_kw = kw;
-  ctx().debug.decode_stages = stages;
-  ctx().debug.prefill_tile = prefill_tile;
-  ctx().debug.prefill_prescale = prescale;
-  FN_OK(ctx().run(a, impl, nullptr));
-  if (prefill_tile >= 0)
-    EXPECT_EQ(ctx().last_prefill_path(),
-              prefill_tile >= fk::LinearContext::kPrefillTiles * fk::LinearContext::kPrefillOrders
-                  ? "rstd_pdl"
-                  : "fused");
-  if (prescale) EXPECT_EQ(ctx().last_prefill_path(), "prescale");
+  if (impl == fk::LinearImpl::kDecode) {
+    FN_OK(ctx().run(a, decode_config(c.M, c.N, c.K, ksplit, rw, kw, stages), nullptr));
+  } else if (impl == fk::LinearImpl::kPrefill && prefill) {
+    FN_OK(ctx().run(a, *prefill, nullptr));
+    EXPECT_EQ(ctx().last_prefill_path(), !prefill->is_fused() ? "prescale"
+                                         : prefill->rstd == fk::PrefillConfig::Rstd::kKernelPdl
+                                             ? "rstd_pdl"
+                                             : "fused");
+  } else {
+    FN_OK(ctx().run(a, impl, nullptr));
+  }
   CUDA_OK(cudaDeviceSynchronize());
-  ctx().debug = {};
   std::vector<float> got(yn);
   if (y_f32) {
     CUDA_OK(cudaMemcpy(got.data(), y.p, yn * 4, cudaMemcpyDeviceToHost));
@@ -203,6 +122,19 @@ void run_linear(const LinCase& c, fk::LinearImpl impl, int ksplit = 0, int rw = 
                                    d.ref.data() + i * c.N, c.N);
     ASSERT_LT(e, 1e-2) << "row " << d.rows[i];
   }
+}
+// A shape of the tile sweeps: M, N, K and the reference rows checked (LinCase::rows).
+struct TileShape {
+  int M, N, K, rows;
+};
+// run_linear with kPrefill on every fused tile (rstd as given), both dtypes, each shape.
+void every_tile(std::initializer_list<TileShape> shapes, fk::PrefillConfig::Rstd rstd,
+                bool y_f32 = false) {
+  for (int tile = 0; tile < fk::PrefillConfig::kTiles; ++tile)
+    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
+      for (const TileShape& t : shapes)
+        run_linear({dt, t.M, t.N, t.K, false, false, t.rows}, fk::LinearImpl::kPrefill, 0, 0, 0,
+                   fk::PrefillConfig::fused(tile, 0, rstd), y_f32);
 }
 
 const fk::LinearImpl kAll[] = {fk::LinearImpl::kDecode, fk::LinearImpl::kPrefill,
@@ -250,14 +182,14 @@ TEST(LinearSmall, DecodeRing) {
           for (int ks : {1, 3})
             for (int M : {1, 3, 8})
               run_linear({fk::DType::kBF16, M, 200, 1000, true, true, 0}, fk::LinearImpl::kDecode,
-                         ks, rw, kw, -2, false, false, stages);
+                         ks, rw, kw, std::nullopt, false, stages);
   for (int stages : {3, 4}) {
     run_linear({fk::DType::kBF16, 8, 72, 8192, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 1,
-               -2, false, false, stages);
+               std::nullopt, false, stages);
     run_linear({fk::DType::kFP16, 5, 72, 4096, false, false, 0}, fk::LinearImpl::kDecode, 1, 1, 8,
-               -2, false, true, stages);
-    run_linear({fk::DType::kBF16, 1, 24, 64, false, false, 0}, fk::LinearImpl::kDecode, 1, 2, 2, -2,
-               false, false, stages);
+               std::nullopt, true, stages);
+    run_linear({fk::DType::kBF16, 1, 24, 64, false, false, 0}, fk::LinearImpl::kDecode, 1, 2, 2,
+               std::nullopt, false, stages);
   }
 }
 TEST(LinearSmall, LargeMSmallShape) {
@@ -270,52 +202,31 @@ TEST(LinearSmall, LargeMSmallShape) {
 // many k-tiles, more tiles than SMs (persistent scheduler), both dtypes.
 TEST(LinearSmall, PrefillFusedTiles) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c :
-           {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
-            LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+  every_tile({{3, 8, 1000, 0}, {33, 72, 1000, 0}, {130, 264, 200, 0}, {64, 96, 64, 0}},
+             fk::PrefillConfig::Rstd::kMainloop);
 }
 // The rstd-by-PDL configurations (rstd kernel, then the GEMM launched behind it, epilogue scale):
 // every tile, both dtypes, y in the input type and fp32, the same shapes as the fused tiles.
 TEST(LinearSmall, PrefillPdlTiles) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16}) {
-      for (LinCase c :
-           {LinCase{dt, 3, 8, 1000, false, false, 0}, LinCase{dt, 33, 72, 1000, false, false, 0},
-            LinCase{dt, 130, 264, 200, false, false, 0}, LinCase{dt, 64, 96, 64, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
-                   tile + fk::LinearContext::kPrefillPdlFirst);
-      run_linear({dt, 70, 136, 520, false, false, 0}, fk::LinearImpl::kPrefill, 0, 0, 0,
-                 tile + fk::LinearContext::kPrefillPdlFirst, false, true);
-    }
+  every_tile({{3, 8, 1000, 0}, {33, 72, 1000, 0}, {130, 264, 200, 0}, {64, 96, 64, 0}},
+             fk::PrefillConfig::Rstd::kKernelPdl);
+  every_tile({{70, 136, 520, 0}}, fk::PrefillConfig::Rstd::kKernelPdl, /*y_f32=*/true);
 }
 // More rows than the rstd kernel has warps (its grid-stride loop), more GEMM tiles than SMs, and
 // every scheduler order of a shared-memory and a register-A tile.
 TEST(LinearPrefill, PdlTilesLarger) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
-                        LinCase{dt, 4096, 1544, 576, false, false, 12}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
-                   tile + fk::LinearContext::kPrefillPdlFirst);
-  for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
+  every_tile({{1000, 136, 1000, 16}, {4096, 1544, 576, 12}}, fk::PrefillConfig::Rstd::kKernelPdl);
+  for (int order = 1; order < fk::PrefillConfig::kOrders; ++order)
     for (int tile : {3, 4})
-      run_linear(
-          {fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0, 0, 0,
-          tile + fk::LinearContext::kPrefillTiles * order + fk::LinearContext::kPrefillPdlFirst);
+      run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
+                 0, 0, pdl(tile, order));
 }
 TEST(LinearPrefill, FusedTilesLarger) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c : {LinCase{dt, 1000, 136, 1000, false, false, 16},
-                        LinCase{dt, 257, 2056, 4104, false, false, 24},
-                        LinCase{dt, 4096, 1544, 576, false, false, 12}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile);
+  every_tile({{1000, 136, 1000, 16}, {257, 2056, 4104, 24}, {4096, 1544, 576, 12}},
+             fk::PrefillConfig::Rstd::kMainloop);
 }
 // Every tile-scheduler order (raster direction, swizzle) of a shared-memory and a register-A tile,
 // on shapes with several tiles in both M and N: the order only moves tiles between CTAs, so each
@@ -323,21 +234,20 @@ TEST(LinearPrefill, FusedTilesLarger) {
 // so these tests check correctness under each order, not that the order took effect.)
 TEST(LinearSmall, PrefillFusedOrders) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int order = 1; order < fk::LinearContext::kPrefillOrders; ++order)
+  for (int order = 1; order < fk::PrefillConfig::kOrders; ++order)
     for (int tile : {3, 4})
       for (LinCase c : {LinCase{fk::DType::kBF16, 300, 520, 200, false, false, 0},
                         LinCase{fk::DType::kFP16, 520, 264, 136, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0,
-                   tile + fk::LinearContext::kPrefillTiles * order);
+        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, fk::PrefillConfig::fused(tile, order));
 }
 // More tiles than SMs, so each persistent CTA runs several tiles in an order the scheduler
 // arguments change: the row sums must restart with every tile (tiles 3, 4 and 9, every order).
 TEST(LinearPrefill, FusedOrdersManyTilesPerCta) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int order = 0; order < fk::LinearContext::kPrefillOrders; ++order)
+  for (int order = 0; order < fk::PrefillConfig::kOrders; ++order)
     for (int tile : {3, 4, 9})
       run_linear({fk::DType::kBF16, 2100, 2056, 136, false, false, 24}, fk::LinearImpl::kPrefill, 0,
-                 0, 0, tile + fk::LinearContext::kPrefillTiles * order);
+                 0, 0, fk::PrefillConfig::fused(tile, order));
 }
 // tune_gemm times cuBLASLt's candidate algorithms and keeps the fastest in the cached plan: the
 // paths that use that plan (two-stream's GEMM, prescale's) still match the reference afterwards,
@@ -362,7 +272,7 @@ TEST(LinearTune, TuneGemm) {
     EXPECT_GT(us, 0.0);
     EXPECT_GE(n_algos, 1);
     run_linear(c, fk::LinearImpl::kTwoStream);
-    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
+    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, fk::PrefillConfig::prescale());
     a[1].N = c.N - 8;
     EXPECT_LT(ctx().tune_gemm(a, 2, stream.get(), &st), 0.0);
     EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
@@ -381,7 +291,7 @@ TEST(LinearTune, TunePrefillRefusesMismatchedSets) {
   fk::LinearContext local;
   fk::Stream stream;
   fk::Status st;
-  EXPECT_EQ(local.tune_prefill(a, 2, stream.get(), &st), -2);
+  EXPECT_FALSE(local.tune_prefill(a, 2, stream.get(), &st));
   EXPECT_EQ(st.code, fk::Code::kInvalidArgument) << st.message;
 }
 // The PDL prefill captured in a CUDA graph (the launch attribute becomes a programmatic edge
@@ -407,7 +317,7 @@ TEST(LinearSmall, PrefillPdlInGraph) {
   CUDA_OK(cudaMemcpy(x1.p, xb2.data(), xn * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(x2.p, xb4.data(), xn * 2, cudaMemcpyHostToDevice));
   fk::LinearContext local;
-  local.debug.prefill_tile = 3 + fk::LinearContext::kPrefillPdlFirst;
+  const fk::PrefillConfig config = pdl(3);
   fk::Stream stream;
   auto args = [&](int i) {
     fk::LinearArgs a;
@@ -415,12 +325,12 @@ TEST(LinearSmall, PrefillPdlInGraph) {
     a.ldw = c.K, a.y = ys[i]->p, a.ldy = c.N, a.eps = kEps;
     return a;
   };
-  FN_OK(local.run(args(0), fk::LinearImpl::kPrefill, stream.get()));  // grows the workspaces
+  FN_OK(local.run(args(0), config, stream.get()));  // grows the workspaces
   CUDA_OK(cudaStreamSynchronize(stream.get()));
   EXPECT_EQ(local.last_prefill_path(), "rstd_pdl");
   cudaGraph_t g = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 3; ++i) FN_OK(local.run(args(i), fk::LinearImpl::kPrefill, stream.get()));
+  for (int i = 0; i < 3; ++i) FN_OK(local.run(args(i), config, stream.get()));
   CUDA_OK(cudaStreamEndCapture(stream.get(), &g));
   cudaGraphExec_t ge = nullptr;
   CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
@@ -492,20 +402,17 @@ TEST(LinearTune, AutoChoosesFasterTunedImplementation) {
 // fp32 y (the CUDA engine's projections): every tile with the fp32 epilogue, and the tuned path.
 TEST(LinearSmall, PrefillFusedFp32Output) {
   if (!fk::LinearContext::has_fused_prefill()) GTEST_SKIP() << "no fused prefill in this build";
-  for (int tile = 0; tile < fk::LinearContext::kPrefillTiles; ++tile)
-    for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-      for (LinCase c : {LinCase{dt, 33, 72, 1000, false, false, 0},
-                        LinCase{dt, 130, 264, 200, false, false, 0}})
-        run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, tile, false, /*y_f32=*/true);
-  run_linear({fk::DType::kBF16, 513, 960, 576, false, false, 0}, fk::LinearImpl::kAuto, 0, 0, 0, -2,
-             false, true);
+  every_tile({{33, 72, 1000, 0}, {130, 264, 200, 0}}, fk::PrefillConfig::Rstd::kMainloop,
+             /*y_f32=*/true);
+  run_linear({fk::DType::kBF16, 513, 960, 576, false, false, 0}, fk::LinearImpl::kAuto, 0, 0, 0,
+             std::nullopt, true);
   EXPECT_EQ(ctx().last_prefill_path(), "fused");  // the engine's prompt-pass shape (SmolLM2 q|k|v)
 }
 // The prescale fallback stays correct (it runs when CUTLASS refuses a shape or the build has none).
 TEST(LinearSmall, PrefillPrescale) {
   for (LinCase c : {LinCase{fk::DType::kBF16, 33, 72, 1000, false, false, 0},
                     LinCase{fk::DType::kFP16, 130, 264, 200, false, false, 0}})
-    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, -2, /*prescale=*/true);
+    run_linear(c, fk::LinearImpl::kPrefill, 0, 0, 0, fk::PrefillConfig::prescale());
 }
 TEST(LinearSmall, RejectsBadArguments) {
   DevMem x(1 << 16), w(1 << 16), y(1 << 16);
@@ -524,129 +431,6 @@ TEST(LinearSmall, RejectsBadArguments) {
   fk::Status s = fk::validate_linear(a, fk::LinearImpl::kPrefill);
   EXPECT_EQ(s.code, fk::Code::kInvalidArgument);
   EXPECT_NE(s.message.find("device pointer"), std::string::npos) << s.message;
-}
-
-// The decode kernel's fused ops (the CUDA engine's decode step): x from fp32 gate|up rows through
-// SwiGLU / GeGLU (x_glu: glu >= 0 gives the GluKind) and y accumulated into an fp32 residual with a
-// rounded copy (accumulate, y_rounded). Reference: the GLU in fp64 rounded to dtype, the plain GEMV
-// in fp64 (added to the residual on the host); y_rounded must be exactly round(y).
-void run_fused(fk::DType dt, int M, int N, int K, int ks, int glu, bool acc, int stages = -1) {
-  SCOPED_TRACE(testing::Message() << "fused M=" << M << " N=" << N << " K=" << K << " ks=" << ks
-                                  << " glu=" << glu << " acc=" << acc << " stages=" << stages);
-  std::mt19937 rng(M * 131 + N + K + glu * 7);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const int ldx = glu >= 0 ? 2 * K : K;
-  std::vector<float> gu(static_cast<size_t>(M) * ldx), xf(static_cast<size_t>(M) * K);
-  std::vector<uint16_t> xb(xf.size());
-  for (float& v : gu) v = 3.f * u(rng);
-  for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) {
-      const size_t i = static_cast<size_t>(m) * K + k;
-      double v = 2.0 * u(rng);
-      if (glu >= 0) {
-        const double g = gu[static_cast<size_t>(m) * ldx + k];
-        const double up = gu[static_cast<size_t>(m) * ldx + K + k];
-        const double f =
-            glu == 0 ? g / (1.0 + std::exp(-g))
-                     : 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-        v = f * up;
-      }
-      xb[i] = to_half_bits(dt, static_cast<float>(v));
-      xf[i] = from_half_bits(dt, xb[i]);
-    }
-  std::vector<uint16_t> wb;
-  std::vector<float> wf;
-  random_half(dt, static_cast<size_t>(N) * K, 0, 0.05f, 0.f, 21 + K, wb, wf);
-  std::vector<float> y0(static_cast<size_t>(M) * N, 0.f);
-  if (acc)
-    for (float& v : y0) v = 4.f * u(rng);
-  const std::vector<uint8_t> none(N, 0);
-  std::vector<double> ref(y0.size());
-  fc::flashnorm_linear(xf.data(), wf.data(), nullptr, none.data(), M, N, K, kEps, ref.data());
-
-  DevMem x(glu >= 0 ? gu.size() * 4 : xb.size() * 2), w(wb.size() * 2), y(y0.size() * 4),
-      yr(y0.size() * 2), mk(N);
-  CUDA_OK(cudaMemcpy(x.p, glu >= 0 ? static_cast<const void*>(gu.data()) : xb.data(), x.bytes,
-                     cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(w.p, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(mk.p, none.data(), N, cudaMemcpyHostToDevice));
-  if (acc) {
-    CUDA_OK(cudaMemcpy(y.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
-  } else {
-    CUDA_OK(cudaMemset(y.p, 0xff, y0.size() * 4));  // poison
-  }
-  CUDA_OK(cudaMemset(yr.p, 0xff, y0.size() * 2));
-  fk::LinearArgs a;
-  a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x.p, a.ldx = ldx, a.w = w.p, a.ldw = K;
-  a.y = y.p, a.ldy = N, a.eps = kEps, a.y_f32 = true, a.scale_mask = static_cast<uint8_t*>(mk.p);
-  a.accumulate = acc, a.y_rounded = acc ? yr.p : nullptr;
-  a.x_glu = glu >= 0, a.glu_kind = glu == 1 ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
-  ctx().debug = {};
-  ctx().debug.decode_ksplit = ks;
-  ctx().debug.decode_stages = stages;
-  FN_OK(ctx().run(a, fk::LinearImpl::kDecode, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  ctx().debug = {};
-  std::vector<float> got(y0.size());
-  CUDA_OK(cudaMemcpy(got.data(), y.p, got.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<float> added(got.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << "unwritten/NaN output at " << i;
-    added[i] = got[i] - y0[i];
-  }
-  for (int m = 0; m < M; ++m) {
-    const double e = fc::rel_error(added.data() + static_cast<size_t>(m) * N,
-                                   ref.data() + static_cast<size_t>(m) * N, N);
-    ASSERT_LT(e, 1e-2) << "row " << m;
-  }
-  if (acc) {
-    const std::vector<float> rounded = download_half(dt, yr.p, got.size());
-    ASSERT_EQ(rounded.size(), got.size());
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_EQ(rounded[i], from_half_bits(dt, to_half_bits(dt, got[i])))
-          << "y_rounded[" << i << "]";
-  }
-}
-
-TEST(LinearSmall, DecodeAccumulate) {
-  for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-    for (int M : {1, 5, 16, 64})
-      for (int ks : {1, 3}) {
-        run_fused(dt, M, 200, 1000, ks, -1, true);
-        run_fused(dt, M, 72, 520, ks, -1, true);
-        if (M <= 8)  // the residual add after the cp.async ring (M <= 8)
-          for (int stages : {3, 4}) run_fused(dt, M, 200, 1000, ks, -1, true, stages);
-      }
-}
-TEST(LinearSmall, DecodeGluInput) {
-  for (fk::DType dt : {fk::DType::kBF16, fk::DType::kFP16})
-    for (int M : {1, 5, 16})
-      for (int ks : {1, 3}) {
-        run_fused(dt, M, 200, 1000, ks, 0, true);   // SwiGLU + residual (the engine's down proj.)
-        run_fused(dt, M, 136, 1536, ks, 1, false);  // GeGLU
-        // a ring configuration for a GLU-input call: run_decode takes the register path
-        if (M <= 8) run_fused(dt, M, 200, 1000, ks, 0, true, 4);
-      }
-}
-TEST(LinearSmall, AccumulateRejectsBadArguments) {
-  DevMem x(1 << 16), w(1 << 16), y(1 << 16);
-  fk::LinearArgs a;
-  a.M = 4, a.N = 64, a.K = 64, a.x = x.p, a.ldx = 64, a.w = w.p, a.ldw = 64, a.y = y.p, a.ldy = 64;
-  a.accumulate = true;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument);
-  a.y_f32 = true;
-  EXPECT_TRUE(fk::validate_linear(a, fk::LinearImpl::kDecode).ok());
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kUnsupported);
-  a.accumulate = false, a.y_rounded = y.p;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument);
-  a.y_rounded = nullptr, a.x_glu = true;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument)
-      << "ldx < 2K";
-  a.ldx = 128;
-  EXPECT_TRUE(fk::validate_linear(a, fk::LinearImpl::kDecode).ok());
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kPrefill).code, fk::Code::kUnsupported);
-  a.M = 17;
-  EXPECT_EQ(fk::validate_linear(a, fk::LinearImpl::kDecode).code, fk::Code::kInvalidArgument);
 }
 
 // Every benchmark shape (bench/shapes.json), decode Ms with all rows, prefill Ms with sampled rows.

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/linear.h"
+#include "flashnorm/kernels/cuda/rms_norm.h"
 
 namespace fk = flashnorm::kernels::cuda;
 

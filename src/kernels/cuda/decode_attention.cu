@@ -9,21 +9,11 @@
 #include <cstdint>
 
 #include "attend.cuh"
-#include "elements.cuh"
-#include "flashnorm/kernels/cuda/engine_ops.h"
-#include "pdl.cuh"
-#include "reduce.cuh"
-#include "status.cuh"
+#include "engine_op.cuh"
 
 namespace flashnorm::kernels::cuda {
 namespace {
 
-using detail::aligned16;
-using detail::by_dtype;
-using detail::invalid;
-using detail::launch_ex;
-using detail::launched;
-using detail::pdl_begin;
 using detail::warp_sum;
 
 constexpr int kThreads = 256;

@@ -42,15 +42,23 @@ void DeviceAlloc::free(void* p) { cudaFree(p); }
 cudaError_t PinnedAlloc::alloc(void** p, size_t n) { return cudaMallocHost(p, n); }
 void PinnedAlloc::free(void* p) { cudaFreeHost(p); }
 
-Stream::Stream() { FN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-Stream::~Stream() {
-  if (s_) cudaStreamDestroy(s_);
-}
+namespace {
+cudaError_t create(cudaStream_t* h) { return cudaStreamCreateWithFlags(h, cudaStreamNonBlocking); }
+cudaError_t create(cudaEvent_t* h) { return cudaEventCreate(h); }
+void destroy(cudaStream_t h) { cudaStreamDestroy(h); }
+void destroy(cudaEvent_t h) { cudaEventDestroy(h); }
+}  // namespace
 
-Event::Event() { FN_CUDA_CHECK(cudaEventCreate(&e_)); }
-Event::~Event() {
-  if (e_) cudaEventDestroy(e_);
+template <class H>
+CudaHandle<H>::CudaHandle() {
+  FN_CUDA_CHECK(create(&h_));
 }
+template <class H>
+CudaHandle<H>::~CudaHandle() {
+  if (h_) destroy(h_);
+}
+template class CudaHandle<cudaStream_t>;
+template class CudaHandle<cudaEvent_t>;
 
 GraphExec::~GraphExec() { reset(); }
 void GraphExec::reset() {

@@ -61,4 +61,15 @@ __device__ __forceinline__ float glu_value(float g, float u) {
   return f * u;
 }
 
+// Sum of squares of the 8 elements of one 16-byte vector, in fp32.
+template <class E>
+__device__ __forceinline__ float sumsq8(const uint4& u) {
+  float f[8];
+  unpack8<E>(u, f);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(f[i], f[i], s);
+  return s;
+}
+
 }  // namespace flashnorm::kernels::cuda::detail

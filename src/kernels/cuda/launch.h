@@ -1,11 +1,13 @@
-// Internal: kernel launchers implemented in kernels.cu (no validation here; callers validate).
+// Internal: kernel launchers (decode_gemv.cu, rms_norm.cu, row_scale.cu, race_hooks.cu); no
+// validation here, callers validate.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/rms_norm.h"
+#include "flashnorm/kernels/cuda/status.h"
 
 namespace flashnorm::kernels::cuda::detail {
 
@@ -67,11 +69,4 @@ cudaError_t launch_postscale(DType dt, int64_t M, int64_t N, void* y, int64_t ld
 // launched with PDL may start at once (it triggers launch_dependents first).
 cudaError_t launch_spin(long long cycles, cudaStream_t s);
 
-}  // namespace flashnorm::kernels::cuda::detail
-
-namespace flashnorm::kernels::cuda::detail {
-// Fill n elements of dtype at p with hash-based uniform values in [-scale, scale) (never all zero);
-// row_spread > 0 multiplies row r (of length row_len) by 2^(u * row_spread), u in [-1, 1).
-cudaError_t launch_fill_random(DType dt, void* p, size_t n, uint64_t seed, float scale,
-                               size_t row_len, float row_spread, cudaStream_t s);
 }  // namespace flashnorm::kernels::cuda::detail

@@ -5,7 +5,7 @@
 // read or write. Inside a CUDA graph capture the attribute becomes a programmatic edge. Two kernels
 // read constant data before their wait (the decode GEMV its weights, decode_attention the KV-cache
 // rows below *pos); since a kernel that triggers before its own wait lets launches run ahead, what
-// they read early must not be written by any kernel still running (kernels.h, LinearArgs::pdl).
+// they read early must not be written by any kernel still running (linear.h, LinearArgs::pdl).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,9 @@
 // Internal: the CUTLASS 3.x templates of the prefill GEMM (prefill_sm90.cu: in-mainloop reduction
 // and plain; prefill_sm90_pdl.cu: rstd by a PDL-overlapped kernel). Included only by those two
 // translation units, and only when FLASHNORM_HAVE_CUTLASS is set.
+// Over 500 lines on purpose: one kernel family (the collective, its two mainloops and the kernel
+// types built on them) whose parts are instantiated together; split, each part would be unreadable
+// without the others.
 //
 // Built on the CUTLASS 3.x API (headers of the pinned nvidia-cutlass 4.2 wheel): the TMA
 // warp-specialized sm90 kernels (cooperative and ping-pong), their epilogue, and the mainloop

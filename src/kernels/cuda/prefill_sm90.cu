@@ -69,7 +69,7 @@ int prefill_default_tile(int M, int N, int K, int sm_count) {
   // (launch and the norm's extra pass dominate there; fused won every measured shape up to
   // M*N*K ~ 2e9).
   if (static_cast<double>(M) * N * K > 4e9)
-    return tiles(128, 256) >= sm_count ? 4 : LinearContext::kPrefillPrescale;
+    return tiles(128, 256) >= sm_count ? 4 : kPrefillPrescale;
   if (tiles(128, 256) >= sm_count) return 0;
   if (tiles(128, 128) >= sm_count) return 1;
   if (tiles(64, 128) >= sm_count) return 2;

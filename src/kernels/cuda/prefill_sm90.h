@@ -8,20 +8,39 @@
 #include <cstdint>
 #include <string>
 
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/linear.h"
 
 namespace flashnorm::kernels::cuda::detail {
 
-// Configurations (LinearContext::prefill_tile): config = tile + kPrefillTiles * order +
-// kPrefillTiles * kPrefillOrders * (mode == kRstdPdl). Tiles (CTA tile M x N x 64, cluster,
-// CUTLASS 3.x sm90 kernel schedule; 0-3 with x read by the wgmma from shared memory, 4-7 the same
-// tiles with x in registers, 8-9 two more register-A tiles), each instantiated for bf16 and fp16
-// (y in the input type or fp32); orders: the persistent tile scheduler's raster direction and
-// swizzle (runtime arguments of the same kernel).
-constexpr int kPrefillTiles = LinearContext::kPrefillTiles;
-constexpr int kPrefillOrders = LinearContext::kPrefillOrders;
-constexpr int kPrefillPdlFirst = LinearContext::kPrefillPdlFirst;
-constexpr int kPrefillConfigs = LinearContext::kPrefillConfigs;
+// Configuration indices (PrefillConfig, linear.h, as one number): config = tile + kPrefillTiles *
+// order + kPrefillTiles * kPrefillOrders * (mode == kRstdPdl); kPrefillPrescale for the prescale
+// path. Tiles (CTA tile M x N x 64, cluster, CUTLASS 3.x sm90 kernel schedule; 0-3 with x read by
+// the wgmma from shared memory, 4-7 the same tiles with x in registers, 8-9 two more register-A
+// tiles), each instantiated for bf16 and fp16 (y in the input type or fp32); orders: the persistent
+// tile scheduler's raster direction and swizzle (runtime arguments of the same kernel).
+constexpr int kPrefillTiles = PrefillConfig::kTiles;
+constexpr int kPrefillOrders = PrefillConfig::kOrders;
+constexpr int kPrefillPdlFirst = kPrefillTiles * kPrefillOrders;
+constexpr int kPrefillConfigs = 2 * kPrefillPdlFirst;
+constexpr int kPrefillPrescale = -1;
+// PrefillConfig <-> index: -1 for prescale (and for a tile or order out of range).
+inline int prefill_index(const PrefillConfig& c) {
+  if (!c.is_fused() || c.tile < 0 || c.tile >= kPrefillTiles || c.order < 0 ||
+      c.order >= kPrefillOrders)
+    return kPrefillPrescale;
+  return c.tile + kPrefillTiles * c.order +
+         (c.rstd == PrefillConfig::Rstd::kKernelPdl ? kPrefillPdlFirst : 0);
+}
+inline PrefillConfig prefill_from_index(int config) {
+  if (config < 0 || config >= kPrefillConfigs) return PrefillConfig::prescale();
+  const bool pdl = config >= kPrefillPdlFirst;
+  const int c = config % kPrefillPdlFirst;
+  return PrefillConfig::fused(
+      c % kPrefillTiles, c / kPrefillTiles,
+      pdl ? PrefillConfig::Rstd::kKernelPdl : PrefillConfig::Rstd::kMainloop);
+}
+// "RS 128x256 cluster 2x1 cooperative, raster N swizzle 4" (PrefillConfig::name); "?" outside
+// 0 .. kPrefillConfigs - 1.
 std::string prefill_tile_name(int config);
 
 // How the prefill GEMM gets rstd:
@@ -73,8 +92,7 @@ size_t prefill_fused_workspace(const LinearArgs& a, int config, bool plain, int 
 Status launch_prefill_fused(const LinearArgs& a, int config, bool plain, int sm_count,
                             void* workspace, cudaStream_t s, bool* refused = nullptr,
                             const PrefillRstd* r = nullptr);
-// Heuristic choice for a shape (no tuning): a tile 0 .. kPrefillTiles - 1 or
-// LinearContext::kPrefillPrescale.
+// Heuristic choice for a shape (no tuning): a tile 0 .. kPrefillTiles - 1 or kPrefillPrescale.
 int prefill_default_tile(int M, int N, int K, int sm_count);
 
 // The kRstdPdl instantiations (prefill_sm90_pdl.cu): tile 0 .. kPrefillTiles - 1, order.

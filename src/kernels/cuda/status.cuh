@@ -8,23 +8,18 @@
 #include <cstdint>
 #include <string>
 
+#include "check.h"
 #include "elements.cuh"
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/status.h"
 
 namespace flashnorm::kernels::cuda::detail {
-
-inline Status invalid(const std::string& what) { return {Code::kInvalidArgument, what}; }
 
 // Status of a launch: its returned error, else the last error (cleared).
 inline Status launched(const char* what, cudaError_t launch_error = cudaSuccess) {
   cudaError_t e = cudaGetLastError();
   if (launch_error != cudaSuccess) e = launch_error;
-  if (e == cudaSuccess) return {};
-  return {Code::kCudaError,
-          std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
+  return cuda_status(e, what);
 }
-
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // f(BF16{}) or f(FP16{}) for the dtype; kInvalidArgument for any other.
 template <class F>

@@ -7,7 +7,7 @@
 // Every function returns FN_OK (0) or an error code; the calling thread's last error message (one
 // line naming the argument or the failing CUDA/cuBLASLt call) is then fn_last_error(). Nothing
 // throws across this boundary. Pointers are device pointers (16-byte aligned); dtypes and strides
-// (elements, row-major) are validated as by the C++ API (flashnorm/kernels/cuda/kernels.h).
+// (elements, row-major) are validated as by the C++ API (flashnorm/kernels/cuda/linear.h).
 //
 // A context is not thread-safe, and its workspaces (prescaled x, rstd, split-K partials, cuBLASLt
 // workspace) are shared by every call made with it: calls with one context must not overlap in

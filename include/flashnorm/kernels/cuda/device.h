@@ -70,31 +70,24 @@ struct PinnedAlloc {
 using DeviceBuffer = OwnedBytes<DeviceAlloc>;
 using PinnedBuffer = OwnedBytes<PinnedAlloc>;
 
-// A non-blocking stream.
-class Stream {
+// A CUDA runtime handle, created by the constructor (flashnorm::Error on failure) and destroyed
+// with the object: Stream (cudaStream_t, non-blocking) and Event (cudaEvent_t, timing).
+template <class H>
+class CudaHandle {
  public:
-  Stream();
-  ~Stream();
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
+  CudaHandle();
+  ~CudaHandle();
+  CudaHandle(const CudaHandle&) = delete;
+  CudaHandle& operator=(const CudaHandle&) = delete;
+  H get() const { return h_; }
 
  private:
-  cudaStream_t s_ = nullptr;
+  H h_ = nullptr;
 };
-
-// A timing event.
-class Event {
- public:
-  Event();
-  ~Event();
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
+extern template class CudaHandle<cudaStream_t>;  // device.cpp
+extern template class CudaHandle<cudaEvent_t>;
+using Stream = CudaHandle<cudaStream_t>;  // a non-blocking stream
+using Event = CudaHandle<cudaEvent_t>;    // a timing event
 
 // An instantiated CUDA graph (empty until set).
 class GraphExec {

@@ -11,7 +11,7 @@
 // (kInvalidArgument naming the field, or kCudaError naming the failing launch); none throws.
 // `pdl` (a trailing argument or a field): launch with programmatic dependent launch (sm_90); the
 // kernel may start before the preceding kernel on the stream ends and waits for it before its first
-// memory access (RmsNormArgs::pdl in kernels.h says the same) — except decode_attention, which
+// memory access (RmsNormArgs::pdl in rms_norm.h says the same) — except decode_attention, which
 // reads *pos and the KV-cache rows below it first (see there).
 #pragma once
 
@@ -19,7 +19,8 @@
 
 #include <cstdint>
 
-#include "flashnorm/kernels/cuda/kernels.h"
+#include "flashnorm/kernels/cuda/linear.h"
+#include "flashnorm/kernels/cuda/status.h"
 
 namespace flashnorm::kernels::cuda {
 
@@ -104,7 +105,7 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // for the preceding kernel, which therefore must not write *pos or those cache rows (in the engine
 // it is the q|k|v projection) — nor any other kernel that may still be running: with PDL the
 // launches before it can be in flight too, back to the most recent kernel that waits before it
-// lets its successor launch (LinearArgs::pdl in kernels.h). In the CUDA engine *pos is written only
+// lets its successor launch (LinearArgs::pdl in linear.h). In the CUDA engine *pos is written only
 // by the sampler and this layer's cache only by this kernel, with waiting kernels (embedding, the
 // previous layer's decode_attention) in between. Shared memory per CTA, with c = min(split_keys,
 // max_ctx): 4 * (D * (1 + 2T) + 1024 + round4(c) + c * (2D + 4)) bytes plus 132 static, at most
@@ -116,7 +117,7 @@ Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsig
 constexpr int kDecodeAttentionMaxT = 16;
 
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
-// approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh) (GluKind, kernels.h). gu: [T, 2F] fp32
+// approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh) (GluKind, linear.h). gu: [T, 2F] fp32
 // (gate columns, then up); act: [T, F] dt.
 Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s,
            bool pdl = false);

@@ -7,7 +7,7 @@ uniform (W in [-0.05, 0.05), x in [-3, 3): `flashnorm bench`'s scales) and norma
 case's variance; two rounds, two compute-bound prefill shapes (M = 4096). Prints the median
 microseconds per call of each case and samples the SM clock and power (nvidia-smi) into a CSV.
 
-Usage (GPU machine): python3 bench/data_distribution_probe.py clocks.csv
+Usage (GPU machine): python3 bench/probes/data_distribution_probe.py clocks.csv
 Result of 2026-12-01 (H200): bench/results/h200_2026-12-01_data_distribution_probe.txt
 """
 import subprocess

@@ -1,5 +1,6 @@
-// Kernel benchmark behind `flashnorm bench` (issue 3): every shape and M of a shapes.json
-// (shared/bench/shapes.json format), CUDA events, CUDA-graph captured and eager timings (medians),
+// The kernel benchmark behind `flashnorm bench` (issue 3; its own library, flashnorm_kernel_bench,
+// outside the product's kernel library): every shape and M of a shapes.json
+// (bench/shapes.json format), CUDA events, CUDA-graph captured and eager timings (medians),
 // W rotated over more copies than the L2 holds, random inputs. Variants, all in one process run:
 // rms_norm alone, unfused (rms_norm + cuBLASLt GEMM), bare cuBLASLt GEMM on folded weights, and
 // each flashnorm_linear implementation; HBM floor (bytes of W + x + y over the copy bandwidth
@@ -10,9 +11,10 @@
 #include <string>
 #include <vector>
 
-namespace flashnorm::kernels::cuda {
+namespace flashnorm::bench {
 
-struct BenchOptions {
+// What `flashnorm bench` passes (src/cli/cmd_bench.cpp).
+struct KernelBenchOptions {
   std::string shapes_path = "bench/shapes.json";
   std::vector<int> Ms;                 // empty: the file's "M" list
   std::vector<std::string> only;       // empty: every shape
@@ -28,6 +30,6 @@ struct BenchOptions {
 // Runs the benchmark on the current device, prints a table on stdout and returns the JSON document
 // {gpu, driver, commit, dirty, date, copy_bw_GBs, gemm_tflops, rows: [...]}. Throws
 // flashnorm::Error on any CUDA/cuBLASLt failure or an unreadable shapes file.
-nlohmann::json run_kernel_bench(const BenchOptions& opt);
+nlohmann::json run_kernel_bench(const KernelBenchOptions& opt);
 
-}  // namespace flashnorm::kernels::cuda
+}  // namespace flashnorm::bench

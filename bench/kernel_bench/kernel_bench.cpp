@@ -1,5 +1,5 @@
-// `flashnorm bench`: kernel benchmark (issue 3). See include/flashnorm/kernels/cuda/bench.h.
-#include "flashnorm/kernels/cuda/bench.h"
+// `flashnorm bench`: kernel benchmark (issue 3). See kernel_bench.h.
+#include "kernel_bench.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -13,17 +13,24 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "fill_random.h"
 #include "flashnorm/error.h"
 #include "flashnorm/kernels/cpu/reference.h"
 #include "flashnorm/kernels/cuda/device.h"
-#include "flashnorm/kernels/cuda/kernels.h"
-#include "launch.h"
+#include "flashnorm/kernels/cuda/graph_timer.h"
+#include "flashnorm/kernels/cuda/linear.h"
+#include "flashnorm/kernels/cuda/rms_norm.h"
 
-namespace flashnorm::kernels::cuda {
+namespace flashnorm::bench {
+
+using namespace kernels::cuda;  // NOLINT: the benchmark drives the kernel library's whole API
+namespace cpu = kernels::cpu;
+
 namespace {
 
 void ck(cudaError_t e, const char* what) {
@@ -33,79 +40,29 @@ void ck(cudaError_t e, const char* what) {
 
 using DevBuf = DeviceBuffer;  // device.h
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? NAN : v[v.size() / 2];
-}
-
 using Step = std::function<void(int, cudaStream_t)>;
 
-// One variant's CUDA graph: every rotating item's step once, captured after a warm-up.
-class VariantGraph {
- public:
-  VariantGraph(const Step& step, int n, cudaStream_t s) : n_(n) {
-    cudaGraph_t g;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < n; ++i) step(i, s);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge_, g, 0));
-    cudaGraphDestroy(g);
-    CK(cudaEventCreate(&a_));
-    CK(cudaEventCreate(&b_));
-  }
-  ~VariantGraph() {
-    cudaEventDestroy(a_);
-    cudaEventDestroy(b_);
-    cudaGraphExecDestroy(ge_);
-  }
-  VariantGraph(const VariantGraph&) = delete;
-  VariantGraph& operator=(const VariantGraph&) = delete;
-  void launch(cudaStream_t s) { CK(cudaGraphLaunch(ge_, s)); }
-  // One timed replay: microseconds per step.
-  double time_once(cudaStream_t s) {
-    CK(cudaEventRecord(a_, s));
-    CK(cudaGraphLaunch(ge_, s));
-    CK(cudaEventRecord(b_, s));
-    CK(cudaEventSynchronize(b_));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a_, b_));
-    return ms * 1e3 / n_;
-  }
-
- private:
-  int n_;
-  cudaGraphExec_t ge_ = nullptr;
-  cudaEvent_t a_ = nullptr, b_ = nullptr;
-};
-
-// Graph medians of every variant, interleaved replay by replay: all graphs are captured first
-// (after a warm-up of every variant, so no workspace grows during a capture: LinearContext refuses
-// to grow one while the stream captures), then each of `reps` sweeps replays every variant's graph
-// once, starting at the next variant each sweep (each variant keeps the same predecessor). Variants
-// thus share the card's clock and temperature history (long compute-bound GEMMs lower the clocks
-// within tens of milliseconds), instead of each meeting it at a different point of the run.
-// Returns the per-replay times of each variant (microseconds per step); reps >= 1.
-std::vector<std::vector<double>> time_graphs_interleaved(
-    const std::vector<std::pair<std::string, Step>>& variants, int n, int reps, cudaStream_t s,
-    LinearContext& ctx) {
+// Graph medians of every variant, interleaved replay by replay (graph_timer.h): every variant's n
+// steps are run once eagerly (plans, workspaces: LinearContext refuses to grow one while the stream
+// captures; a workspace that would grow during a capture is refused), all graphs captured, each
+// replayed 3 times, then `reps` sweeps. Returns the per-replay times of each variant (microseconds
+// per step); reps >= 1.
+std::vector<std::vector<double>> time_graphs(
+    const std::vector<std::pair<std::string, Step>>& variants, int n, int reps, cudaStream_t s) {
   if (reps < 1) throw flashnorm::Error("bench: --graph-reps must be >= 1");
+  GraphTimerOptions o;
+  o.warmup_steps = n, o.warm_replays = 3, o.rounds = reps;
+  std::vector<std::vector<float>> ms;
+  throw_if_error(time_graphs_interleaved(
+      static_cast<int>(variants.size()), n,
+      [&](int v, int i, cudaStream_t st) -> Status {
+        variants[v].second(i, st);
+        return {};
+      },
+      s, o, &ms));
   std::vector<std::vector<double>> times(variants.size());
-  for (auto& v : variants)
-    for (int i = 0; i < n; ++i) v.second(i, s);  // warm-up: plans, workspaces
-  CK(cudaStreamSynchronize(s));
-  const uint64_t gen = ctx.workspace_generation();
-  std::vector<std::unique_ptr<VariantGraph>> graphs;
-  for (auto& v : variants) graphs.push_back(std::make_unique<VariantGraph>(v.second, n, s));
-  if (ctx.workspace_generation() != gen)  // the graphs captured first would hold freed buffers
-    throw flashnorm::Error("bench: a LinearContext workspace grew between graph captures");
-  for (auto& g : graphs)
-    for (int i = 0; i < 3; ++i) g->launch(s);
-  const size_t V = variants.size();
-  for (int r = 0; r < reps; ++r)
-    for (size_t j = 0; j < V; ++j) {
-      const size_t vi = (j + static_cast<size_t>(r)) % V;
-      times[vi].push_back(graphs[vi]->time_once(s));
-    }
+  for (size_t v = 0; v < ms.size(); ++v)
+    for (float t : ms[v]) times[v].push_back(t * 1e3 / n);
   return times;
 }
 
@@ -140,7 +97,7 @@ std::vector<float> to_host_float(const void* d, size_t n) {
 
 }  // namespace
 
-nlohmann::json run_kernel_bench(const BenchOptions& opt) {
+nlohmann::json run_kernel_bench(const KernelBenchOptions& opt) {
   std::string why;  // the GPU first: without one, nothing else here matters
   if (!hopper_device_available(&why))
     throw Error(fmt::format("bench: no usable NVIDIA GPU ({})", why));
@@ -211,8 +168,8 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
     copy_bw = 2.0 * bytes / (median(ts) * 1e-3);  // bytes read + written per second
     const int64_t G = 8192;
     DevBuf x(G * G * 2), w(G * G * 2), y(G * G * 2);
-    CK(detail::launch_fill_random(dt, x.get(), G * G, 11, 1.f, 0, 0, s));
-    CK(detail::launch_fill_random(dt, w.get(), G * G, 12, 1.f, 0, 0, s));
+    CK(fill_random(dt, x.get(), G * G, 11, 1.f, 0, 0, s));
+    CK(fill_random(dt, w.get(), G * G, 12, 1.f, 0, 0, s));
     ts.clear();
     for (int r = 0; r < 12; ++r) {
       CK(cudaEventRecord(e0, s));
@@ -242,10 +199,10 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
     std::vector<std::unique_ptr<DevBuf>> W;
     for (int i = 0; i < nrot; ++i) {
       W.push_back(std::make_unique<DevBuf>(wbytes));
-      CK(detail::launch_fill_random(dt, W.back()->get(), N * K, 1000 + i, 0.05f, 0, 0, s));
+      CK(fill_random(dt, W.back()->get(), N * K, 1000 + i, 0.05f, 0, 0, s));
     }
     DevBuf gain(K * 2);
-    CK(detail::launch_fill_random(dt, gain.get(), K, 7, 0.1f, 0, 0, s));
+    CK(fill_random(dt, gain.get(), K, 7, 0.1f, 0, 0, s));
     {  // gain = 1 + 0.1 u : use the (1 + w) form of rms_norm instead of rewriting the buffer
     }
     std::vector<float> w0;
@@ -258,8 +215,8 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         X.push_back(std::make_unique<DevBuf>(xb));
         Y.push_back(std::make_unique<DevBuf>(yb));
         XN.push_back(std::make_unique<DevBuf>(xb));
-        CK(detail::launch_fill_random(dt, X.back()->get(), static_cast<size_t>(M) * K,
-                                      5000 + i * 131 + M, 3.f, K, 2.f, s));
+        CK(fill_random(dt, X.back()->get(), static_cast<size_t>(M) * K, 5000 + i * 131 + M, 3.f, K,
+                       2.f, s));
       }
       CK(cudaStreamSynchronize(s));
       auto largs = [&](int i) {
@@ -302,37 +259,25 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
                             }});
       // the fastest fused tile for this shape (tuned below, before any timing), and the same
       // kernel without its reduction and scale (a plain CUTLASS GEMM, not a flashnorm result)
-      int fused_tile = -2, pdl_tile = -2;
+      std::optional<PrefillConfig> fused_tile, pdl_tile;
       if (M >= 64 && LinearContext::has_fused_prefill()) {
         // the fastest configuration with the rstd kernel + PDL (tuned below)
         variants.push_back({"fn_prefill_pdl", [&](int i, cudaStream_t st) {
-                              ctx.debug.prefill_tile = pdl_tile;
-                              Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
-                              ctx.debug.prefill_tile = -2;
-                              throw_if_error(r);
+                              throw_if_error(ctx.run(largs(i), *pdl_tile, st));
                             }});
         variants.push_back({"fn_prefill_fused", [&](int i, cudaStream_t st) {
-                              ctx.debug.prefill_tile = fused_tile;
-                              Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
-                              ctx.debug.prefill_tile = -2;
-                              throw_if_error(r);
+                              throw_if_error(ctx.run(largs(i), *fused_tile, st));
                             }});
         if (dt == DType::kBF16)
           variants.push_back({"cutlass_plain", [&](int i, cudaStream_t st) {
-                                ctx.debug.prefill_tile = fused_tile;
-                                ctx.debug.prefill_plain_gemm = true;
-                                Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
-                                ctx.debug.prefill_plain_gemm = false;
-                                ctx.debug.prefill_tile = -2;
-                                throw_if_error(r);
+                                PrefillConfig plain = *fused_tile;
+                                plain.plain_gemm = true;
+                                throw_if_error(ctx.run(largs(i), plain, st));
                               }});
       }
       if (M >= 64)  // the prefill path before the fused kernel: rms_norm-style prescale + cuBLASLt
         variants.push_back({"fn_prefill_prescale", [&](int i, cudaStream_t st) {
-                              ctx.debug.prefill_prescale = true;
-                              Status r = ctx.run(largs(i), LinearImpl::kPrefill, st);
-                              ctx.debug.prefill_prescale = false;
-                              throw_if_error(r);
+                              throw_if_error(ctx.run(largs(i), PrefillConfig::prescale(), st));
                             }});
       if (M <=
           64)  // decode in a chain of PDL launches (each call overlaps the previous one's tail)
@@ -345,10 +290,9 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         for (int ks : {1, 2, 4, 8, 16, 32})
           if (ks == 1 || K / ks >= 64)
             variants.push_back({fmt::format("decode_ks{}", ks), [&, ks](int i, cudaStream_t st) {
-                                  ctx.debug.decode_ksplit = ks;
-                                  Status r = ctx.run(largs(i), LinearImpl::kDecode, st);
-                                  ctx.debug.decode_ksplit = 0;
-                                  throw_if_error(r);
+                                  DecodeConfig c = ctx.decode_config(M, N, K);
+                                  c.ks = ks;
+                                  throw_if_error(ctx.run(largs(i), c, st));
                                 }});
 
       nlohmann::json row = {{"name", name}, {"M", M},           {"K", K},
@@ -376,12 +320,10 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
         fused_tile = t.prefill_fused;
         pdl_tile = t.prefill_pdl;
         // no PDL configuration ran for this shape: nothing to time under its name
-        if (pdl_tile < 0)
+        if (!pdl_tile)
           std::erase_if(variants, [](const auto& v) { return v.first == "fn_prefill_pdl"; });
-        if (t.prefill_config >= LinearContext::kPrefillPrescale) {
-          row["prefill_tile"] = t.prefill_config == LinearContext::kPrefillPrescale
-                                    ? "prescale"
-                                    : LinearContext::prefill_tile_name(t.prefill_config);
+        if (t.prefill_config) {
+          row["prefill_tile"] = t.prefill_config->name();
           row["prefill_tuned_us"] = t.prefill_us;
         }
       }
@@ -392,8 +334,7 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
       row["decode_stages"] = dc.stages;
       row["auto_impl"] = std::string("fn_") + impl_name(ctx.choose(largs(0)));
       nlohmann::json vj;
-      const std::vector<std::vector<double>> times =
-          time_graphs_interleaved(variants, nrot, opt.graph_reps, s, ctx);
+      const std::vector<std::vector<double>> times = time_graphs(variants, nrot, opt.graph_reps, s);
       for (size_t vi = 0; vi < variants.size(); ++vi) {
         const std::string& vname = variants[vi].first;
         const Step& step = variants[vi].second;
@@ -441,8 +382,8 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           vj["unfused"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
           vj["bare"]["graph_us"].get<double>() / row["flashnorm_graph_us"].get<double>(),
           row["flashnorm_graph_us"].get<double>() / row["floor_us"].get<double>());
-      if (fused_tile >= 0) row["fused_tile"] = LinearContext::prefill_tile_name(fused_tile);
-      if (pdl_tile >= 0) row["pdl_tile"] = LinearContext::prefill_tile_name(pdl_tile);
+      if (fused_tile) row["fused_tile"] = fused_tile->name();
+      if (pdl_tile) row["pdl_tile"] = pdl_tile->name();
       if (vj.contains("cutlass_plain"))
         std::printf(
             "%-20s M=%-5d   prefill choice %s; fused (%s) %8.2f pdl (%s) %8.2f cutlass_plain "
@@ -480,4 +421,4 @@ nlohmann::json run_kernel_bench(const BenchOptions& opt) {
           {"rows", rows}};
 }
 
-}  // namespace flashnorm::kernels::cuda
+}  // namespace flashnorm::bench

@@ -2,7 +2,7 @@
 // teacher-forced logits over the first 1026 tokens of a text (two chunks of 513, standard mode),
 // each row rounded to bf16 and to fp16 (round to nearest even), argmax compared with the fp32 row.
 // Why the CUDA engine writes fp32 logits (docs/results.md, CUDA engine).
-// Usage: build/release/bench/logit_rounding MODEL.gguf [TEXT]   (TEXT: GPL-3 by default)
+// Usage: build/release/bench/probes/logit_rounding MODEL.gguf [TEXT]   (TEXT: GPL-3 by default)
 #include <cstdio>
 #include <fstream>
 #include <sstream>
