@@ -8,7 +8,7 @@
 
 namespace flashnorm::kernels::cpu {
 
-// IEEE binary16 / bfloat16 conversions (round to nearest even; NaN stays NaN).
+// IEEE binary16 / bfloat16 conversions (round to nearest even; NaN stays NaN): flashnorm/half.h.
 float bf16_to_float(uint16_t v);
 uint16_t float_to_bf16(float f);
 float fp16_to_float(uint16_t v);
