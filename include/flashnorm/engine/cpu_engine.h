@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "flashnorm/engine/engine.h"
@@ -41,6 +42,8 @@ class CpuEngine final : public Engine {
   const ModelConfig& config() const override { return m_.cfg; }
   NormMode mode() const override { return mode_; }
   const char* device() const override { return "cpu"; }
+  // "fp32, norm standard" or "fp32, norm flashnorm".
+  std::string describe() const override;
   // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
   // factor of model/audit.h's bound); 0 unless track_cancellation.
   double max_cancellation_error() const { return max_cancel_err_; }
