@@ -15,9 +15,6 @@
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/chat.h"
 #include "model_args.h"
-#if defined(FLASHNORM_HAVE_CUDA)
-#include "flashnorm/engine/cuda_engine.h"
-#endif
 
 namespace flashnorm::cli {
 
@@ -117,18 +114,16 @@ void register_generate(CLI::App& app) {
       return true;
     };
     auto t0 = clk::now(), t1 = t0;
-    bool on_gpu = false;
-#if defined(FLASHNORM_HAVE_CUDA)
-    auto* cuda = dynamic_cast<CudaEngine*>(eng.get());
-    on_gpu = cuda && (a->s.temperature == 0.0f || (a->s.top_k <= 0 && a->s.top_p >= 1.0f));
+    // Sampling on the device when the engine has it and the sampler needs nothing it lacks.
+    const bool on_gpu = eng->samples_on_device() &&
+                        (a->s.temperature == 0.0f || (a->s.top_k <= 0 && a->s.top_p >= 1.0f));
     if (on_gpu) {
       bool first = true;
-      cuda->generate(ids, a->n, a->s.temperature, a->s.seed, [&](int32_t t) {
+      eng->generate(ids, a->n, a->s.temperature, a->s.seed, [&](int32_t t) {
         if (first) t1 = clk::now(), first = false;  // prompt done when the first token exists
         return emit(t);
       });
     }
-#endif
     if (!on_gpu) {
       std::vector<float> logits = eng->forward(ids);
       t1 = clk::now();

@@ -13,12 +13,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "flashnorm/engine/make_engine.h"
 #include "flashnorm/error.h"
-#if defined(FLASHNORM_HAVE_CUDA)
-#include <cuda_runtime.h>
-
-#include "flashnorm/engine/cuda_engine.h"
-#endif
 
 namespace flashnorm::cli {
 
@@ -41,17 +37,14 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
                 "that one RMSNorm with its gain");
 }
 
+namespace {
+Device parse_device(const std::string& device) {
+  return device == "cuda" ? Device::kCuda : device == "cpu" ? Device::kCpu : Device::kAuto;
+}
+}  // namespace
+
 std::string resolve_device(const std::string& device) {
-#if defined(FLASHNORM_HAVE_CUDA)
-  std::string why;
-  const bool gpu = cuda_device_available(&why);
-  if (device == "auto") return gpu ? "cuda" : "cpu";
-  if (device == "cuda" && !gpu) throw Error("--device cuda: no usable NVIDIA GPU (" + why + ")");
-  return device;
-#else
-  if (device == "cuda") throw Error("--device cuda: flashnorm was built without CUDA");
-  return "cpu";
-#endif
+  return flashnorm::resolve_device(parse_device(device)) == Device::kCuda ? "cuda" : "cpu";
 }
 
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
@@ -68,27 +61,20 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
                  "note: --fold-tied-head: this model's LM head is not tied to the embedding (a "
                  "folded file's never is); nothing to fold\n");
   }
-#if defined(FLASHNORM_HAVE_CUDA)
-  if (dev == "cuda") {
-    CudaEngineOptions o;
-    o.max_context = ctx;
-    o.cancel = cancel;
-    o.dtype = d.dtype == "fp16" ? kernels::cuda::DType::kFP16 : kernels::cuda::DType::kBF16;
-    o.deferred = d.deferred == "two-stream" ? Deferred::kTwoStream : Deferred::kFused;
-    o.graph = !d.eager;
-    o.fold_tied_head = d.fold_tied_head;
-    return std::make_unique<CudaEngine>(model, mode, o);
-  }
-#endif
-  return std::make_unique<CpuEngine>(std::move(model), mode, ctx, cancel, track);
+  EngineOptions o;
+  o.device = dev == "cuda" ? Device::kCuda : Device::kCpu;
+  o.max_context = ctx;
+  o.cancel = cancel;
+  o.track_cancellation = track;
+  o.dtype = d.dtype == "fp16" ? HalfType::kFP16 : HalfType::kBF16;
+  o.deferred = d.deferred == "two-stream" ? Deferred::kTwoStream : Deferred::kFused;
+  o.decode = d.eager ? DecodeLaunch::kEager : DecodeLaunch::kGraph;
+  o.tied_head = d.fold_tied_head ? TiedHead::kFoldCopy : TiedHead::kKeepGain;
+  return flashnorm::make_engine(std::move(model), mode, o);
 }
 
 std::string describe_engine(const Engine& e) {
-#if defined(FLASHNORM_HAVE_CUDA)
-  if (auto* c = dynamic_cast<const CudaEngine*>(&e)) return "cuda, " + c->describe();
-#endif
-  return fmt::format("cpu, fp32, norm {}",
-                     e.mode() == NormMode::Standard ? "standard" : "flashnorm");
+  return fmt::format("{}, {}", e.device(), e.describe());
 }
 
 NormMode parse_norm_mode(const std::string& s) {
@@ -207,14 +193,7 @@ std::string read_prompt_file(const std::string& path) {
 
 nlohmann::json gpu_run_stamp(std::time_t when, const std::string& commit,
                              const std::string& driver) {
-  std::string gpu = "none";
-#if defined(FLASHNORM_HAVE_CUDA)
-  cudaDeviceProp prop{};
-  int dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
-    gpu = prop.name;
-  }
-#endif
+  const std::string gpu = gpu_name();
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&when));
   return {{"gpu", gpu}, {"date", date}, {"commit", commit}, {"driver", driver}};

@@ -27,12 +27,13 @@ struct DeviceArgs {
 void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.
 std::string resolve_device(const std::string& device);
-// An engine on the resolved device. ctx: KV cache length (0: default); cancel / track as in
+// An engine on the resolved device (flashnorm::make_engine, engine/make_engine.h). ctx: KV cache length (0: default); cancel / track as in
 // CpuEngine (track: CPU only). Options that do not apply (CUDA-only flags on the CPU, --deferred
 // in standard mode) get a one-line note on stderr.
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track = false);
-// One line describing the engine ("cpu fp32" or the CUDA engine's describe()).
+// One line describing the engine: "<device>, <Engine::describe()>" (e.g. "cpu, fp32, norm
+// flashnorm").
 std::string describe_engine(const Engine& e);
 
 // "standard" / "flashnorm" -> NormMode. Throws Error otherwise.

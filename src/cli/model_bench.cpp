@@ -22,8 +22,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
+#include "flashnorm/median.h"
 #include "flashnorm/model/model.h"
 #include "model_args.h"
 #if defined(FLASHNORM_HAVE_CUDA)
@@ -38,10 +39,6 @@ namespace flashnorm::cli {
 void run_model_bench(const ModelBenchArgs&) { throw Error("flashnorm was built without CUDA"); }
 #else
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 nlohmann::json profile_json(const StepProfile& p) {
   return {{"norm_us", p.norm_us},
           {"normed_proj_us", p.normed_proj_us},
@@ -77,42 +74,42 @@ void run_model_bench(const ModelBenchArgs& a) {
     std::string name;
     NormMode mode;
     Deferred deferred;
-    bool fused_add;
+    StandardNorm standard;
     bool fuse_decode_ops;
-    bool decode_ring = false;
-    bool fold_tied_head = false;
+    bool allow_ring = false;
+    TiedHead tied_head = TiedHead::kKeepGain;
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
   };
+  const StandardNorm sep = StandardNorm::kSeparate, fused_add = StandardNorm::kFusedAdd;
   std::vector<Config> cfgs;
-  cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, false, true});
-  cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, false, true});
-  cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, false, true});
-  cfgs.push_back({"standard fused add+norm", NormMode::Standard, Deferred::kFused, true, true});
-  // Ablation: CudaEngineOptions::fuse_decode_ops off.
-  cfgs.push_back({"standard, unfused ops", NormMode::Standard, Deferred::kFused, false, false});
-  cfgs.push_back({"flashnorm, unfused ops", NormMode::FlashNorm, Deferred::kFused, false, false});
-  // Ablation: the decode GEMV's tuner may pick the cp.async ring (CudaEngineOptions::decode_ring).
-  cfgs.push_back({"standard, ring GEMVs", NormMode::Standard, Deferred::kFused, false, true, true});
+  cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, sep, true});
+  cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, sep, true});
+  cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, sep, true});
   cfgs.push_back(
-      {"flashnorm, ring GEMVs", NormMode::FlashNorm, Deferred::kFused, false, true, true});
-  // A tied LM head with its final gain folded into an untied copy
-  // (CudaEngineOptions::fold_tied_head)
+      {"standard fused add+norm", NormMode::Standard, Deferred::kFused, fused_add, true});
+  // Ablation: CudaLaunch::fuse_decode_ops off.
+  cfgs.push_back({"standard, unfused ops", NormMode::Standard, Deferred::kFused, sep, false});
+  cfgs.push_back({"flashnorm, unfused ops", NormMode::FlashNorm, Deferred::kFused, sep, false});
+  // Ablation: the decode GEMV's tuner may pick the cp.async ring (CudaGemv::allow_ring).
+  cfgs.push_back({"standard, ring GEMVs", NormMode::Standard, Deferred::kFused, sep, true, true});
+  cfgs.push_back({"flashnorm, ring GEMVs", NormMode::FlashNorm, Deferred::kFused, sep, true, true});
+  // A tied LM head with its final gain folded into an untied copy (TiedHead::kFoldCopy)
   if (model.cfg.tied_head) {
-    cfgs.push_back({"flashnorm, head folded", NormMode::FlashNorm, Deferred::kFused, false, true,
-                    false, true});
+    cfgs.push_back({"flashnorm, head folded", NormMode::FlashNorm, Deferred::kFused, sep, true,
+                    false, TiedHead::kFoldCopy});
   }
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
     CudaEngineOptions o;
-    o.max_context = std::min(ctx, model.cfg.context);
-    o.max_batch = a.prompt_tokens;
-    o.deferred = c.deferred;
-    o.fused_add_norm = c.fused_add;
-    o.fuse_decode_ops = c.fuse_decode_ops;
-    o.decode_ring = c.decode_ring;
-    o.fold_tied_head = c.fold_tied_head;
+    o.capacity.max_context = std::min(ctx, model.cfg.context);
+    o.capacity.max_batch = a.prompt_tokens;
+    o.flashnorm.deferred = c.deferred;
+    o.flashnorm.tied_head = c.tied_head;
+    o.standard = c.standard;
+    o.launch.fuse_decode_ops = c.fuse_decode_ops;
+    o.gemv.allow_ring = c.allow_ring;
     c.e = std::make_unique<CudaEngine>(model, c.mode, o);
   }
   std::mt19937 rng(1234);

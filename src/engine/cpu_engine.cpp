@@ -9,6 +9,7 @@
 
 #include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/error.h"
+#include "flashnorm/fold/fold_gain.h"
 #include "flashnorm/model/audit.h"
 
 namespace flashnorm {
@@ -41,15 +42,13 @@ void rms_norm_row(float* x, int k, const float* gain, float eps) {
   for (int i = 0; i < k; ++i) x[i] = x[i] * r * (gain ? gain[i] : 1.0f);
 }
 
-// Returns W diag(g) rounded once to fp32 (product formed in fp64), or a copy of W.
+// Returns W diag(g) rounded once to fp32 (product formed in fp64: fold/fold_gain.h), or a copy of
+// W without a gain.
 std::vector<float> fold_columns(const Tensor& w, const float* gain) {
-  std::vector<float> out(w.data);
-  if (!gain) return out;
-  const size_t k = w.cols();
-  for (size_t r = 0; r < w.rows(); ++r) {
-    float* row = out.data() + r * k;
-    for (size_t i = 0; i < k; ++i) row[i] = static_cast<float>(double(row[i]) * double(gain[i]));
-  }
+  if (!gain) return w.data;
+  std::vector<float> out(w.data.size());
+  const std::vector<double> g(gain, gain + w.cols());
+  fold_gain(w.data, w.cols(), g, FoldTarget::kF32, out);
   return out;
 }
 
@@ -77,7 +76,7 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   // Gains stay owned by the model, replaced by their multiplier form (1 + w for OnePlus files).
   auto gains = [&](const std::string& name) {
     Tensor& t = m_.get(name);
-    std::vector<double> g = effective_gain(t, c.gains);
+    std::vector<double> g = gain_multipliers(t.data, c.gains);
     t.data.assign(g.begin(), g.end());
     return t.data.data();
   };
@@ -138,6 +137,10 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
 }
 
 void CpuEngine::reset() { pos_ = 0; }
+
+std::string CpuEngine::describe() const {
+  return fmt::format("fp32, norm {}", mode_ == NormMode::Standard ? "standard" : "flashnorm");
+}
 
 // Standard: y = (x * rstd * g) W^T. FlashNorm: y = rstd * (x W*^T) with W* folded at load;
 // the GEMM reads raw x and the row scale is applied after both it and rstd are complete.

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "flashnorm/error.h"
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
@@ -37,25 +37,23 @@ std::vector<uint8_t> encode(const std::vector<double>& v, GgmlType type, FoldedT
   std::vector<uint8_t> out;
   switch (type) {
     case GgmlType::F32: {
-      out.resize(v.size() * 4);
-      for (size_t i = 0; i < v.size(); ++i) {
-        float f = round_to_f32(v[i]);
-        std::memcpy(&out[i * 4], &f, 4);
-      }
+      std::vector<float> f(v.size());
+      round_folded(v, FoldTarget::kF32, f);
+      out.resize(f.size() * 4);
+      std::memcpy(out.data(), f.data(), out.size());
       return out;
     }
     case GgmlType::F16:
     case GgmlType::BF16: {
-      out.resize(v.size() * 2);
-      for (size_t i = 0; i < v.size(); ++i) {
-        uint16_t h = type == GgmlType::F16 ? round_to_f16(v[i]) : round_to_bf16(v[i]);
-        std::memcpy(&out[i * 2], &h, 2);
-      }
+      std::vector<uint16_t> h(v.size());
+      round_folded(v, type == GgmlType::F16 ? FoldTarget::kF16 : FoldTarget::kBF16, h);
+      out.resize(h.size() * 2);
+      std::memcpy(out.data(), h.data(), out.size());
       return out;
     }
     default: {
       std::vector<float> f(v.size());
-      for (size_t i = 0; i < v.size(); ++i) f[i] = round_to_f32(v[i]);
+      round_folded(v, FoldTarget::kF32, f);
       out = io::quantize(type, f);
       std::vector<float> back(v.size());
       io::dequantize(type, out, back);
@@ -108,13 +106,8 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     if (t->dims.size() != 1) {
       throw Error(fmt::format("{}: norm tensor '{}' is not a vector", in.string(), norm));
     }
-    std::vector<float> w = dequant(f, *t);
-    std::vector<double> g(w.begin(), w.end());
-    const GainConvention conv = opt.assume_gains.value_or(arch.gguf_gains);
-    if (conv == GainConvention::OnePlus) {
-      for (auto& v : g) v += 1.0;
-    }
-    gains.emplace(norm, std::move(g));
+    gains.emplace(norm,
+                  gain_multipliers(dequant(f, *t), opt.assume_gains.value_or(arch.gguf_gains)));
   }
   // Every consumer must exist (the LM head may be tied), with rows as long as its norm.
   const io::GgufTensorInfo* tied = nullptr;
@@ -156,9 +149,7 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     if (auto it = plan.consumer_to_norm.find(t.name); it != plan.consumer_to_norm.end()) {
       outs.push_back(fold_one(t, t.name, it->second));
     } else if (gains.count(t.name)) {
-      const float id =
-          opt.assume_gains.value_or(arch.gguf_gains) == GainConvention::OnePlus ? 0.0f : 1.0f;
-      std::vector<float> v(t.n_elements, id);
+      std::vector<float> v(t.n_elements, identity_gain(opt.assume_gains.value_or(arch.gguf_gains)));
       io::GgufTensorOut o{t.name, t.dims, GgmlType::F32, {}, {}};
       o.bytes.resize(v.size() * 4);
       std::memcpy(o.bytes.data(), v.data(), o.bytes.size());

@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flashnorm/error.h"
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/atomic_file.h"
-#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
@@ -53,12 +53,8 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   };
   std::map<std::string, std::vector<double>> gains;  // canonical norm -> multipliers
   for (const auto& norm : plan.norms) {
-    std::vector<float> w = d.load_fp32(hf(norm));
-    std::vector<double> g(w.begin(), w.end());
-    if (opt.assume_gains.value_or(arch->hf_gains) == GainConvention::OnePlus) {
-      for (auto& v : g) v += 1.0;
-    }
-    gains.emplace(norm, std::move(g));
+    gains.emplace(
+        norm, gain_multipliers(d.load_fp32(hf(norm)), opt.assume_gains.value_or(arch->hf_gains)));
   }
   const std::string head_hf = hf(arch->head);
   std::vector<std::string> names = d.tensor_names();
@@ -89,24 +85,19 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                                 g.size()));
       }
       std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], g);
-      check_folded_range(folded,
-                         o.dtype == io::StDtype::F16    ? FoldTarget::kF16
-                         : o.dtype == io::StDtype::BF16 ? FoldTarget::kBF16
-                                                        : FoldTarget::kF32,
-                         name);
-      // Values are handed to the writer as fp32; for F16/BF16 targets round via round-to-odd
-      // so that the writer's final rounding equals one rounding of the fp64 product.
-      for (size_t i = 0; i < folded.size(); ++i) {
-        o.values[i] =
-            o.dtype == io::StDtype::F32 ? round_to_f32(folded[i]) : round_to_odd_f32(folded[i]);
-      }
+      const FoldTarget target = o.dtype == io::StDtype::F16    ? FoldTarget::kF16
+                                : o.dtype == io::StDtype::BF16 ? FoldTarget::kBF16
+                                                               : FoldTarget::kF32;
+      check_folded_range(folded, target, name);
+      // Values are handed to the writer as fp32: for F16/BF16 targets the round-to-odd carrier, so
+      // that the writer's final rounding equals one rounding of the fp64 product.
+      round_folded(folded, target, o.values);
       rep.tensors.push_back(
           {name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype))});
       if (opt.progress) opt.progress(++done, total);
     } else if (canon && gains.count(*canon)) {
-      const float id =
-          opt.assume_gains.value_or(arch->hf_gains) == GainConvention::OnePlus ? 0.0f : 1.0f;
-      std::fill(o.values.begin(), o.values.end(), id);
+      std::fill(o.values.begin(), o.values.end(),
+                identity_gain(opt.assume_gains.value_or(arch->hf_gains)));
       rep.folded_norms.push_back(name);
     }
     outs.push_back(std::move(o));

@@ -1,27 +1,15 @@
+// Range checks of folded values (fold.h) and FoldReport's summaries.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 
-#include "flashnorm/fold/fold.h"
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/fold/fold.h"
+#include "flashnorm/half.h"
 
 namespace flashnorm {
-float round_to_odd_f32(double v) {
-  if (!std::isfinite(v)) return static_cast<float>(v);
-  float f = static_cast<float>(v);
-  if (static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
-}
-
-float round_to_f32(double v) { return static_cast<float>(v); }
-uint16_t round_to_f16(double v) { return io::fp32_to_fp16(round_to_odd_f32(v)); }
-uint16_t round_to_bf16(double v) { return io::fp32_to_bf16(round_to_odd_f32(v)); }
-
 namespace {
 
 // Refuses a fold that stores `flushed` of a tensor's `nonzero` non-zero values as zero, when that
@@ -55,10 +43,10 @@ void check_folded_range(std::span<const double> v, FoldTarget target, std::strin
         back = round_to_f32(v[i]);
         break;
       case FoldTarget::kF16:
-        back = io::fp16_to_fp32(round_to_f16(v[i]));
+        back = half::f16_to_f32(round_to_f16(v[i]));
         break;
       case FoldTarget::kBF16:
-        back = io::bf16_to_fp32(round_to_bf16(v[i]));
+        back = half::bf16_to_f32(round_to_bf16(v[i]));
         break;
     }
     if (!std::isfinite(back)) {
@@ -118,15 +106,6 @@ void check_requantized(std::span<const double> v, std::span<const float> back, s
   check_flushed(flushed, nonzero, example, flushed ? v[example] : 0, tensor, type,
                 "whole blocks read back as zero (their scale underflows); fold with --dtype f32 "
                 "or bf16 instead of --requantize");
-}
-
-std::vector<double> fold_matrix(std::span<const float> w, size_t rows, size_t cols,
-                                std::span<const double> gain) {
-  std::vector<double> out(rows * cols);
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) out[r * cols + c] = double(w[r * cols + c]) * gain[c];
-  }
-  return out;
 }
 
 std::map<std::string, double> FoldReport::requant_rel_rms_by_kind() const {

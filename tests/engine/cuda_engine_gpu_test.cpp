@@ -1,9 +1,10 @@
-// GPU tests of the CUDA engine (need an H100/H200; not registered with ctest, run by
-// scripts/gpu_engine.sh on the device machine). Small random Llama and Gemma 3 checkpoints
-// (QK-norm, post norms, GeGLU, sliding window, tied and untied heads) run on the CUDA engine in
-// every mode and are compared with the CPU fp32 engine on the same unfolded checkpoint:
-// teacher-forced logits and top-1; decode steps (graph replay) against prefill logits; GPU-sampled
-// generation against a host argmax loop; seeded sampling; chunked prefill; error paths.
+// GPU tests of the CUDA engine (need an H100/H200; ctest label `gpu`, reported skipped without a
+// GPU: engine_gpu_main.cpp; scripts/gpu_engine.sh runs them on the device machine). Small random
+// Llama and Gemma 3 checkpoints (QK-norm, post norms, GeGLU, sliding window, tied and untied heads)
+// run on the CUDA engine in every mode and are compared with the CPU fp32 engine on the same
+// unfolded checkpoint: teacher-forced logits and top-1; decode steps (graph replay) against prefill
+// logits; GPU-sampled generation against a host argmax loop; seeded sampling; chunked prefill;
+// error paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,18 +20,27 @@
 
 namespace flashnorm {
 namespace {
-namespace fk = kernels::cuda;
-
 struct Case {
   const char* name;
   bool gemma;
   bool tied;
   NormMode mode;
   Deferred deferred;
-  fk::DType dt;
-  bool fused_add = false;       // Standard mode with the residual add + RMSNorm fused
-  bool fold_tied_head = false;  // FlashNorm mode: CudaEngineOptions::fold_tied_head
+  HalfType dt;
+  StandardNorm standard = StandardNorm::kSeparate;
+  TiedHead tied_head = TiedHead::kKeepGain;  // FlashNorm mode
 };
+
+// The engine options of a case, with a 128-position cache.
+CudaEngineOptions case_options(const Case& c) {
+  CudaEngineOptions o;
+  o.capacity.max_context = 128, o.dtype = c.dt, o.standard = c.standard;
+  o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
+  return o;
+}
+
+// Relative logit tolerance of the engine dtype against fp32.
+double dtype_tol(HalfType t) { return t == HalfType::kBF16 ? 3e-2 : 4e-3; }
 
 std::string model_dir(bool gemma, bool tied) {
   const std::string name = std::string(gemma ? "g3" : "ll") + (tied ? "_tied" : "_untied");
@@ -61,14 +71,11 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
   const Case c = GetParam();
   const std::string dir = model_dir(c.gemma, c.tied);
   CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
-  CudaEngineOptions o;
-  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
-  o.fold_tied_head = c.fold_tied_head;
-  CudaEngine gpu(load_model(dir), c.mode, o);
+  CudaEngine gpu(load_model(dir), c.mode, case_options(c));
   const std::vector<int32_t> seq = random_ids(96, cpu.config().vocab, 3);
   ComparisonStats st = compare_teacher_forced(cpu, &gpu, seq, 48);
   const double top1 = double(st.top1_agree) / st.positions;
-  const double tol = c.dt == fk::DType::kBF16 ? 3e-2 : 4e-3;
+  const double tol = dtype_tol(c.dt);
   std::printf(
       "[%s] positions %zu top-1 %.4f max rel logit diff %.3e (tol %.0e) ppl cpu %.4f gpu %.4f\n",
       c.name, st.positions, top1, st.max_rel_logit_diff, tol, st.ppl_a(), st.ppl_b());
@@ -79,11 +86,7 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
 
 TEST_P(CudaEngineVsCpu, DecodeStepsMatchPrefill) {
   const Case c = GetParam();
-  const std::string dir = model_dir(c.gemma, c.tied);
-  CudaEngineOptions o;
-  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
-  o.fold_tied_head = c.fold_tied_head;
-  CudaEngine gpu(load_model(dir), c.mode, o);
+  CudaEngine gpu(load_model(model_dir(c.gemma, c.tied)), c.mode, case_options(c));
   const int V = gpu.config().vocab;
   const std::vector<int32_t> seq = random_ids(40, V, 9);
   const std::vector<float> all = gpu.forward(seq, true);
@@ -95,17 +98,15 @@ TEST_P(CudaEngineVsCpu, DecodeStepsMatchPrefill) {
     worst = std::max(worst, max_rel_diff(std::span<const float>(&all[t * V], V), l));
   }
   std::printf("[%s] decode vs prefill: max rel logit diff %.3e\n", c.name, worst);
-  EXPECT_LT(worst, c.dt == fk::DType::kBF16 ? 3e-2 : 4e-3);
+  EXPECT_LT(worst, dtype_tol(c.dt));
 }
 
 TEST_P(CudaEngineVsCpu, GpuGreedyGenerationMatchesHostArgmax) {
   const Case c = GetParam();
-  const std::string dir = model_dir(c.gemma, c.tied);
-  CudaEngineOptions o;
-  o.max_context = 128, o.deferred = c.deferred, o.dtype = c.dt, o.fused_add_norm = c.fused_add;
-  o.fold_tied_head = c.fold_tied_head;
-  o.tune = false;  // heuristic launch configurations (keeps this test quick under the sanitizers)
-  CudaEngine gpu(load_model(dir), c.mode, o);
+  CudaEngineOptions o = case_options(c);
+  // heuristic launch configurations (keeps this test quick under the sanitizers)
+  o.gemv.choice = GemvChoice::kHeuristic;
+  CudaEngine gpu(load_model(model_dir(c.gemma, c.tied)), c.mode, o);
   const std::vector<int32_t> prompt = random_ids(12, gpu.config().vocab, 4);
   std::vector<int32_t> streamed;
   const std::vector<int32_t> dev = gpu.generate(prompt, 48, 0.0f, 0, [&](int32_t t) {
@@ -119,28 +120,28 @@ TEST_P(CudaEngineVsCpu, GpuGreedyGenerationMatchesHostArgmax) {
 }
 
 const Case kCases[] = {
-    {"llama_std_bf16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16},
-    {"llama_fn_bf16", false, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
-    {"llama_fn2s_bf16", false, true, NormMode::FlashNorm, Deferred::kTwoStream, fk::DType::kBF16},
-    {"llama_untied_fn_bf16", false, false, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
+    {"llama_std_bf16", false, true, NormMode::Standard, Deferred::kFused, HalfType::kBF16},
+    {"llama_fn_bf16", false, true, NormMode::FlashNorm, Deferred::kFused, HalfType::kBF16},
+    {"llama_fn2s_bf16", false, true, NormMode::FlashNorm, Deferred::kTwoStream, HalfType::kBF16},
+    {"llama_untied_fn_bf16", false, false, NormMode::FlashNorm, Deferred::kFused, HalfType::kBF16},
     {"llama_untied_fn2s_bf16", false, false, NormMode::FlashNorm, Deferred::kTwoStream,
-     fk::DType::kBF16},
-    {"llama_fn_fp16", false, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kFP16},
-    {"llama_std_fp16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kFP16},
-    {"gemma3_std_bf16", true, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16},
-    {"gemma3_fn_bf16", true, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kBF16},
-    {"gemma3_fn2s_bf16", true, true, NormMode::FlashNorm, Deferred::kTwoStream, fk::DType::kBF16},
-    {"gemma3_fn_fp16", true, true, NormMode::FlashNorm, Deferred::kFused, fk::DType::kFP16},
-    {"llama_stdfused_bf16", false, true, NormMode::Standard, Deferred::kFused, fk::DType::kBF16,
-     true},
-    {"gemma3_stdfused_bf16", true, false, NormMode::Standard, Deferred::kFused, fk::DType::kBF16,
-     true},
-    {"llama_stdfused_fp16", false, false, NormMode::Standard, Deferred::kFused, fk::DType::kFP16,
-     true},
+     HalfType::kBF16},
+    {"llama_fn_fp16", false, true, NormMode::FlashNorm, Deferred::kFused, HalfType::kFP16},
+    {"llama_std_fp16", false, true, NormMode::Standard, Deferred::kFused, HalfType::kFP16},
+    {"gemma3_std_bf16", true, true, NormMode::Standard, Deferred::kFused, HalfType::kBF16},
+    {"gemma3_fn_bf16", true, true, NormMode::FlashNorm, Deferred::kFused, HalfType::kBF16},
+    {"gemma3_fn2s_bf16", true, true, NormMode::FlashNorm, Deferred::kTwoStream, HalfType::kBF16},
+    {"gemma3_fn_fp16", true, true, NormMode::FlashNorm, Deferred::kFused, HalfType::kFP16},
+    {"llama_stdfused_bf16", false, true, NormMode::Standard, Deferred::kFused, HalfType::kBF16,
+     StandardNorm::kFusedAdd},
+    {"gemma3_stdfused_bf16", true, false, NormMode::Standard, Deferred::kFused, HalfType::kBF16,
+     StandardNorm::kFusedAdd},
+    {"llama_stdfused_fp16", false, false, NormMode::Standard, Deferred::kFused, HalfType::kFP16,
+     StandardNorm::kFusedAdd},
     {"llama_fn_headfolded_bf16", false, true, NormMode::FlashNorm, Deferred::kFused,
-     fk::DType::kBF16, false, true},
+     HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kFoldCopy},
     {"gemma3_fn_headfolded_bf16", true, true, NormMode::FlashNorm, Deferred::kFused,
-     fk::DType::kBF16, false, true},
+     HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kFoldCopy},
 };
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineVsCpu, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
@@ -163,7 +164,7 @@ TEST(CudaEngine, SeededSamplingIsReproducible) {
 TEST(CudaEngine, ChunkedPrefillMatchesOnePass) {
   const std::string dir = model_dir(true, true);
   CudaEngineOptions small;
-  small.max_context = 128, small.max_batch = 7;
+  small.capacity.max_context = 128, small.capacity.max_batch = 7;
   CudaEngine a(load_model(dir), NormMode::FlashNorm, small);
   CudaEngine b(load_model(dir), NormMode::FlashNorm);
   const std::vector<int32_t> seq = random_ids(50, a.config().vocab, 2);
@@ -186,10 +187,11 @@ TEST(CudaEngine, ChunkedPrefillMatchesOnePass) {
 TEST(CudaEngine, DecodeGraphSurvivesWorkspaceGrowth) {
   const std::string dir = model_dir(false, true);
   CudaEngineOptions o;
-  o.max_context = 128, o.deferred = Deferred::kTwoStream, o.tune = false;
+  o.capacity.max_context = 128, o.flashnorm.deferred = Deferred::kTwoStream;
+  o.gemv.choice = GemvChoice::kHeuristic;
   CudaEngine g(load_model(dir), NormMode::FlashNorm, o);
   CudaEngineOptions eo = o;
-  eo.graph = false;
+  eo.launch.decode = DecodeLaunch::kEager;
   CudaEngine ref(load_model(dir), NormMode::FlashNorm, eo);
   const std::vector<int32_t> ids = random_ids(60, g.config().vocab, 6);
   std::span<const int32_t> all(ids);
@@ -223,12 +225,12 @@ double max_diff_prompt_and_steps(CudaEngine& a, CudaEngine& b, int history = 0) 
 
 // max_diff_prompt_and_steps between an engine with default options and one with `change` applied,
 // on the random Llama or Gemma 3 checkpoint in `mode`. Both use heuristic GEMV configurations
-// (tune = false), so the summation order of the GEMVs is the same.
+// (GemvChoice::kHeuristic), so the summation order of the GEMVs is the same.
 double option_diff(bool gemma, NormMode mode, void (*change)(CudaEngineOptions&),
                    int max_context = 128, int history = 0) {
   const std::string dir = model_dir(gemma, true);
   CudaEngineOptions base;
-  base.max_context = max_context, base.tune = false;
+  base.capacity.max_context = max_context, base.gemv.choice = GemvChoice::kHeuristic;
   CudaEngineOptions other = base;
   change(other);
   CudaEngine a(load_model(dir), mode, base), b(load_model(dir), mode, other);
@@ -238,8 +240,8 @@ std::string case_name(bool gemma, NormMode mode) {
   return std::string(gemma ? "gemma3 " : "llama ") +
          (mode == NormMode::Standard ? "standard" : "flashnorm");
 }
-void pdl_off(CudaEngineOptions& o) { o.pdl = false; }
-void fusion_off(CudaEngineOptions& o) { o.fuse_decode_ops = false; }
+void pdl_off(CudaEngineOptions& o) { o.launch.pdl = false; }
+void fusion_off(CudaEngineOptions& o) { o.launch.fuse_decode_ops = false; }
 
 // PDL changes when kernels start, never what they compute: logits bitwise equal with and without
 // it, for Llama and Gemma 3 in both modes.
@@ -279,7 +281,7 @@ TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernelsOverSeveralChunks) {
 
 TEST(CudaEngine, RefusesBadTokensAndFullCache) {
   CudaEngineOptions o;
-  o.max_context = 16;
+  o.capacity.max_context = 16;
   CudaEngine gpu(load_model(model_dir(false, true)), NormMode::FlashNorm, o);
   const int32_t bad[] = {1, gpu.config().vocab};
   EXPECT_THROW(gpu.forward(bad), Error);

@@ -4,13 +4,20 @@
 // token history; every `--check-every` steps a third engine recomputes the whole history from an
 // empty KV cache. A step fails when its logits differ beyond rounding (relative to the logit scale)
 // or its top-1 differs where the reference's top-2 gap is clear; the first failing step is
-// reported. With --no-join the two-stream variant skips its event join and its rstd producer is
-// delayed: the post-scale then reads a stale rstd ("outputs from the past") and the test must fail.
-// Exit code: 0 all configurations passed, 1 a step failed, 2 usage or setup error.
+// reported.
+// Negative control (LongGeneration.NoJoinProducesWrongSteps): the two-stream variant with its event
+// join removed and its rstd producer delayed reads a stale rstd ("outputs from the past"); the test
+// asserts that this run fails at some step, so the comparison is known to catch the race.
+// ctest label `gpu` (skipped without a GPU: engine_gpu_main.cpp; skipped without the model).
+// Options after GoogleTest's: --model GGUF (default: the SmolLM2 GGUF of scripts/fetch_models.sh),
+// --steps, --check-every, --prompt, --delay-cycles, --tol, --only NAME..., --no-tune.
+#include <gtest/gtest.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,9 +27,19 @@
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/tokenizer.h"
+#include "support/random_llama.h"
 
 namespace {
 using namespace flashnorm;
+
+struct RaceArgs {
+  std::string model, prompt = "The history of the printing press begins";
+  int steps = 2048, check_every = 256;
+  long long delay = 50000;
+  double tol = 1e-2, fresh_tol = 5e-2;
+  bool no_tune = false;
+  std::vector<std::string> only;
+} g_args;
 
 struct Diff {
   double rel = 0;    // max |a - b| / max |ref|
@@ -40,126 +57,163 @@ Diff compare(std::span<const float> ref, std::span<const float> got, double tie_
 }
 
 struct Config {
-  std::string name;
+  const char* name;
   NormMode mode;
   Deferred deferred;
-  bool fused_add = false;
-  bool fold_tied_head = false;
+  StandardNorm standard = StandardNorm::kSeparate;
+  TiedHead tied_head = TiedHead::kKeepGain;
 };
+
+// The model and the prompt's ids, loaded once.
+struct Loaded {
+  Model m;
+  std::vector<int32_t> ids;
+  std::unique_ptr<Tokenizer> tok;
+};
+const Loaded& loaded() {
+  static Loaded l = [] {
+    Loaded r;
+    r.m = load_model(g_args.model);
+    io::GgufFile vocab = io::GgufFile::open(g_args.model);
+    r.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(vocab));
+    r.ids = r.tok->encode(g_args.prompt, false);
+    if (r.tok->add_bos() && r.tok->bos()) r.ids.insert(r.ids.begin(), *r.tok->bos());
+    return r;
+  }();
+  return l;
+}
+
+// Runs configuration c (with the two-stream join removed when no_join); returns the first failing
+// step, or -1 when all g_args.steps steps pass.
+int first_failing_step(const Config& c, bool no_join) {
+  const Loaded& l = loaded();
+  const int steps = g_args.steps;
+  CudaEngineOptions o;
+  o.capacity.max_context = static_cast<int>(l.ids.size()) + steps + 8;
+  o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
+  o.standard = c.standard;
+  // heuristic: the reference engines take the same heuristic configurations
+  if (g_args.no_tune) o.gemv.choice = GemvChoice::kHeuristic;
+  CudaEngineOptions ro = o;
+  ro.launch.decode = DecodeLaunch::kEager;
+  if (c.deferred == Deferred::kTwoStream) {
+    o.debug.delay_rstd_cycles = g_args.delay;  // the join must hold despite a slow rstd producer
+    o.debug.no_join = no_join;
+  }
+  CudaEngine test(l.m, c.mode, o);
+  ro.gemv_configs = test.gemv_tuning();  // identical kernels: only the graph differs
+  CudaEngine ref(l.m, c.mode, ro), fresh(l.m, c.mode, ro);
+  std::printf("[%s] %s%s | reference: %s | %d steps\n", c.name, test.describe().c_str(),
+              no_join ? " | JOIN REMOVED" : "", ref.describe().c_str(), steps);
+  std::vector<int32_t> hist = l.ids;
+  std::vector<float> lt = test.forward(l.ids), lr = ref.forward(l.ids);
+  double worst = 0, worst_fresh = 0;
+  int first_fail = -1, recomputes = 0;
+  for (int s = 0; s < steps && first_fail < 0; ++s) {
+    const int32_t next = argmax(lt);
+    hist.push_back(next);
+    lt = test.forward(std::span<const int32_t>(&next, 1));
+    lr = ref.forward(std::span<const int32_t>(&next, 1));
+    const Diff d = compare(lr, lt, g_args.tol);
+    worst = std::max(worst, d.rel);
+    if (d.rel > g_args.tol || !d.top1) {
+      first_fail = s;
+      std::printf(
+          "  step %d (position %zu) differs: relative logit difference %.3e, top-1 %d (graph) vs "
+          "%d (eager reference)\n",
+          s, hist.size() - 1, d.rel, d.b, d.a);
+      break;
+    }
+    if ((s + 1) % g_args.check_every == 0 || s + 1 == steps) {
+      fresh.reset();
+      const std::vector<float> lf = fresh.forward(hist);
+      const Diff f = compare(lf, lt, g_args.fresh_tol);
+      worst_fresh = std::max(worst_fresh, f.rel);
+      ++recomputes;
+      if (f.rel > g_args.fresh_tol || !f.top1) {
+        first_fail = s;
+        std::printf(
+            "  step %d differs from a full recompute of %zu tokens: relative logit difference "
+            "%.3e, top-1 %d vs %d\n",
+            s, hist.size(), f.rel, f.b, f.a);
+      }
+    }
+  }
+  const std::string text = l.tok->decode(std::span<const int32_t>(hist).subspan(l.ids.size()));
+  std::printf("  text: %s%s\n", g_args.prompt.c_str(), text.substr(0, 300).c_str());
+  if (first_fail < 0) {
+    std::printf(
+        "  all %d steps match: largest relative logit difference vs eager %.3e, %d full "
+        "recomputes (largest %.3e)\n",
+        steps, worst, recomputes, worst_fresh);
+  }
+  return first_fail;
+}
+
+// Skips unless the model exists and `name` is selected by --only (all when empty).
+bool selected(const std::string& name) {
+  return g_args.only.empty() ||
+         std::find(g_args.only.begin(), g_args.only.end(), name) != g_args.only.end();
+}
+#define SKIP_UNLESS_RUNNABLE(name)                                                      \
+  if (!std::filesystem::exists(g_args.model))                                           \
+    GTEST_SKIP() << "needs the model " << g_args.model << " (scripts/fetch_models.sh)"; \
+  if (!selected(name)) GTEST_SKIP() << name << " not in --only"
+
+class LongGeneration : public ::testing::TestWithParam<Config> {};
+
+TEST_P(LongGeneration, GraphReplayMatchesEagerEveryStep) {
+  SKIP_UNLESS_RUNNABLE(GetParam().name);
+  EXPECT_EQ(first_failing_step(GetParam(), false), -1);
+}
+
+const Config kConfigs[] = {
+    {"standard", NormMode::Standard, Deferred::kFused},
+    {"standard-fused-add", NormMode::Standard, Deferred::kFused, StandardNorm::kFusedAdd},
+    {"flashnorm", NormMode::FlashNorm, Deferred::kFused},
+    {"two-stream", NormMode::FlashNorm, Deferred::kTwoStream},
+    {"flashnorm-head-folded", NormMode::FlashNorm, Deferred::kFused, StandardNorm::kSeparate,
+     TiedHead::kFoldCopy}};
+INSTANTIATE_TEST_SUITE_P(Configs, LongGeneration, ::testing::ValuesIn(kConfigs),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// The negative control: without the two-stream join the graph-replayed engine must go wrong.
+TEST(LongGeneration, NoJoinProducesWrongSteps) {
+  SKIP_UNLESS_RUNNABLE("two-stream");
+  const int fail = first_failing_step(kConfigs[3], /*no_join=*/true);
+  EXPECT_GE(fail, 0) << "with the two-stream join removed, all " << g_args.steps
+                     << " steps still matched: the race test cannot catch the race it is for";
+}
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The race test's own options (engine_gpu_main.cpp).
+bool engine_gpu_test_args(int argc, char** argv) {
   CLI::App app{"Long-generation race test of the CUDA engine (graph replay vs eager recompute)"};
-  std::string model, prompt = "The history of the printing press begins";
-  int steps = 2048, check_every = 256;
-  long long delay = 50000;
-  double tol = 1e-2, fresh_tol = 5e-2;
-  bool no_join = false, no_tune = false;
-  std::vector<std::string> only;
-  app.add_option("--model", model, "GGUF model")->required()->check(CLI::ExistingFile);
-  app.add_option("--steps", steps, "decode steps per configuration")->capture_default_str();
-  app.add_option("--check-every", check_every, "full recompute every N steps")
+  g_args.model = flashnorm::testing::smollm2_path();
+  app.add_option("--model", g_args.model, "GGUF model")->capture_default_str();
+  app.add_option("--steps", g_args.steps, "decode steps per configuration")->capture_default_str();
+  app.add_option("--check-every", g_args.check_every, "full recompute every N steps")
       ->capture_default_str();
-  app.add_option("--prompt", prompt, "prompt text")->capture_default_str();
-  app.add_option("--delay-cycles", delay, "two-stream: spin cycles before the rstd kernel")
+  app.add_option("--prompt", g_args.prompt, "prompt text")->capture_default_str();
+  app.add_option("--delay-cycles", g_args.delay, "two-stream: spin cycles before the rstd kernel")
       ->capture_default_str();
-  app.add_option("--tol", tol, "per-step relative logit tolerance")->capture_default_str();
-  app.add_option("--only", only,
+  app.add_option("--tol", g_args.tol, "per-step relative logit tolerance")->capture_default_str();
+  app.add_option("--only", g_args.only,
                  "configurations: standard, standard-fused-add, flashnorm, two-stream, "
                  "flashnorm-head-folded");
-  app.add_flag("--no-join", no_join, "remove the two-stream join (the test must then FAIL)");
-  app.add_flag("--no-tune", no_tune,
+  app.add_flag("--no-tune", g_args.no_tune,
                "heuristic decode GEMV configurations instead of tuning at load (quick under "
                "compute-sanitizer)");
-  CLI11_PARSE(app, argc, argv);
   try {
-    std::string why;
-    if (!cuda_device_available(&why)) {
-      std::fprintf(stderr, "no usable NVIDIA GPU (%s): run on the device machine\n", why.c_str());
-      return 2;
-    }
-    const Model m = load_model(model);
-    io::GgufFile vocab = io::GgufFile::open(model);
-    Tokenizer tok = Tokenizer::from_gguf(vocab);
-    std::vector<int32_t> ids = tok.encode(prompt, false);
-    if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());
-    std::vector<Config> cfgs = {
-        {"standard", NormMode::Standard, Deferred::kFused},
-        {"standard-fused-add", NormMode::Standard, Deferred::kFused, true},
-        {"flashnorm", NormMode::FlashNorm, Deferred::kFused},
-        {"two-stream", NormMode::FlashNorm, Deferred::kTwoStream},
-        {"flashnorm-head-folded", NormMode::FlashNorm, Deferred::kFused, false, true}};
-    if (no_join) cfgs = {cfgs[3]};
-    int failed = 0;
-    for (const Config& c : cfgs) {
-      if (!only.empty() && std::find(only.begin(), only.end(), c.name) == only.end()) continue;
-      CudaEngineOptions o;
-      o.max_context = static_cast<int>(ids.size()) + steps + 8;
-      o.deferred = c.deferred;
-      o.fused_add_norm = c.fused_add;
-      o.fold_tied_head = c.fold_tied_head;
-      o.tune = !no_tune;  // off: the reference engines take the same heuristic configurations
-      CudaEngineOptions ro = o;
-      ro.graph = false;
-      if (c.deferred == Deferred::kTwoStream) {
-        o.debug.delay_rstd_cycles = delay;  // the join must hold despite a slow rstd producer
-        o.debug.no_join = no_join;
-      }
-      CudaEngine test(m, c.mode, o);
-      ro.gemv_configs = test.gemv_tuning();  // identical kernels: only the graph differs
-      CudaEngine ref(m, c.mode, ro), fresh(m, c.mode, ro);
-      std::printf("[%s] %s%s | reference: %s | %d steps\n", c.name.c_str(), test.describe().c_str(),
-                  no_join ? " | JOIN REMOVED" : "", ref.describe().c_str(), steps);
-      std::vector<int32_t> hist = ids;
-      std::vector<float> lt = test.forward(ids), lr = ref.forward(ids);
-      double worst = 0, worst_fresh = 0;
-      int first_fail = -1, recomputes = 0;
-      for (int s = 0; s < steps && first_fail < 0; ++s) {
-        const int32_t next = argmax(lt);
-        hist.push_back(next);
-        lt = test.forward(std::span<const int32_t>(&next, 1));
-        lr = ref.forward(std::span<const int32_t>(&next, 1));
-        const Diff d = compare(lr, lt, tol);
-        worst = std::max(worst, d.rel);
-        if (d.rel > tol || !d.top1) {
-          first_fail = s;
-          std::printf(
-              "  FAILED at step %d (position %zu): relative logit difference %.3e, top-1 "
-              "%d (graph) vs %d (eager reference)\n",
-              s, hist.size() - 1, d.rel, d.b, d.a);
-          break;
-        }
-        if ((s + 1) % check_every == 0 || s + 1 == steps) {
-          fresh.reset();
-          const std::vector<float> lf = fresh.forward(hist);
-          const Diff f = compare(lf, lt, fresh_tol);
-          worst_fresh = std::max(worst_fresh, f.rel);
-          ++recomputes;
-          if (f.rel > fresh_tol || !f.top1) {
-            first_fail = s;
-            std::printf(
-                "  FAILED at step %d against a full recompute of %zu tokens: relative "
-                "logit difference %.3e, top-1 %d vs %d\n",
-                s, hist.size(), f.rel, f.b, f.a);
-          }
-        }
-      }
-      const std::string text = tok.decode(std::span<const int32_t>(hist).subspan(ids.size()));
-      std::printf("  text: %s%s\n", prompt.c_str(), text.substr(0, 300).c_str());
-      if (first_fail < 0) {
-        std::printf(
-            "  PASSED: %d steps, largest relative logit difference vs eager %.3e, %d full "
-            "recomputes (largest %.3e)\n",
-            steps, worst, recomputes, worst_fresh);
-      } else {
-        ++failed;
-      }
-    }
-    std::printf("%s\n", failed ? "FAILED" : "PASSED");
-    return failed ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return false;
   }
+  return true;
 }

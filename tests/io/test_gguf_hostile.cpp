@@ -1,7 +1,7 @@
 // Hand-broken GGUF images: each must be refused with a FormatError whose message names the field
 // (and the problem), never a crash, a huge allocation or another exception. The images are built
 // in memory by a small builder following the GGUF v3 layout (ggml/docs/gguf.md); the kinds of
-// breakage follow the "GGUF reading rules" of shared/design/models.md and the public advisories
+// breakage follow the "GGUF reading rules" of docs/design.md section 5 and the public advisories
 // against GGUF parsers (count and length overflows, n_dims, dims products, offsets, alignment,
 // element types). Run under ASan+UBSan too (cmake -DFLASHNORM_SANITIZE=ON).
 #include <gtest/gtest.h>

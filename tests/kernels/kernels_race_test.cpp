@@ -1,4 +1,4 @@
-// Race tests (issue 3, flashnorm.md section 2 "The join"): a decode loop that reuses x, y and the
+// Race tests (issue 3, docs/design.md section 2 "The join"): a decode loop that reuses x, y and the
 // context's rstd buffer across many steps, with fresh inputs each step whose row norms differ by up
 // to 2^6, one producer delayed on purpose by a spin kernel, and every step compared with the fp64
 // CPU reference. The negative controls (NoJoin*) remove the join (RaceHooks::no_join: the

@@ -1,4 +1,4 @@
-// Dropped redundant normalization (design notes section 3): the graph audit, the eps bound, and
+// Dropped redundant normalization (docs/design.md section 3): the graph audit, the eps bound, and
 // the engine on synthetic models for the cases no real file here has.
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // over a KV cache (sliding window on local layers), SwiGLU or GeGLU, post-attention/post-FFN
 // norms, residual adds, final norm and LM head. What differs between architectures comes from
 // the ArchDescription (consumers, renorms, hooks), not from per-architecture code paths.
-// Two normalization modes over one code path (FlashNorm design notes sections 1-2):
+// Two normalization modes over one code path (docs/design.md sections 1-2):
 //   Standard:  z = (x * rstd(x) * g) W^T         — RMSNorm with gain, then the projection.
 //   FlashNorm: z = rstd(x) * (x W*^T), W* = W diag(g) — folded weights (folded at load when the
 //              file is not folded already), the projection on raw x, rstd computed beside it
@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "flashnorm/engine/engine.h"
@@ -41,6 +42,8 @@ class CpuEngine final : public Engine {
   const ModelConfig& config() const override { return m_.cfg; }
   NormMode mode() const override { return mode_; }
   const char* device() const override { return "cpu"; }
+  // "fp32, norm standard" or "fp32, norm flashnorm".
+  std::string describe() const override;
   // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
   // factor of model/audit.h's bound); 0 unless track_cancellation.
   double max_cancellation_error() const { return max_cancel_err_; }

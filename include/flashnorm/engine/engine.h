@@ -1,20 +1,38 @@
 // What every inference backend offers (CPU fp32 engine, CUDA bf16 engine): append tokens to the
-// KV cache and get fp32 logits. Used by `generate`, `verify` and the equivalence tests so that the
-// same measurement code runs on either backend.
+// KV cache and get fp32 logits, describe itself, and (where the backend has them) generate with
+// sampling on the device and time its decode step. Used by `generate`, `verify`, `bench --model`
+// and the equivalence tests so that the same code drives either backend; engines are made by
+// make_engine (engine/make_engine.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "flashnorm/model/model.h"
 
 namespace flashnorm {
 
-// Normalization modes (FlashNorm design notes sections 1-2):
+// Normalization modes (docs/design.md sections 1-2):
 //   Standard:  z = (x * rstd(x) * g) W^T   — RMSNorm with gain, then the projection.
 //   FlashNorm: z = rstd(x) * (x W*^T)       — folded weights W* = W diag(g), rstd beside the GEMM.
 enum class NormMode { Standard, FlashNorm };
+
+// Per-step time by kernel class from an eager, event-bracketed decode step (median of reps).
+struct StepProfile {
+  // RMSNorm kernels (Standard mode; with StandardNorm::kFusedAdd, the add+norm kernels; FlashNorm
+  // mode: the final norm of a tied LM head that keeps its gain)
+  double norm_us = 0;
+  double normed_proj_us = 0;  // q|k|v, gate|up and LM-head projections (FlashNorm: incl. rstd)
+  double other_proj_us = 0;   // o and down projections
+  double attention_us = 0;    // RoPE/KV write + attention
+  double other_us = 0;        // embedding, residual adds, GLU, sampling
+  double total_us() const {
+    return norm_us + normed_proj_us + other_proj_us + attention_us + other_us;
+  }
+};
 
 class Engine {
  public:
@@ -33,6 +51,27 @@ class Engine {
   virtual std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) = 0;
   // "cpu" or "cuda".
   virtual const char* device() const = 0;
+  // What runs, in one line after the device (the CLI prints "<device>, <describe()>"): the
+  // CPU engine's "fp32, norm flashnorm"; the CUDA engine's dtype, mode, variant, graph, PDL.
+  virtual std::string describe() const = 0;
+
+  // True when generate() samples on the device (the CUDA engine); otherwise callers sample the
+  // logits of forward() on the host (engine/sampler.h).
+  virtual bool samples_on_device() const { return false; }
+  // Feeds `prompt`, then produces n tokens sampled on the device (greedy when temperature == 0,
+  // else Gumbel-max at that temperature with `seed`), each passed to on_token (optional; return
+  // false to stop early). Returns the tokens. Errors: Error on a backend without device sampling
+  // (samples_on_device() false), a bad token id or a full KV cache.
+  virtual std::vector<int32_t> generate(std::span<const int32_t> prompt, int n, float temperature,
+                                        uint64_t seed,
+                                        const std::function<bool(int32_t)>& on_token = {});
+  // Microseconds per decode step at the current position (mean of `reps` steps after 2 warm-up
+  // steps); advances the position by reps + 2. Errors: Error on a backend without a timed decode
+  // step (the CPU engine).
+  virtual double time_decode_steps(int reps);
+  // The decode step split by kernel class (median over reps); advances the position by reps + 1.
+  // Errors: as time_decode_steps.
+  virtual StepProfile profile_decode_step(int reps);
 };
 
 }  // namespace flashnorm

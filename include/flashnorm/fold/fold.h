@@ -1,4 +1,5 @@
-// Weight folding (FlashNorm design notes section 1): for every RMSNorm whose output feeds linear
+// Weight folding of model files (docs/design.md section 1; the fold of one matrix and its
+// rounding: fold/fold_gain.h): for every RMSNorm whose output feeds linear
 // layers, W*[:, i] = g_i * W[:, i] for each consumer W [N, K], computed in fp64 from the original
 // values and rounded once to the stored type; the norm's gain is then set to its identity
 // (1 for plain gains, 0 for `1 + w` gains); a tied LM head is untied so the embedding lookup
@@ -16,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "flashnorm/fold/fold_gain.h"
 #include "flashnorm/io/ggml_types.h"
 #include "flashnorm/model/arch.h"
 
@@ -68,23 +70,6 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
 // (transformers would ignore that tensor). Folded values are checked (check_folded_range).
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
                    const FoldOptions& opt = {});
-
-// Folds gains into a row-major matrix w [rows, cols] in fp64: out[r][c] = w[r][c] * gain[c].
-std::vector<double> fold_matrix(std::span<const float> w, size_t rows, size_t cols,
-                                std::span<const double> gain);
-
-// Rounds an fp64 value once to fp32 / f16 / bf16 (no double rounding: fp64 -> fp32 uses
-// round-to-odd before the final round-to-nearest-even for the 16-bit types).
-float round_to_f32(double v);
-// fp64 -> fp32 with round-to-odd (truncate toward zero, set the last bit if inexact): a later
-// round-to-nearest-even to f16/bf16 of this value equals one rounding of v (Boldo & Melquiond,
-// "When double rounding is odd", 2005).
-float round_to_odd_f32(double v);
-uint16_t round_to_f16(double v);
-uint16_t round_to_bf16(double v);
-
-// The type folded values are rounded to before they are stored (block types: fp32, their input).
-enum class FoldTarget { kF32, kF16, kBF16 };
 
 // The largest fraction of a tensor's non-zero folded values that may be stored as zero (flushed
 // by rounding: a tiny gain times a small weight below the type's smallest subnormal, or a

@@ -3,7 +3,7 @@
 // their input (the graph facts that FlashNorm's folding, deferral and cancellation rely on).
 // Tensor names are canonical GGUF names (llama.cpp's gguf-py constants.py, MODEL_TENSOR names);
 // Hugging Face names map onto them through `hf_names`.
-// Sources: FlashNorm design notes sections 1-3; llama: HF LlamaForCausalLM
+// Sources: docs/design.md sections 1-3; llama: HF LlamaForCausalLM
 // (modeling_llama.py); llama.cpp convert_hf_to_gguf.py for the GGUF naming and q/k permutation.
 #pragma once
 
@@ -27,7 +27,7 @@ enum class RopeLayout { Adjacent, Neox };
 // the layer's output: std::nullopt = used as is; a tensor name = RMS-normalized again with that
 // gain (per head, e.g. QK-norm); "" = RMS-normalized again without a gain (Gemma 4's v norm).
 // A consumer whose output is renormalized (and that has no bias) makes the input norm's rstd
-// cancel for it: RMSNorm((s x) W^T) = RMSNorm(x W^T) for s > 0 (design notes section 3).
+// cancel for it: RMSNorm((s x) W^T) = RMSNorm(x W^T) for s > 0 (docs/design.md section 3).
 struct Consumer {
   std::string tensor;                 // e.g. "blk.{L}.attn_q.weight"
   std::optional<std::string> renorm;  // e.g. "blk.{L}.attn_q_norm.weight"

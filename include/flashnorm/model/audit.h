@@ -1,4 +1,4 @@
-// Graph-level eligibility audit for dropped redundant normalization (FlashNorm design notes
+// Graph-level eligibility audit for dropped redundant normalization (docs/design.md
 // section 3). For each normalization and each consumer of its output: the norm's rstd cancels
 // for that consumer when the consumer is a bias-free linear layer whose output is RMS-normalized
 // again (QK-norm), because RMSNorm((s x) W^T) = RMSNorm(x W^T) for any s > 0. The whole rstd

@@ -1,6 +1,6 @@
 // GGUF v3 reader. Every number taken from the file is checked against the bytes that exist,
 // with overflow-checked arithmetic, before it is used to allocate or index; see the "GGUF
-// reading rules" in shared/design/models.md.
+// reading rules" in docs/design.md section 5.
 // Source: GGUF specification, ggml/docs/gguf.md (file structure, version 3).
 #include <fcntl.h>
 #include <fmt/format.h>

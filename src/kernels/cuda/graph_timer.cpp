@@ -63,15 +63,4 @@ Status time_graphs_interleaved(int variants, int steps, const GraphStep& step, c
   return st;
 }
 
-namespace {
-template <class T>
-T upper_median(std::vector<T> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? T(NAN) : v[v.size() / 2];
-}
-}  // namespace
-
-float median(std::vector<float> v) { return upper_median(std::move(v)); }
-double median(std::vector<double> v) { return upper_median(std::move(v)); }
-
 }  // namespace flashnorm::kernels::cuda

@@ -10,7 +10,7 @@
 // collectives of cutlass/gemm/collective/sm90_mma_tma_gmma_{ss,rs}_warpspecialized.hpp, of which
 // RowScaledMainloop and RowScaledRsMainloop replace the consumer side (mma).
 //
-// Joins (shared/design/flashnorm.md section 2):
+// Joins (docs/design.md section 2):
 //  - kFused: inside one thread: a row's scale is applied by the thread that holds that row's
 //    accumulators, after warpgroup_wait<0> (every wgmma of the tile has completed) and after the
 //    quad reduction of the partial sums over all k-tiles of the tile (each work tile spans the

@@ -1,5 +1,5 @@
 // CPU reference implementations (fp64 accumulation) of the flashnorm kernels; the GPU tests compare
-// against these. Source: shared/design/flashnorm.md sections 2 and 4 (eps inside the square root,
+// against these. Source: docs/design.md sections 2 and 4 (eps inside the square root,
 // as HF Llama/Gemma/Qwen RMSNorm; scale before bias).
 #pragma once
 
@@ -8,7 +8,7 @@
 
 namespace flashnorm::kernels::cpu {
 
-// IEEE binary16 / bfloat16 conversions (round to nearest even; NaN stays NaN).
+// IEEE binary16 / bfloat16 conversions (round to nearest even; NaN stays NaN): flashnorm/half.h.
 float bf16_to_float(uint16_t v);
 uint16_t float_to_bf16(float f);
 float fp16_to_float(uint16_t v);

@@ -1,5 +1,5 @@
 // C ABI of the FlashNorm CUDA linear layer: y[M, N] = rstd(x) * (x[M, K] W*[N, K]^T), the deferred
-// normalization of shared/design/flashnorm.md section 2 (W* = folded weights, rstd =
+// normalization of docs/design.md section 2 (W* = folded weights, rstd =
 // 1 / sqrt(mean(x^2) + eps) per row of x, fp32 accumulation), for callers that cannot use the C++
 // API: Python through ctypes (bench/torch_peers.py times it beside PyTorch in one process), and
 // later a PyTorch extension. Built as the shared library libflashnorm_capi.so wherever nvcc exists.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "flashnorm/kernels/cuda/status.h"
+#include "flashnorm/median.h"
 
 namespace flashnorm::kernels::cuda {
 
@@ -34,8 +35,7 @@ Status time_graphs_interleaved(int variants, int steps, const GraphStep& step, c
                                const GraphTimerOptions& options,
                                std::vector<std::vector<float>>* ms_per_graph);
 
-// The upper median (v[n / 2] of the sorted values); NaN for an empty vector.
-float median(std::vector<float> v);
-double median(std::vector<double> v);
+// Medians of these times: flashnorm::median (flashnorm/median.h).
+using flashnorm::median;
 
 }  // namespace flashnorm::kernels::cuda

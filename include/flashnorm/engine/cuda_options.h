@@ -1,0 +1,101 @@
+// How the CUDA engine runs (engine/cuda_engine.h), as small groups of choices instead of a row of
+// flags. CUDA-free, so that the engine factory (engine/make_engine.h) and the CLI take these in a
+// build without CUDA; the kernel-level extras (tuned GEMV configurations, race-test hooks) are in
+// CudaEngineOptions.
+#pragma once
+
+namespace flashnorm {
+
+// Weight and activation type of the CUDA engine's GEMM inputs.
+enum class HalfType { kBF16, kFP16 };
+
+// How FlashNorm mode runs its deferred normalization.
+enum class Deferred {
+  kFused,      // flashnorm_linear's dispatcher (kAuto): one fused kernel in decode
+  kTwoStream,  // the seed's scheme: cuBLASLt GEMM + rstd on a side stream, events, post-scale
+};
+
+// FlashNorm mode with an LM head tied to the token embedding (SmolLM2, Gemma). No effect on an
+// untied head (a folded file's included).
+enum class TiedHead {
+  // Keep it tied and run the final RMSNorm with its gain (one rms_norm launch per pass that
+  // computes logits; the head reads the same dtype weights as Standard's).
+  kKeepGain,
+  // Fold the final gain into an untied copy of the head (no norm kernel at all, but vocab x hidden
+  // more weights on the GPU, e.g. +57 MB in bf16 for SmolLM2-135M, +336 MB for Gemma 3 270M, and
+  // the head rounded to dtype as round(g * E) instead of Standard's round(E) with g applied to the
+  // activation).
+  kFoldCopy,
+};
+
+// Standard mode's RMSNorm before a normed projection.
+enum class StandardNorm {
+  kSeparate,  // its own rms_norm kernel
+  // The residual add also writes the next RMSNorm's output (vLLM's fused_add_rms_norm), so no
+  // standalone norm kernel runs after the first layer's.
+  kFusedAdd,
+};
+
+// How decode steps (one token) are launched.
+enum class DecodeLaunch {
+  kGraph,  // replayed from a CUDA graph captured on first use
+  kEager,  // launched kernel by kernel
+};
+
+// The kernel of plain projections (o, down, Standard's normed ones).
+enum class PlainGemm {
+  kAuto,      // the decode kernel for M <= 16 tokens, cuBLASLt above
+  kCublasLt,  // cuBLASLt at every M
+};
+
+// KV cache and batch capacity.
+struct CudaCapacity {
+  int max_context = 0;  // KV cache positions; 0: min(model context, 8192); at most 32768
+  int max_batch = 512;  // largest number of tokens in one forward pass (longer ones are split)
+};
+
+// FlashNorm mode's choices.
+struct CudaFlashNorm {
+  bool cancel = true;  // drop the rstd that QK-norm cancels (scale mask 0 on those columns)
+  Deferred deferred = Deferred::kFused;
+  TiedHead tied_head = TiedHead::kKeepGain;
+};
+
+// Kernel launches of a forward pass.
+struct CudaLaunch {
+  DecodeLaunch decode = DecodeLaunch::kGraph;
+  // Programmatic dependent launch for every kernel (both modes): each may start while the
+  // preceding one finishes and waits for it before touching memory; the decode GEMV streams its
+  // weights during the wait (linear.h, LinearArgs::pdl).
+  bool pdl = true;
+  // Forward passes of at most 16 tokens (decode) whose plain projections take the decode kernel
+  // (PlainGemm::kAuto): the residual add runs in the epilogue of the o and down projections
+  // (LinearArgs::accumulate; layers without a post-norm, and not with StandardNorm::kFusedAdd,
+  // whose add carries the next norm), the GLU inside the down projection (LinearArgs::x_glu; when
+  // its staged input, T x ffn dtype elements, is at most 48 KiB), and RoPE / QK-norm / KV write,
+  // split-key attention and the merge of the key chunks as one kernel (decode_attention). Same
+  // functions as the separate kernels, in both modes; up to five fewer launches per layer (two
+  // with post-norms).
+  bool fuse_decode_ops = true;
+  PlainGemm plain = PlainGemm::kAuto;
+};
+
+// Where the decode GEMV's launch configurations come from (CudaEngineOptions::gemv_configs, when
+// given, overrides both).
+enum class GemvChoice {
+  // At load, autotune the CTA shape and split-K for each one-token projection shape over the
+  // layers' own weights (LinearContext::tune_decode).
+  kTune,
+  kHeuristic,  // LinearContext's heuristic (quick; e.g. under compute-sanitizer)
+};
+
+// The decode GEMV's configurations.
+struct CudaGemv {
+  GemvChoice choice = GemvChoice::kTune;
+  // Let the tuning pick the decode GEMV's cp.async ring (DecodeConfig::stages; M <= 8). Off by
+  // default: the ring won on SmolLM2's q|k|v and o shapes timed alone, yet the engine's decode step
+  // was slower with it (H200, 2026-12-01: docs/results.md, "Decode speed at batch 1").
+  bool allow_ring = false;
+};
+
+}  // namespace flashnorm

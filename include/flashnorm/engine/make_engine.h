@@ -1,0 +1,52 @@
+// The one place that chooses and makes an inference backend: the CPU fp32 engine or, in a build
+// with CUDA and on a machine with a usable GPU, the CUDA engine. Callers (the CLI) drive the result
+// through the Engine interface only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "flashnorm/engine/cuda_options.h"
+#include "flashnorm/engine/engine.h"
+#include "flashnorm/model/model.h"
+
+namespace flashnorm {
+
+// Where a model runs.
+enum class Device {
+  kAuto,  // the CUDA engine when a usable GPU is present (cuda_available), else the CPU engine
+  kCpu,
+  kCuda,  // Error when no usable GPU is present or the build has no CUDA
+};
+
+// What make_engine needs beyond the model and mode. CUDA-only groups are ignored by the CPU engine,
+// CPU-only fields by the CUDA engine.
+struct EngineOptions {
+  Device device = Device::kAuto;
+  int max_context = 0;               // KV cache positions (0: the backend's default)
+  bool cancel = true;                // FlashNorm mode: drop the rstd that renormalization cancels
+  bool track_cancellation = false;   // CPU only: CpuEngine's track_cancellation
+  HalfType dtype = HalfType::kBF16;  // CUDA only
+  Deferred deferred = Deferred::kFused;        // CUDA, FlashNorm mode
+  TiedHead tied_head = TiedHead::kKeepGain;    // CUDA, FlashNorm mode
+  DecodeLaunch decode = DecodeLaunch::kGraph;  // CUDA
+};
+
+// True when the build has CUDA and a CUDA device with compute capability 9.0 is present (the
+// kernels are built for sm_90a only); else false with the reason in *why (when given), e.g.
+// "flashnorm was built without CUDA".
+bool cuda_available(std::string* why = nullptr);
+
+// The device `d` resolves to on this machine and build: kCpu or kCuda (kAuto by cuda_available).
+// Errors: Error for kCuda without a usable GPU ("--device cuda: no usable NVIDIA GPU (...)") or in
+// a build without CUDA ("--device cuda: flashnorm was built without CUDA").
+Device resolve_device(Device d);
+
+// An engine for `model` in `mode` on resolve_device(o.device). Errors: as resolve_device, and the
+// engines' constructors' (engine/cpu_engine.h, engine/cuda_engine.h).
+std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o);
+
+// The current CUDA device's name, or "none" (no CUDA in this build, or no device).
+std::string gpu_name();
+
+}  // namespace flashnorm

@@ -1,0 +1,169 @@
+// The CUDA engine's forward pass (internal.h): per layer, the normed q|k|v projection, RoPE /
+// QK-norm / KV write and attention, the o projection and residual add, the normed gate|up
+// projection, the GLU, the down projection and residual add; then the normed LM head and the
+// sampler. The normed projections are where the modes differ (engine/cuda_engine.h).
+#include "flashnorm/error.h"
+#include "internal.h"
+
+namespace flashnorm::cuda_engine {
+
+fk::GluKind Forward::glu_kind() const {
+  return hooks.act == Activation::GeluTanh ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
+}
+
+bool Forward::glu_in_down(int T) const {
+  return opt.launch.fuse_decode_ops && decode_path(T) && size_t(T) * d.F * 2 <= 48 * 1024;
+}
+
+bool Forward::decode_path(int M) const {
+  return M <= fk::LinearContext::kAutoDecodeMaxM && opt.launch.plain == PlainGemm::kAuto;
+}
+
+// y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes). With
+// add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead (the residual
+// add in the GEMV's epilogue; y, ldy, y_f32 unused). With glu (decode_path(M) only): x is the
+// fp32 gate|up output [M, 2K] and the GLU is applied as the kernel stages it.
+void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y, int ldy,
+                    bool y_f32, bool add_residual, bool glu) {
+  if (ldy == 0) ldy = N;
+  if (decode_path(M)) {
+    fk::LinearArgs a;
+    a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = glu ? 2 * K : K, a.w = wt;
+    a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = w.zero_mask.as<uint8_t>();
+    a.y_f32 = y_f32, a.pdl = opt.launch.pdl, a.x_glu = glu, a.glu_kind = glu_kind();
+    if (add_residual) {
+      a.y = ws.x32.get(), a.ldy = d.H, a.y_f32 = true, a.accumulate = true;
+      a.y_rounded = ws.xb.get();
+    }
+    ok(ctx.run(a, fk::LinearImpl::kDecode, s));
+  } else {
+    if (add_residual || glu) throw Error("internal: fused decode op outside the decode path");
+    ok(ctx.gemm(dt, M, N, K, x, K, wt, K, y, ldy, nullptr, s, y_f32));
+  }
+}
+
+// y = normalized(x) W^T for a projection fed by an RMSNorm, x = rows row0 .. row0+M-1 of xb.
+// Standard runs the norm (unless the preceding residual add already wrote xn:
+// StandardNorm::kFusedAdd) then the plain projection; FlashNorm runs flashnorm_linear on raw x with
+// the folded W. keep_gain: FlashNorm mode's tied LM head (TiedHead::kKeepGain), normalized as in
+// Standard mode since its gain is not folded.
+void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, void* y,
+                     const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain) {
+  if (ldy == 0) ldy = N;
+  const void* x = static_cast<const char*>(ws.xb.get()) + size_t(row0) * d.H * 2;
+  const void* xnr = static_cast<const char*>(ws.xn.get()) + size_t(row0) * d.H * 2;
+  if (mode == NormMode::Standard || keep_gain) {
+    if (!xn_ready) {
+      prof.op(kNorm, s, [&] {
+        fk::RmsNormArgs a;
+        a.dtype = dt, a.M = M, a.K = d.H, a.x = x, a.ldx = d.H, a.gain = gain;
+        a.y = const_cast<void*>(xnr), a.ldy = d.H, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
+        ok(fk::rms_norm(a, s));
+      });
+    }
+    xn_ready = false;
+    prof.op(kNormedProj, s, [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32); });
+    return;
+  }
+  prof.op(kNormedProj, s, [&] {
+    if (all_unscaled) return plain(x, M, d.H, wt, N, y, ldy, y_f32);  // dropped: no rstd at all
+    fk::LinearArgs a;
+    a.dtype = dt, a.M = M, a.N = N, a.K = d.H, a.x = x, a.ldx = d.H, a.w = wt, a.ldw = d.H;
+    a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32;
+    a.pdl = opt.launch.pdl && M <= fk::LinearContext::kAutoDecodeMaxM;  // kDecode's option
+    const fk::LinearImpl impl = opt.flashnorm.deferred == Deferred::kTwoStream
+                                    ? fk::LinearImpl::kTwoStream
+                                    : fk::LinearImpl::kAuto;
+    ok(ctx.run(a, impl, s));
+  });
+}
+
+// x32 += sublayer output (post-norm for Gemma); xb = round(x32). With StandardNorm::kFusedAdd
+// (Standard mode) also xn = RMSNorm(x32) * next_gain, the input of the next normed projection.
+void Forward::residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain) {
+  const bool fuse = mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd;
+  prof.op(fuse ? kNorm : kOther, s, [&] {
+    ok(fk::residual_add(dt, T, d.H, ws.proj.as<float>(), has_post ? post.as<float>() : nullptr,
+                        cfg.eps, ws.x32.as<float>(), ws.xb.get(), s, fuse ? next_gain : nullptr,
+                        fuse ? ws.xn.get() : nullptr, opt.launch.pdl));
+  });
+  xn_ready = fuse;
+}
+
+// Layer l of a pass of T tokens: attention block, then the feed-forward block.
+void Forward::layer(int l, int T) {
+  const DeviceWeights::Layer& ly = w.layers[l];
+  const bool fuse_ops = opt.launch.fuse_decode_ops, pdl = opt.launch.pdl;
+  normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), d.nqkv, ws.qkv.get(),
+         w.qkv_masked ? w.qkv_mask.as<uint8_t>() : nullptr, w.qkv_all_unscaled, 0, true);
+  fk::RopeKvArgs ra;
+  ra.dt = dt, ra.T = T, ra.n_head = cfg.n_head, ra.n_head_kv = cfg.n_head_kv, ra.D = d.D;
+  ra.max_ctx = d.max_ctx, ra.qkv = ws.qkv.as<float>(), ra.ldqkv = d.nqkv;
+  ra.pos = ws.d_pos.as<int32_t>();
+  ra.cos = (ly.local ? w.cos_l : w.cos_g).as<float>();
+  ra.sin = (ly.local ? w.sin_l : w.sin_g).as<float>();
+  ra.neox = cfg.rope == RopeLayout::Neox;
+  ra.q_norm = ly.has_q_norm ? ly.q_norm.as<float>() : nullptr;
+  ra.k_norm = ly.has_k_norm ? ly.k_norm.as<float>() : nullptr;
+  ra.v_renorm = ly.v_renorm, ra.eps = cfg.eps, ra.q = ws.q.as<float>();
+  ra.k_cache = ws.kc.as<float>() + size_t(l) * d.max_ctx * d.nkv;
+  ra.v_cache = ws.vc.as<float>() + size_t(l) * d.max_ctx * d.nkv;
+  ra.pdl = pdl;
+  fk::AttentionArgs aa;
+  aa.dt = dt, aa.T = T, aa.n_head = cfg.n_head, aa.n_head_kv = cfg.n_head_kv, aa.D = d.D;
+  aa.max_ctx = d.max_ctx, aa.window = ly.local ? cfg.sliding_window : 0;
+  aa.scale = cfg.attn_scale, aa.pos = ws.d_pos.as<int32_t>(), aa.q = ws.q.as<float>();
+  aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = ws.att.get(), aa.pdl = pdl;
+  if (T <= kSplitMaxT) aa.split_keys = split_keys(d.D), aa.partials = ws.partials.as<float>();
+  if (T <= kSplitMaxT && fuse_ops) {  // one kernel (engine_ops.h)
+    prof.op(kAttn, s,
+            [&] { ok(fk::decode_attention(ra, aa, ws.attn_counters.as<unsigned>(), s)); });
+  } else {
+    prof.op(kAttn, s, [&] { ok(fk::rope_kv(ra, s)); });
+    prof.op(kAttn, s, [&] { ok(fk::attention(aa, s)); });
+  }
+  const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post &&
+                        !(mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd);
+  prof.op(kOtherProj, s, [&] {
+    plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res);
+  });
+  if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
+  normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true);
+  const bool fuse_glu = glu_in_down(T);
+  if (!fuse_glu) {
+    prof.op(kOther, s,
+            [&] { ok(fk::glu(dt, glu_kind(), T, d.F, ws.gu.as<float>(), ws.act.get(), s, pdl)); });
+  }
+  prof.op(kOtherProj, s, [&] {
+    plain(fuse_glu ? ws.gu.get() : ws.act.get(), T, d.F, ly.wdown.get(), d.H, ws.proj.get(), 0,
+          true, fuse_res, fuse_glu);
+  });
+  if (!fuse_res) {
+    residual(T, ly.post_ffn, ly.has_post,
+             l + 1 < d.L ? w.layers[l + 1].attn_gain.get() : w.out_gain.get());
+  }
+}
+
+void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed) {
+  xn_ready = false;  // never carried over from a pass that threw
+  prof.op(kOther, s, [&] {
+    ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
+                        ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));
+  });
+  for (int l = 0; l < d.L; ++l) layer(l, T);
+  if (rows > 0) {
+    normed(T - rows, rows, w.out_gain.get(), w.head_is_emb ? w.emb.get() : w.head.get(), d.V,
+           ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb);
+  }
+  xn_ready = false;
+  if (sample) {
+    prof.op(kOther, s, [&] {
+      ok(fk::sample_tokens(d.V, ws.logits.as<float>() + size_t(rows - 1) * d.ldv, temperature, seed,
+                           ws.d_pos.as<int32_t>(), 1, ws.d_tokens.as<int32_t>(),
+                           ws.d_history.as<int32_t>(), d.max_ctx + 1, ws.sample_ws.get(), s,
+                           opt.launch.pdl));
+    });
+  }
+}
+
+}  // namespace flashnorm::cuda_engine

@@ -1,0 +1,75 @@
+// The decode GEMV's launch configurations of the CUDA engine (internal.h): autotuned at load for
+// each one-token projection shape over the layers' own weights, or another engine's applied.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "flashnorm/error.h"
+#include "internal.h"
+
+namespace flashnorm::cuda_engine {
+
+std::vector<GemvTuning> tune_gemvs(Forward& f) {
+  const Dims& d = f.d;
+  const DeviceWeights& w = f.w;
+  Workspace& ws = f.ws;
+  const cudaStream_t s = f.s;
+  struct Shape {
+    const char* name;
+    int N, K, ldy;
+    const void* x;
+    std::vector<const void*> w;
+  };
+  std::vector<Shape> shapes = {
+      {"q|k|v", d.nqkv, d.H, d.nqkv, ws.xb.get(), {}},
+      {"o", d.H, d.nq, d.H, ws.att.get(), {}},
+      {"gate|up", 2 * d.F, d.H, 2 * d.F, ws.xb.get(), {}},
+      {"down", d.H, d.F, d.H, f.glu_in_down(1) ? ws.gu.get() : ws.act.get(), {}},
+      {"lm_head", d.V, d.H, d.ldv, ws.xb.get(), {w.head_is_emb ? w.emb.get() : w.head.get()}}};
+  for (const DeviceWeights::Layer& l : w.layers) {
+    shapes[0].w.push_back(l.wqkv.get()), shapes[1].w.push_back(l.wo.get());
+    shapes[2].w.push_back(l.wgu.get()), shapes[3].w.push_back(l.wdown.get());
+  }
+  FN_CUDA_CHECK(cudaMemsetAsync(ws.xb.get(), 0, ws.xb.bytes(), s));
+  FN_CUDA_CHECK(cudaMemsetAsync(ws.att.get(), 0, ws.att.bytes(), s));
+  FN_CUDA_CHECK(cudaMemsetAsync(ws.act.get(), 0, ws.act.bytes(), s));
+  FN_CUDA_CHECK(cudaMemsetAsync(ws.gu.get(), 0, ws.gu.bytes(), s));
+  std::vector<GemvTuning> tuning;
+  for (const Shape& sh : shapes) {
+    std::vector<fk::LinearArgs> sets;
+    for (const void* wt : sh.w) {
+      fk::LinearArgs a;
+      const bool glu = sh.x == ws.gu.get();
+      a.dtype = f.dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = glu ? 2 * sh.K : sh.K;
+      a.w = wt, a.x_glu = glu, a.glu_kind = f.glu_kind();
+      a.ldw = sh.K, a.y = ws.logits.get(), a.ldy = sh.ldy, a.eps = f.cfg.eps, a.y_f32 = true;
+      a.scale_mask = w.zero_mask.as<uint8_t>(), a.pdl = f.opt.launch.pdl;
+      sets.push_back(a);
+    }
+    fk::Status st;
+    double us = 0;
+    const fk::DecodeConfig c = f.ctx.tune_decode(sets.data(), static_cast<int>(sets.size()), s, &st,
+                                                 &us, nullptr, f.opt.gemv.allow_ring);
+    ok(st);
+    tuning.push_back({sh.name, sh.N, sh.K, c, us});
+  }
+  return tuning;
+}
+
+void use_gemv_configs(Forward& f, const std::vector<GemvTuning>& cfgs) {
+  const Dims& d = f.d;
+  const std::pair<int, int> shapes[] = {
+      {d.nqkv, d.H}, {d.H, d.nq}, {2 * d.F, d.H}, {d.H, d.F}, {d.V, d.H}};
+  for (const GemvTuning& t : cfgs) {
+    if (std::find(std::begin(shapes), std::end(shapes), std::pair{t.N, t.K}) == std::end(shapes))
+      throw Error(fmt::format("gemv_configs: {} N={} K={} is not a projection of this model",
+                              t.name, t.N, t.K));
+    ok(f.ctx.set_decode_config(1, t.N, t.K, t.config));
+  }
+  for (const auto& [n, k] : shapes)  // a shape left out would run the heuristic instead
+    if (std::none_of(cfgs.begin(), cfgs.end(),
+                     [&](const GemvTuning& t) { return t.N == n && t.K == k; }))
+      throw Error(fmt::format("gemv_configs: no configuration for the N={} K={} projection", n, k));
+}
+
+}  // namespace flashnorm::cuda_engine

@@ -1,0 +1,172 @@
+// The CUDA engine's parts (internal to src/engine/cuda): its shapes, the weights on the device, the
+// workspace, the step profiler, the forward pass and the decode graph. CudaEngine
+// (cuda_engine.cpp) owns one of each; see engine/cuda_engine.h for what the engine computes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "flashnorm/engine/cuda_engine.h"
+#include "flashnorm/kernels/cuda/device.h"
+#include "flashnorm/kernels/cuda/engine_ops.h"
+
+namespace flashnorm::cuda_engine {
+namespace fk = kernels::cuda;
+using fk::DeviceBuffer;
+
+// Throws the Status's error (kernels' Status -> flashnorm::Error).
+inline void ok(const fk::Status& s) { fk::throw_if_error(s); }
+
+// The kernels' dtype of a HalfType.
+inline fk::DType to_dtype(HalfType t) {
+  return t == HalfType::kBF16 ? fk::DType::kBF16 : fk::DType::kFP16;
+}
+
+// Decode attention splits the keys in chunks of split_keys(D) over CTAs (forward passes of at most
+// kSplitMaxT tokens); longer passes (prefill) have enough (head, query) CTAs without.
+constexpr int kSplitMaxT = fk::kDecodeAttentionMaxT;
+// Keys per chunk: 128 for head_dim 64, fewer for wider heads (decode_attention keeps a chunk's keys
+// and values in shared memory: split * D <= 8192 floats each).
+inline int split_keys(int D) { return std::clamp(8192 / D, 16, 128); }
+
+// Widths and capacities (workspace.cpp).
+struct Dims {
+  int H, F, nq, nkv, nqkv, V, D, L;  // hidden, ffn, q / kv / q|k|v widths, vocab, head_dim, layers
+  int max_ctx;                       // KV cache positions
+  int tmax;                          // largest forward pass (tokens)
+  int ldv;  // logits row stride: V rounded up to a multiple of 8 (the kernels' 16-byte rows)
+  float emb_scale = 1.0f;  // sqrt(hidden) for Gemma, else 1
+};
+// Errors: Error when the cache exceeds the model's context or 32768, or the widths are not ones
+// the kernels take (multiples of 8, head_dim <= 256).
+Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacity& cap);
+
+// The model on the device in the engine dtype (weights.cpp): dequantized, and in FlashNorm mode
+// folded at load (fold/fold_gain.h: fp64 products rounded once).
+struct DeviceWeights {
+  struct Layer {
+    DeviceBuffer wqkv, wo, wgu, wdown;  // dt; wqkv/wgu folded in FlashNorm mode
+    DeviceBuffer attn_gain, ffn_gain;   // dt multipliers (Standard mode)
+    DeviceBuffer q_norm, k_norm;        // fp32 multipliers, or empty
+    DeviceBuffer post_attn, post_ffn;   // fp32 multipliers, or empty
+    bool has_q_norm = false, has_k_norm = false, v_renorm = false, has_post = false;
+    bool local = false;
+  };
+  std::vector<Layer> layers;
+  DeviceBuffer emb, head, out_gain;
+  bool head_is_emb = false;          // the LM head reads emb (tied, its gain not folded)
+  DeviceBuffer qkv_mask, zero_mask;  // uint8 scale masks
+  bool qkv_masked = false, qkv_all_unscaled = false;
+  DeviceBuffer cos_g, sin_g, cos_l, sin_l;  // RoPE tables: global and local bases
+};
+DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOptions& opt,
+                             const Dims& d);
+
+// Activation buffers, KV cache and the host staging buffers (workspace.cpp), sized for passes of
+// up to d.tmax tokens and d.max_ctx positions; KV cache and kernel counters zeroed.
+struct Workspace {
+  Workspace(const Dims& d, const ModelConfig& c);
+  DeviceBuffer kc, vc;                      // fp32 KV cache [layer][pos][n_kv * D]
+  DeviceBuffer d_tokens, d_pos, d_history;  // token ids, first position, sampled history
+  DeviceBuffer x32, xb, xn, qkv, q, att, proj, gu, act, logits;
+  fk::PinnedBuffer h_tokens, h_pos, h_logits;  // host staging
+  DeviceBuffer partials;                       // split-key attention (decode)
+  DeviceBuffer attn_counters;  // decode_attention's per-(token, head) arrival counters
+  DeviceBuffer sample_ws;      // sample_tokens' per-CTA winners and arrival counter
+};
+
+// Kernel classes of the step profile (StepProfile's fields).
+enum Cls { kNorm, kNormedProj, kOtherProj, kAttn, kOther, kClasses };
+
+// CUDA events around each kernel of an eager pass while active (profiler.cpp).
+class StepProfiler {
+ public:
+  // Runs f; while active, between two events recorded on `s` and counted under class c.
+  template <class F>
+  void op(Cls c, cudaStream_t s, F&& f) {
+    if (!active_) return f();
+    const size_t i = cls_.size();
+    while (events_.size() < 2 * (i + 1)) events_.push_back(std::make_unique<fk::Event>());
+    FN_CUDA_CHECK(cudaEventRecord(events_[2 * i]->get(), s));
+    f();
+    FN_CUDA_CHECK(cudaEventRecord(events_[2 * i + 1]->get(), s));
+    cls_.push_back(c);
+  }
+  void start() { active_ = true, cls_.clear(); }
+  void stop() { active_ = false; }
+  // Microseconds per class of the pass recorded since start() (its events complete).
+  std::vector<double> class_us() const;
+
+ private:
+  bool active_ = false;
+  std::vector<std::unique_ptr<fk::Event>> events_;
+  std::vector<int> cls_;
+};
+
+// The step profile of per-class times over several passes ([class][pass], StepProfiler::class_us
+// of each): the median of each class.
+StepProfile median_profile(const std::vector<std::vector<double>>& per_class);
+
+// The forward pass (forward.cpp) over the weights and the workspace, on one stream.
+struct Forward {
+  const ModelConfig& cfg;
+  const ArchHooks& hooks;
+  NormMode mode;
+  const CudaEngineOptions& opt;
+  fk::DType dt;
+  const Dims& d;
+  const DeviceWeights& w;
+  Workspace& ws;
+  fk::LinearContext& ctx;
+  StepProfiler& prof;
+  cudaStream_t s;
+  bool xn_ready = false;  // xn holds the next normed projection's input (StandardNorm::kFusedAdd)
+
+  // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
+  // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
+  // (decode-loop step: d_tokens[0] and d_pos advance).
+  void run(int T, int rows, bool sample, float temperature, uint64_t seed);
+
+  fk::GluKind glu_kind() const;
+  // Plain projections of M tokens go through the decode kernel (M <= 16, PlainGemm::kAuto).
+  bool decode_path(int M) const;
+  // The GLU runs inside the down projection for passes of T tokens (decode path; its staged
+  // input, T x F elements, well inside the decode kernel's shared memory).
+  bool glu_in_down(int T) const;
+
+ private:
+  void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
+             bool y_f32 = false, bool add_residual = false, bool glu = false);
+  void normed(int row0, int M, const void* gain, const void* w, int N, void* y, const uint8_t* mask,
+              bool all_unscaled, int ldy = 0, bool y_f32 = false, bool keep_gain = false);
+  void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain);
+  void layer(int l, int T);
+};
+
+// Decode GEMV launch configurations (gemv_tuning.cpp): tuned over the layers' own weights for each
+// one-token projection shape, or another engine's applied as given; the results stay in f.ctx.
+std::vector<GemvTuning> tune_gemvs(Forward& f);
+void use_gemv_configs(Forward& f, const std::vector<GemvTuning>& cfgs);
+
+// The decode step's CUDA graph (decode_graph.cpp): captured on the second step (the first runs
+// eagerly and warms up LinearContext's buffers and cuBLASLt plans so that capture allocates
+// nothing), recaptured when the temperature, seed or LinearContext's workspaces change.
+class DecodeGraph {
+ public:
+  // One decode step of f (the token in d_tokens[0], d_pos current): replayed from the graph with
+  // DecodeLaunch::kGraph after the warm-up step, else launched eagerly.
+  void step(Forward& f, float temperature, uint64_t seed);
+
+ private:
+  fk::GraphExec graph_;
+  float temp_ = -1;
+  uint64_t seed_ = 0;
+  uint64_t generation_ = 0;  // LinearContext workspaces the graph was captured with
+  bool warmed_ = false;      // one eager decode step has run
+};
+
+}  // namespace flashnorm::cuda_engine

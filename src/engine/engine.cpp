@@ -1,0 +1,23 @@
+// The Engine interface's optional parts (engine/engine.h): backends without them refuse.
+#include "flashnorm/engine/engine.h"
+
+#include <fmt/format.h>
+
+#include "flashnorm/error.h"
+
+namespace flashnorm {
+
+std::vector<int32_t> Engine::generate(std::span<const int32_t>, int, float, uint64_t,
+                                      const std::function<bool(int32_t)>&) {
+  throw Error(fmt::format("the {} engine does not sample on the device", device()));
+}
+
+double Engine::time_decode_steps(int) {
+  throw Error(fmt::format("the {} engine has no timed decode step", device()));
+}
+
+StepProfile Engine::profile_decode_step(int) {
+  throw Error(fmt::format("the {} engine has no decode step profile", device()));
+}
+
+}  // namespace flashnorm
