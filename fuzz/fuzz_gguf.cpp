@@ -9,9 +9,22 @@
 #include <span>
 #include <vector>
 
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/gguf.h"
+
+namespace {
+
+// Runs one typed accessor; a FormatError (the value does not have that type) is a clean refusal.
+template <class Fn>
+void refusal_ok(Fn&& fn) {
+  try {
+    fn();
+  } catch (const flashnorm::FormatError&) {
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace flashnorm::io;
@@ -19,34 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto f = GgufFile::parse(std::span<const uint8_t>(data, size), "fuzz.gguf");
     for (const auto& kv : f.kvs()) {
       (void)f.find(kv.key);
-      try {
-        (void)f.get_uint_opt(kv.key);
-      } catch (const flashnorm::FormatError&) {
-      }
-      try {
-        (void)f.string_array(kv.key);
-      } catch (const flashnorm::FormatError&) {
-      }
-      try {
-        (void)f.int_array(kv.key);
-      } catch (const flashnorm::FormatError&) {
-      }
-      try {
-        (void)f.float_array(kv.key);
-      } catch (const flashnorm::FormatError&) {
-      }
-      try {
-        (void)f.get_float_opt(kv.key);
-      } catch (const flashnorm::FormatError&) {
-      }
-      try {
-        (void)f.get_string_opt(kv.key);
-      } catch (const flashnorm::FormatError&) {
-      }
-      try {
-        (void)f.get_bool_or(kv.key, false);
-      } catch (const flashnorm::FormatError&) {
-      }
+      refusal_ok([&] { (void)f.get_uint_opt(kv.key); });
+      refusal_ok([&] { (void)f.string_array(kv.key); });
+      refusal_ok([&] { (void)f.int_array(kv.key); });
+      refusal_ok([&] { (void)f.float_array(kv.key); });
+      refusal_ok([&] { (void)f.get_float_opt(kv.key); });
+      refusal_ok([&] { (void)f.get_string_opt(kv.key); });
+      refusal_ok([&] { (void)f.get_bool_or(kv.key, false); });
     }
     std::vector<float> buf;
     for (const auto& t : f.tensors()) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 namespace flashnorm::testing {
@@ -32,6 +33,21 @@ CliResult run_cli(const std::string& args) {
   fs::remove(o);
   fs::remove(e);
   return r;
+}
+
+nlohmann::json run_verify(const std::string& args, const std::filesystem::path& dir,
+                          const std::filesystem::path& keep) {
+  const std::filesystem::path json = dir / "verify.json";
+  const CliResult r = run_cli("verify " + args + " --tokens 256 --json " + json.string());
+  if (r.code != 0) {
+    ADD_FAILURE() << "verify exited " << r.code << ": " << r.err;
+    return nullptr;
+  }
+  std::cout << r.out;
+  std::ifstream jf(json);
+  nlohmann::json v = nlohmann::json::parse(jf);
+  std::ofstream(keep) << v.dump(2);
+  return v;
 }
 
 }  // namespace flashnorm::testing

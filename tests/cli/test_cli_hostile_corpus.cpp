@@ -26,6 +26,7 @@
 #include "cli_run.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
+#include "support/gguf_rewrite.h"
 #include "support/random_llama.h"
 
 namespace flashnorm {
@@ -41,39 +42,10 @@ using Kvs = std::vector<GgufKv>;
 using Tensors = std::vector<GgufTensorOut>;
 using HfTensors = std::vector<io::StTensorOut>;
 using Meta = std::map<std::string, std::string>;
+using testing::kv_value;
+using testing::set_kv;
 
 constexpr int kVocab = 300;  // 256 byte tokens, 43 merged pairs, one control token
-
-// ---- GGUF values
-
-GgufValue array_of(GgufType elem) {
-  GgufValue v;
-  v.type = GgufType::ARRAY;
-  v.elem_type = elem;
-  return v;
-}
-GgufValue str_array(std::vector<std::string> s) {
-  GgufValue v = array_of(GgufType::STRING);
-  v.strs = std::move(s);
-  return v;
-}
-GgufValue i32_array(std::vector<int64_t> x) {
-  GgufValue v = array_of(GgufType::INT32);
-  v.i_arr = std::move(x);
-  return v;
-}
-GgufValue scalar_u64(uint64_t x) {
-  GgufValue v;
-  v.type = GgufType::UINT64;
-  v.u = x;
-  return v;
-}
-GgufValue scalar_i32(int64_t x) {
-  GgufValue v;
-  v.type = GgufType::INT32;
-  v.i = x;
-  return v;
-}
 
 // One byte's character in GPT-2's byte-level alphabet (encoder.py bytes_to_unicode), as UTF-8.
 std::string byte_char(int b) {
@@ -109,9 +81,9 @@ Kvs tokenizer_kvs() {
   types.back() = 3;
   return {{"tokenizer.ggml.model", GgufValue::make_string("gpt2"), 0},
           {"tokenizer.ggml.pre", GgufValue::make_string("gpt2"), 0},
-          {"tokenizer.ggml.tokens", str_array(tokens), 0},
-          {"tokenizer.ggml.token_type", i32_array(types), 0},
-          {"tokenizer.ggml.merges", str_array(merges), 0},
+          {"tokenizer.ggml.tokens", GgufValue::make_string_array(tokens), 0},
+          {"tokenizer.ggml.token_type", GgufValue::make_int_array(GgufType::INT32, types), 0},
+          {"tokenizer.ggml.merges", GgufValue::make_string_array(merges), 0},
           {"tokenizer.ggml.bos_token_id", GgufValue::make_u32(kVocab - 1), 0},
           {"tokenizer.ggml.eos_token_id", GgufValue::make_u32(kVocab - 1), 0},
           {"tokenizer.ggml.add_bos_token", GgufValue::make_bool(false), 0}};
@@ -217,25 +189,10 @@ uint64_t get64(const Bytes& b, size_t at) {
   return v;
 }
 
-void set_kv(Kvs& kvs, const std::string& key, GgufValue v) {
-  for (auto& kv : kvs) {
-    if (kv.key == key) {
-      kv.value = std::move(v);
-      return;
-    }
-  }
-  kvs.push_back({key, std::move(v), 0});
-}
 void drop_kv(Kvs& kvs, const std::string& key) {
   const auto n = kvs.size();
   std::erase_if(kvs, [&](const GgufKv& kv) { return kv.key == key; });
   if (kvs.size() == n) throw std::runtime_error("corpus: no key " + key);
-}
-GgufValue& kv_value(Kvs& kvs, const std::string& key) {
-  for (auto& kv : kvs) {
-    if (kv.key == key) return kv.value;
-  }
-  throw std::runtime_error("corpus: no key " + key);
 }
 GgufTensorOut& tensor(Tensors& ts, const std::string& name) {
   for (auto& t : ts) {
@@ -249,12 +206,7 @@ void drop_tensor(Tensors& ts, const std::string& name) {
 }
 // An F32 tensor of `dims` (GGUF order) filled with 0.01.
 void add_tensor(Tensors& ts, const std::string& name, std::vector<uint64_t> dims) {
-  uint64_t n = 1;
-  for (uint64_t d : dims) n *= d;
-  std::vector<float> v(n, 0.01f);
-  Bytes b(n * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  ts.push_back({name, std::move(dims), io::GgmlType::F32, std::move(b), {}});
+  ts.push_back(testing::f32_tensor(name, std::move(dims), 0.01f));
 }
 void set_f32(Tensors& ts, const std::string& name, size_t i, float v) {
   std::memcpy(&tensor(ts, name).bytes.at(i * 4 + 3) - 3, &v, 4);
@@ -266,6 +218,13 @@ void reshape(Tensors& ts, const std::string& name, std::vector<uint64_t> dims) {
   for (uint64_t d : dims) n *= d;
   t.dims = std::move(dims);
   t.bytes.resize(n * 4);
+}
+
+// An F32 Hugging Face tensor of `shape` filled with `value`.
+io::StTensorOut hf_f32(std::string name, std::vector<uint64_t> shape, float value) {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return {std::move(name), io::StDtype::F32, std::move(shape), std::vector<float>(n, value)};
 }
 
 // "blk.L.NAME.weight".
@@ -486,7 +445,7 @@ std::vector<Case> build_cases() {
   set("gguf_block_count_huge", A + "block_count", GgufValue::make_u32(1000000000));
   set("gguf_block_count_string", A + "block_count", GgufValue::make_string("2"));
   set("gguf_block_count_f32", A + "block_count", GgufValue::make_f32(2));
-  set("gguf_block_count_negative", A + "block_count", scalar_i32(-1));
+  set("gguf_block_count_negative", A + "block_count", GgufValue::make_i32(-1));
   set("gguf_block_count_fewer_than_tensors", A + "block_count", GgufValue::make_u32(1));
   set("gguf_block_count_more_than_tensors", A + "block_count", GgufValue::make_u32(3));
   drop("gguf_embedding_length_missing", A + "embedding_length");
@@ -582,13 +541,14 @@ std::vector<Case> build_cases() {
   set("tok_pre_unknown", T + "pre", GgufValue::make_string("frobnicate"));
   drop("tok_pre_missing", T + "pre");
   drop("tok_tokens_missing", T + "tokens");
-  set("tok_tokens_int_array", T + "tokens", i32_array(std::vector<int64_t>(kVocab, 1)));
+  set("tok_tokens_int_array", T + "tokens",
+      GgufValue::make_int_array(GgufType::INT32, std::vector<int64_t>(kVocab, 1)));
   set("tok_tokens_string", T + "tokens", GgufValue::make_string("a"));
   rewrite("tok_tokens_empty", [T](Kvs& k, Tensors&) {
     kv_value(k, T + "tokens").strs.clear();
     kv_value(k, T + "token_type").i_arr.clear();
     drop_kv(k, T + "merges");
-    set_kv(k, T + "merges", str_array({}));
+    set_kv(k, T + "merges", GgufValue::make_string_array({}));
     drop_kv(k, T + "bos_token_id");
     drop_kv(k, T + "eos_token_id");
   });
@@ -610,9 +570,10 @@ std::vector<Case> build_cases() {
           [T](Kvs& k, Tensors&) { kv_value(k, T + "token_type").i_arr[7] = 7; });
   rewrite("tok_token_type_negative",
           [T](Kvs& k, Tensors&) { kv_value(k, T + "token_type").i_arr[8] = -1; });
-  set("tok_token_type_strings", T + "token_type", str_array(std::vector<std::string>(kVocab, "1")));
+  set("tok_token_type_strings", T + "token_type",
+      GgufValue::make_string_array(std::vector<std::string>(kVocab, "1")));
   drop("tok_merges_missing", T + "merges");
-  set("tok_merges_int_array", T + "merges", i32_array({1, 2}));
+  set("tok_merges_int_array", T + "merges", GgufValue::make_int_array(GgufType::INT32, {1, 2}));
   rewrite("tok_merge_without_space",
           [T](Kvs& k, Tensors&) { kv_value(k, T + "merges").strs[0] = "aa"; });
   rewrite("tok_merge_unknown_token",
@@ -620,8 +581,8 @@ std::vector<Case> build_cases() {
   rewrite("tok_merge_result_not_a_token",
           [T](Kvs& k, Tensors&) { kv_value(k, T + "merges").strs[2] = "z z"; });
   set("tok_bos_out_of_range", T + "bos_token_id", GgufValue::make_u32(kVocab));
-  set("tok_eos_huge", T + "eos_token_id", scalar_u64(uint64_t{1} << 40));
-  set("tok_eos_negative", T + "eos_token_id", scalar_i32(-1));
+  set("tok_eos_huge", T + "eos_token_id", GgufValue::make_u64(uint64_t{1} << 40));
+  set("tok_eos_negative", T + "eos_token_id", GgufValue::make_i32(-1));
   set("tok_bos_string", T + "bos_token_id", GgufValue::make_string("0"));
   set("tok_unknown_id_out_of_range", T + "unknown_token_id", GgufValue::make_u32(5000));
   set("tok_padding_id_out_of_range", T + "padding_token_id", GgufValue::make_u32(kVocab));
@@ -762,32 +723,19 @@ std::vector<Case> build_cases() {
   });
   hf("hf_lm_head_wrong_vocab", [](json& c, HfTensors& t, Meta&) {
     c["tie_word_embeddings"] = false;
-    t.push_back({"lm_head.weight",
-                 io::StDtype::F32,
-                 {kVocab - 1, 64},
-                 std::vector<float>((kVocab - 1) * 64, 0.01f)});
+    t.push_back(hf_f32("lm_head.weight", {kVocab - 1, 64}, 0.01f));
   });
   hf("hf_bias_q_proj", [](json&, HfTensors& t, Meta&) {
-    t.push_back({"model.layers.0.self_attn.q_proj.bias",
-                 io::StDtype::F32,
-                 {64},
-                 std::vector<float>(64, 0.01f)});
+    t.push_back(hf_f32("model.layers.0.self_attn.q_proj.bias", {64}, 0.01f));
   });
   hf("hf_bias_down_proj", [](json&, HfTensors& t, Meta&) {
-    t.push_back({"model.layers.1.mlp.down_proj.bias",
-                 io::StDtype::F32,
-                 {64},
-                 std::vector<float>(64, 0.01f)});
+    t.push_back(hf_f32("model.layers.1.mlp.down_proj.bias", {64}, 0.01f));
   });
   hf("hf_extra_layer_tensor", [](json&, HfTensors& t, Meta&) {
-    t.push_back({"model.layers.2.input_layernorm.weight",
-                 io::StDtype::F32,
-                 {64},
-                 std::vector<float>(64, 1.0f)});
+    t.push_back(hf_f32("model.layers.2.input_layernorm.weight", {64}, 1.0f));
   });
-  hf("hf_unknown_tensor", [](json&, HfTensors& t, Meta&) {
-    t.push_back({"model.foo.weight", io::StDtype::F32, {64}, std::vector<float>(64, 1.0f)});
-  });
+  hf("hf_unknown_tensor",
+     [](json&, HfTensors& t, Meta&) { t.push_back(hf_f32("model.foo.weight", {64}, 1.0f)); });
   hf("hf_nan_weight", [](json&, HfTensors& t, Meta&) {
     hf_tensor(t, "model.layers.1.mlp.up_proj.weight").values[7] = std::nanf("");
   });

@@ -32,14 +32,10 @@ TEST(VerifyGemma3, FoldedF32WithCancellationComputesTheSameFunction) {
   EXPECT_NE(r.out.find("rstd cancels: output renormalized by blk.0.attn_q_norm.weight"),
             std::string::npos);
 
-  const fs::path json = dir / "verify.json";
-  r = run_cli("verify " + src + " " + f32 + " --text /usr/share/common-licenses/GPL-3 " +
-              "--tokens 256 --json " + json.string());
-  ASSERT_EQ(r.code, 0) << r.err;
-  std::cout << r.out;
-  std::ifstream jf(json);
-  nlohmann::json v = nlohmann::json::parse(jf);
-  std::ofstream(fs::path(FLASHNORM_BINARY_DIR) / "verify_gemma3.json") << v.dump(2);
+  const nlohmann::json v =
+      testing::run_verify(src + " " + f32 + " --text /usr/share/common-licenses/GPL-3", dir,
+                          fs::path(FLASHNORM_BINARY_DIR) / "verify_gemma3.json");
+  ASSERT_FALSE(v.is_null());
   fs::remove_all(dir);  // the folded models are large
   const auto& f = v["results"][0];
   EXPECT_GT(v["text_tokens"].get<int>(), 5000);

@@ -31,17 +31,13 @@ TEST(VerifySmolLM2, FoldedF32ComputesTheSameFunction) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("relative RMS error added"), std::string::npos) << r.out;
 
-  const fs::path json = dir / "verify.json";
   const std::string gpl3 = "/usr/share/common-licenses/GPL-3";
   ASSERT_TRUE(fs::exists(gpl3));
-  r = run_cli("verify " + src + " " + f32 + " " + bf16 + " " + q41 + " --text " + gpl3 +
-              " --tokens 256 --json " + json.string());
-  ASSERT_EQ(r.code, 0) << r.err;
-  std::cout << r.out;
-  std::ifstream jf(json);
-  nlohmann::json v = nlohmann::json::parse(jf);
-  // Keep a copy beside the build for docs/verify.md.
-  std::ofstream(fs::path(FLASHNORM_BINARY_DIR) / "verify_smollm2.json") << v.dump(2);
+  // Keeps a copy beside the build for docs/verify.md.
+  const nlohmann::json v =
+      testing::run_verify(src + " " + f32 + " " + bf16 + " " + q41 + " --text " + gpl3, dir,
+                          fs::path(FLASHNORM_BINARY_DIR) / "verify_smollm2.json");
+  ASSERT_FALSE(v.is_null());
   ASSERT_EQ(v["results"].size(), 3u);
   EXPECT_GT(v["text_tokens"].get<int>(), 5000);  // the whole license text
   fs::remove_all(dir);                           // the folded models are large

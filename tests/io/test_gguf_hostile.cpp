@@ -186,20 +186,27 @@ TEST(GgufHostile, TruncatedAtEveryByte) {
   }
 }
 
-TEST(GgufHostile, HugeTensorCount) {
-  for (uint64_t n : {uint64_t{1} << 63, (uint64_t{1} << 59) + 1, uint64_t{1000}, ~uint64_t{0}}) {
+// The valid image with the u64 at `label` set to each of `values` in turn: each must be refused
+// with a FormatError naming `needle`.
+void expect_u64_refused(const std::string& label, std::initializer_list<uint64_t> values,
+                        const std::string& needle) {
+  for (uint64_t n : values) {
     auto g = valid();
-    g.patch_u64("tensor_count", n);
-    expect_format_error(g.b, {"header.tensor_count"});
+    g.patch_u64(label, n);
+    SCOPED_TRACE(label + " = " + std::to_string(n));
+    expect_format_error(g.b, {needle});
   }
 }
 
+TEST(GgufHostile, HugeTensorCount) {
+  expect_u64_refused("tensor_count",
+                     {uint64_t{1} << 63, (uint64_t{1} << 59) + 1, uint64_t{1000}, ~uint64_t{0}},
+                     "header.tensor_count");
+}
+
 TEST(GgufHostile, HugeKvCount) {
-  for (uint64_t n : {uint64_t{1} << 63, uint64_t{1} << 40, ~uint64_t{0}}) {
-    auto g = valid();
-    g.patch_u64("kv_count", n);
-    expect_format_error(g.b, {"header.kv_count"});
-  }
+  expect_u64_refused("kv_count", {uint64_t{1} << 63, uint64_t{1} << 40, ~uint64_t{0}},
+                     "header.kv_count");
 }
 
 TEST(GgufHostile, KeyLengthPastEnd) {
@@ -226,11 +233,8 @@ TEST(GgufHostile, StringValueLengthPastEnd) {
 }
 
 TEST(GgufHostile, ArrayLengthPastEnd) {
-  for (uint64_t n : {uint64_t{1} << 62, uint64_t{1000}, ~uint64_t{0}}) {
-    auto g = valid();
-    g.patch_u64("kv2.len", n);
-    expect_format_error(g.b, {"kv[2] \"tokenizer.ggml.tokens\" array length"});
-  }
+  expect_u64_refused("kv2.len", {uint64_t{1} << 62, uint64_t{1000}, ~uint64_t{0}},
+                     "kv[2] \"tokenizer.ggml.tokens\" array length");
 }
 
 TEST(GgufHostile, ArrayElementStringPastEnd) {

@@ -5,8 +5,8 @@
 // (tests/io/gguf_dump_reference.py) with the same contents; (3) refusals.
 #include <gtest/gtest.h>
 
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/gguf.h"
 #include "test_gguf_util.h"
 
@@ -92,13 +92,6 @@ GgufValue scalar(GgufType t, uint64_t u, int64_t i, double f) {
   return v;
 }
 
-GgufValue array(GgufType et) {
-  GgufValue v;
-  v.type = GgufType::ARRAY;
-  v.elem_type = et;
-  return v;
-}
-
 // Every value type, scalar and array, in one file.
 std::vector<GgufKv> all_value_kvs() {
   std::vector<GgufKv> kvs;
@@ -116,31 +109,15 @@ std::vector<GgufKv> all_value_kvs() {
   kvs.push_back(kv("t.u64", scalar(GgufType::UINT64, 18446744073709551615ull, 0, 0)));
   kvs.push_back(kv("t.i64", scalar(GgufType::INT64, 0, INT64_MIN, 0)));
   kvs.push_back(kv("t.f64", scalar(GgufType::FLOAT64, 0, 0, 0.1)));
-  auto a_u8 = array(GgufType::UINT8);
-  a_u8.u_arr = {0, 1, 255};
-  kvs.push_back(kv("a.u8", a_u8));
-  auto a_i16 = array(GgufType::INT16);
-  a_i16.i_arr = {-1, 2, -32768};
-  kvs.push_back(kv("a.i16", a_i16));
-  auto a_i32 = array(GgufType::INT32);
-  a_i32.i_arr = {1, -2, 3};
-  kvs.push_back(kv("a.i32", a_i32));
-  auto a_u64 = array(GgufType::UINT64);
-  a_u64.u_arr = {1ull << 40};
-  kvs.push_back(kv("a.u64", a_u64));
-  auto a_f32 = array(GgufType::FLOAT32);
-  a_f32.f_arr = {0.5, -2.25};
-  kvs.push_back(kv("a.f32", a_f32));
-  auto a_f64 = array(GgufType::FLOAT64);
-  a_f64.f_arr = {1e300};
-  kvs.push_back(kv("a.f64", a_f64));
-  auto a_bool = array(GgufType::BOOL);
-  a_bool.u_arr = {1, 0};
-  kvs.push_back(kv("a.bool", a_bool));
-  auto a_str = array(GgufType::STRING);
-  a_str.strs = {"", "x", "hello"};
-  kvs.push_back(kv("a.str", a_str));
-  kvs.push_back(kv("a.empty", array(GgufType::INT32)));
+  kvs.push_back(kv("a.u8", GgufValue::make_uint_array(GgufType::UINT8, {0, 1, 255})));
+  kvs.push_back(kv("a.i16", GgufValue::make_int_array(GgufType::INT16, {-1, 2, -32768})));
+  kvs.push_back(kv("a.i32", GgufValue::make_int_array(GgufType::INT32, {1, -2, 3})));
+  kvs.push_back(kv("a.u64", GgufValue::make_uint_array(GgufType::UINT64, {1ull << 40})));
+  kvs.push_back(kv("a.f32", GgufValue::make_float_array(GgufType::FLOAT32, {0.5, -2.25})));
+  kvs.push_back(kv("a.f64", GgufValue::make_float_array(GgufType::FLOAT64, {1e300})));
+  kvs.push_back(kv("a.bool", GgufValue::make_uint_array(GgufType::BOOL, {1, 0})));
+  kvs.push_back(kv("a.str", GgufValue::make_string_array({"", "x", "hello"})));
+  kvs.push_back(kv("a.empty", GgufValue::make_array(GgufType::INT32)));
   return kvs;
 }
 

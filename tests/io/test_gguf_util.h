@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashnorm/io/gguf.h"
@@ -78,19 +80,28 @@ inline bool is_signed(GgufType t) {
          t == GgufType::INT64;
 }
 
+// Expects as many items as reference records, then calls check(item, record) on each pair in order.
+template <class Items, class Check>
+void expect_each_matches(const Items& items, const nlohmann::json& records, Check&& check) {
+  ASSERT_EQ(items.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) check(items[i], records[i]);
+}
+
+// Expects ref[name] == value for every (name, value) pair.
+inline void expect_fields(const nlohmann::json& ref,
+                          std::initializer_list<std::pair<const char*, uint64_t>> fields) {
+  for (const auto& [name, value] : fields) EXPECT_EQ(value, ref[name].get<uint64_t>()) << name;
+}
+
 // Compares a file read by flashnorm with the JSON dump of gguf-py.
 inline void compare_with_dump(const GgufFile& f, const nlohmann::json& ref,
                               const std::string& cmd) {
   SCOPED_TRACE("reference: " + cmd);
-  EXPECT_EQ(f.version(), ref["version"].get<uint32_t>());
-  EXPECT_EQ(f.alignment(), ref["alignment"].get<uint32_t>());
-  EXPECT_EQ(f.data_offset(), ref["data_offset"].get<uint64_t>());
-  EXPECT_EQ(f.file_size(), ref["file_size"].get<uint64_t>());
-  const auto& rk = ref["kvs"];
-  ASSERT_EQ(f.kvs().size(), rk.size());
-  for (size_t i = 0; i < rk.size(); ++i) {
-    const GgufKv& kv = f.kvs()[i];
-    const auto& r = rk[i];
+  expect_fields(ref, {{"version", f.version()},
+                      {"alignment", f.alignment()},
+                      {"data_offset", f.data_offset()},
+                      {"file_size", f.file_size()}});
+  expect_each_matches(f.kvs(), ref["kvs"], [&](const GgufKv& kv, const nlohmann::json& r) {
     SCOPED_TRACE("kv " + kv.key);
     EXPECT_EQ(kv.key, r["key"].get<std::string>());
     EXPECT_EQ(kv.offset, r["offset"].get<uint64_t>());
@@ -126,22 +137,17 @@ inline void compare_with_dump(const GgufFile& f, const nlohmann::json& ref,
       ASSERT_TRUE(is_int(v.type));
       EXPECT_EQ(v.u, rv.get<uint64_t>());
     }
-  }
-  const auto& rt = ref["tensors"];
-  ASSERT_EQ(f.tensors().size(), rt.size());
-  for (size_t i = 0; i < rt.size(); ++i) {
-    const auto& t = f.tensors()[i];
-    const auto& r = rt[i];
+  });
+  expect_each_matches(f.tensors(), ref["tensors"], [&](const auto& t, const nlohmann::json& r) {
     SCOPED_TRACE("tensor " + t.name);
     EXPECT_EQ(t.name, r["name"].get<std::string>());
     EXPECT_EQ(t.dims, r["dims"].get<std::vector<uint64_t>>());
     EXPECT_EQ(ggml_type_name(static_cast<uint32_t>(t.type)), r["type"].get<std::string>());
-    EXPECT_EQ(t.offset, r["offset"].get<uint64_t>());
-    EXPECT_EQ(t.n_bytes, r["n_bytes"].get<uint64_t>());
-    EXPECT_EQ(t.info_offset, r["info_offset"].get<uint64_t>());
+    expect_fields(r,
+                  {{"offset", t.offset}, {"n_bytes", t.n_bytes}, {"info_offset", t.info_offset}});
     EXPECT_EQ(f.tensor_data(t).size(), t.n_bytes);
     EXPECT_EQ(f.find_tensor(t.name), &t);
-  }
+  });
 }
 
 }  // namespace flashnorm::test

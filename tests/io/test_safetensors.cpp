@@ -14,6 +14,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 
 #include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
@@ -140,16 +141,42 @@ TEST(Safetensors, RoundTripF32IsExact) {
   EXPECT_EQ(f.metadata().at("format"), "pt");
 }
 
+// One rounding case: an fp32 input and the 16-bit pattern it must be stored as.
+struct RoundCase {
+  float in;
+  uint16_t bits;
+};
+
+// Writes the inputs of `cases`, then `extra`, as one `dtype` (F16 or BF16) tensor to `p`, expects
+// the stored bit pattern of every case, and returns all stored values read back as fp32.
+std::vector<float> write_and_expect_bits(const fs::path& p, StDtype dtype,
+                                         std::span<const RoundCase> cases,
+                                         std::vector<float> extra = {}) {
+  std::vector<float> in;
+  for (const auto& c : cases) in.push_back(c.in);
+  in.insert(in.end(), extra.begin(), extra.end());
+  write_safetensors(p, {{"x", dtype, {in.size()}, in}}, {});
+  SafetensorsFile f = SafetensorsFile::open(p);
+  const StTensorInfo* t = f.find("x");
+  if (t == nullptr) {
+    ADD_FAILURE() << "tensor missing";
+    return {};
+  }
+  EXPECT_EQ(t->dtype, dtype);
+  const std::vector<uint16_t> got = as_u16(f.data(*t));
+  EXPECT_EQ(got.size(), in.size());
+  for (size_t i = 0; i < cases.size() && i < got.size(); ++i) {
+    EXPECT_EQ(got[i], cases[i].bits) << "case " << i << " input " << cases[i].in;
+  }
+  return st_to_fp32(dtype, f.data(*t));
+}
+
 // fp32 -> fp16 rounding, expected bit patterns derived by hand from IEEE 754 binary16
 // (1 sign, 5 exponent bits with bias 15, 10 mantissa bits; round to nearest, ties to even).
 TEST(Safetensors, F16RoundsToNearestEven) {
   TempDir tmp;
   const fs::path p = tmp.path / "h.safetensors";
-  struct Case {
-    float in;
-    uint16_t bits;
-  };
-  const Case cases[] = {
+  const RoundCase cases[] = {
       {1.0f, 0x3C00},
       {1 + 0x1p-11f, 0x3C00},             // tie between 1 and 1+2^-10: even mantissa 0
       {1 + 0x3p-11f, 0x3C02},             // tie between mantissas 1 and 2: goes to 2
@@ -165,20 +192,9 @@ TEST(Safetensors, F16RoundsToNearestEven) {
       {-0.0f, 0x8000},
       {std::numeric_limits<float>::infinity(), 0x7C00},
   };
-  std::vector<float> in;
-  for (const auto& c : cases) in.push_back(c.in);
-  write_safetensors(p, {{"h", StDtype::F16, {in.size()}, in}}, {});
-  SafetensorsFile f = SafetensorsFile::open(p);
-  const StTensorInfo* t = f.find("h");
-  ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->dtype, StDtype::F16);
-  std::vector<uint16_t> got = as_u16(f.data(*t));
-  ASSERT_EQ(got.size(), std::size(cases));
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i], cases[i].bits) << "case " << i << " input " << cases[i].in;
-  }
   // Decoding: each stored half read back as the value it denotes.
-  std::vector<float> back = st_to_fp32(StDtype::F16, f.data(*t));
+  std::vector<float> back = write_and_expect_bits(p, StDtype::F16, cases);
+  ASSERT_EQ(back.size(), std::size(cases));
   EXPECT_EQ(back[2], 1 + 0x1p-9f);
   EXPECT_EQ(back[3], 1 + 0x1p-10f);
   EXPECT_EQ(back[5], 65504.0f);
@@ -192,11 +208,7 @@ TEST(Safetensors, F16RoundsToNearestEven) {
 TEST(Safetensors, Bf16RoundsToNearestEven) {
   TempDir tmp;
   const fs::path p = tmp.path / "b.safetensors";
-  struct Case {
-    float in;
-    uint16_t bits;
-  };
-  const Case cases[] = {
+  const RoundCase cases[] = {
       {1.0f, 0x3F80},
       {1 + 0x1p-8f, 0x3F80},             // tie between 1 and 1+2^-7: even
       {1 + 0x3p-8f, 0x3F82},             // tie between mantissas 1 and 2
@@ -206,17 +218,8 @@ TEST(Safetensors, Bf16RoundsToNearestEven) {
       {-0.0f, 0x8000},
       {0x1p-149f, 0x0000},  // smallest fp32 subnormal rounds to 0
   };
-  std::vector<float> in;
-  for (const auto& c : cases) in.push_back(c.in);
-  in.push_back(std::nanf(""));
-  write_safetensors(p, {{"b", StDtype::BF16, {in.size()}, in}}, {});
-  SafetensorsFile f = SafetensorsFile::open(p);
-  const StTensorInfo* t = f.find("b");
-  std::vector<uint16_t> got = as_u16(f.data(*t));
-  for (size_t i = 0; i < std::size(cases); ++i) {
-    EXPECT_EQ(got[i], cases[i].bits) << "case " << i;
-  }
-  std::vector<float> back = st_to_fp32(StDtype::BF16, f.data(*t));
+  std::vector<float> back = write_and_expect_bits(p, StDtype::BF16, cases, {std::nanf("")});
+  ASSERT_EQ(back.size(), std::size(cases) + 1);
   EXPECT_EQ(back[2], 1 + 0x1p-6f);
   EXPECT_EQ(back[3], 1 + 0x1p-7f);
   EXPECT_TRUE(std::isnan(back.back()));
@@ -404,18 +407,17 @@ TEST(SafetensorsReference, CrossCheck) {
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->shape, (std::vector<uint64_t>{4, 16}));
   expect_same_bits(st_to_fp32(t->dtype, f.data(*t)), values_for(64, 0));
-  t = f.find("f16");
-  ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->dtype, StDtype::F16);
-  std::vector<float> h = st_to_fp32(t->dtype, f.data(*t));
-  ASSERT_EQ(h.size(), 128u);
-  for (int i = 0; i < 128; ++i) EXPECT_EQ(h[i], i / 64.0f - 1) << i;
-  t = f.find("bf16");
-  ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->dtype, StDtype::BF16);
-  std::vector<float> b = st_to_fp32(t->dtype, f.data(*t));
-  ASSERT_EQ(b.size(), 16u);
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(b[i], i / 8.0f - 1) << i;
+  // Ramps written by numpy: element i of n is i / step - 1.
+  auto expect_ramp = [&](const char* name, StDtype dtype, size_t n, float step) {
+    const StTensorInfo* r = f.find(name);
+    ASSERT_NE(r, nullptr) << name;
+    EXPECT_EQ(r->dtype, dtype) << name;
+    std::vector<float> v = st_to_fp32(r->dtype, f.data(*r));
+    ASSERT_EQ(v.size(), n) << name;
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(v[i], static_cast<float>(i) / step - 1) << name << i;
+  };
+  expect_ramp("f16", StDtype::F16, 128, 64.0f);
+  expect_ramp("bf16", StDtype::BF16, 16, 8.0f);
   t = f.find("i32");
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->dtype, StDtype::I32);

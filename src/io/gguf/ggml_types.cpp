@@ -8,6 +8,9 @@
 #include <cctype>
 #include <string>
 
+#include "flashnorm/error.h"
+#include "gguf_internal.h"
+
 namespace flashnorm::io {
 namespace {
 
@@ -67,4 +70,20 @@ std::optional<GgmlType> ggml_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+namespace gguf_detail {
+
+GgmlTypeTraits conversion_traits(GgmlType type, size_t n, bool supported, std::string_view who) {
+  const uint32_t id = static_cast<uint32_t>(type);
+  const auto traits = ggml_type_traits(id);
+  if (!traits || !supported) {
+    throw Error(fmt::format("{}: type {} is not supported", who, ggml_type_name(id)));
+  }
+  if (n % traits->block_elems != 0) {
+    throw Error(fmt::format("{}: {} elements is not a multiple of the {} block size {}", who, n,
+                            traits->name, traits->block_elems));
+  }
+  return *traits;
+}
+
+}  // namespace gguf_detail
 }  // namespace flashnorm::io

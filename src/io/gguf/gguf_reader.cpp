@@ -18,6 +18,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/mapped_file.h"
+#include "gguf_file_impl.h"
 #include "gguf_internal.h"
 
 namespace flashnorm::io {
@@ -107,50 +108,20 @@ class ValueReader {
 
   void read_value(GgufType t, GgufValue& out, const Field& field, int depth) {
     out.type = t;
-    switch (t) {
-      case GgufType::UINT8:
-        out.u = c_.read<uint8_t>(field);
-        break;
-      case GgufType::UINT16:
-        out.u = c_.read<uint16_t>(field);
-        break;
-      case GgufType::UINT32:
-        out.u = c_.read<uint32_t>(field);
-        break;
-      case GgufType::UINT64:
-        out.u = c_.read<uint64_t>(field);
-        break;
-      case GgufType::INT8:
-        out.i = c_.read<int8_t>(field);
-        break;
-      case GgufType::INT16:
-        out.i = c_.read<int16_t>(field);
-        break;
-      case GgufType::INT32:
-        out.i = c_.read<int32_t>(field);
-        break;
-      case GgufType::INT64:
-        out.i = c_.read<int64_t>(field);
-        break;
-      case GgufType::FLOAT32:
-        out.f = c_.read<float>(field);
-        break;
-      case GgufType::FLOAT64:
-        out.f = c_.read<double>(field);
-        break;
-      case GgufType::BOOL: {
-        const uint64_t at = c_.pos();
-        const uint8_t v = c_.read<uint8_t>(field);
-        if (v > 1) c_.fail(field(), at, fmt::format("bool value {} is neither 0 nor 1", v));
-        out.b = v != 0;
-        break;
-      }
-      case GgufType::STRING:
-        out.str = c_.read_string(field);
-        break;
-      case GgufType::ARRAY:
-        read_array(out, field, depth);
-        break;
+    if (t == GgufType::BOOL) {
+      const uint64_t at = c_.pos();
+      const uint8_t v = c_.read<uint8_t>(field);
+      if (v > 1) c_.fail(field(), at, fmt::format("bool value {} is neither 0 nor 1", v));
+      out.b = v != 0;
+    } else if (t == GgufType::STRING) {
+      out.str = c_.read_string(field);
+    } else if (t == GgufType::ARRAY) {
+      read_array(out, field, depth);
+    } else {
+      visit_scalar_type(t, [&](auto tag) {
+        using T = decltype(tag);
+        scalar_slot<T>(out) = c_.read<T>(field);
+      });
     }
   }
 
@@ -194,38 +165,19 @@ class ValueReader {
       }
       c_.skip(n * sizeof(T));
     };
-    switch (elem) {
-      case GgufType::UINT8:
-        bulk(uint8_t{}, out.u_arr);
-        break;
-      case GgufType::UINT16:
-        bulk(uint16_t{}, out.u_arr);
-        break;
-      case GgufType::UINT32:
-        bulk(uint32_t{}, out.u_arr);
-        break;
-      case GgufType::UINT64:
-        bulk(uint64_t{}, out.u_arr);
-        break;
-      case GgufType::INT8:
-        bulk(int8_t{}, out.i_arr);
-        break;
-      case GgufType::INT16:
-        bulk(int16_t{}, out.i_arr);
-        break;
-      case GgufType::INT32:
-        bulk(int32_t{}, out.i_arr);
-        break;
-      case GgufType::INT64:
-        bulk(int64_t{}, out.i_arr);
-        break;
-      case GgufType::FLOAT32:
-        bulk(float{}, out.f_arr);
-        break;
-      case GgufType::FLOAT64:
-        bulk(double{}, out.f_arr);
-        break;
-      case GgufType::BOOL: {
+    if (elem == GgufType::STRING) {
+      out.strs.reserve(n);
+      for (uint64_t j = 0; j < n; ++j) {
+        out.strs.push_back(c_.read_string([&] { return fmt::format("{}[{}]", field(), j); }));
+      }
+    } else if (elem == GgufType::ARRAY) {
+      out.arrs.resize(n);
+      for (uint64_t j = 0; j < n; ++j) {
+        const Field elem_field = [&] { return fmt::format("{}[{}]", field(), j); };
+        read_value(GgufType::ARRAY, out.arrs[j], elem_field, depth + 1);
+      }
+    } else {
+      if (elem == GgufType::BOOL) {
         const uint8_t* p = c_.here();
         for (uint64_t j = 0; j < n; ++j) {
           if (p[j] > 1) {
@@ -233,22 +185,9 @@ class ValueReader {
                     fmt::format("bool value {} is neither 0 nor 1", p[j]));
           }
         }
-        bulk(uint8_t{}, out.u_arr);
-        break;
       }
-      case GgufType::STRING:
-        out.strs.reserve(n);
-        for (uint64_t j = 0; j < n; ++j) {
-          out.strs.push_back(c_.read_string([&] { return fmt::format("{}[{}]", field(), j); }));
-        }
-        break;
-      case GgufType::ARRAY:
-        out.arrs.resize(n);
-        for (uint64_t j = 0; j < n; ++j) {
-          const Field elem_field = [&] { return fmt::format("{}[{}]", field(), j); };
-          read_value(GgufType::ARRAY, out.arrs[j], elem_field, depth + 1);
-        }
-        break;
+      // Numbers and booleans (one byte each, into u_arr).
+      visit_scalar_type(elem, [&](auto tag) { bulk(tag, array_slot<decltype(tag)>(out)); });
     }
   }
 
@@ -257,27 +196,6 @@ class ValueReader {
 };
 
 }  // namespace
-
-struct GgufFile::Impl {
-  std::string name;
-  std::vector<uint8_t> owned;  // the image, for parse()
-  MappedFile mapping;          // the file, for open()
-  std::span<const uint8_t> bytes;
-
-  uint32_t version = 0;
-  uint32_t alignment = kDefaultAlignment;
-  uint64_t data_offset = 0;
-  std::vector<GgufKv> kvs;
-  std::map<std::string, size_t, std::less<>> kv_index;
-  std::vector<GgufTensorInfo> tensors;
-  std::map<std::string, size_t, std::less<>> tensor_index;
-
-  void parse();
-  const GgufKv& require(std::string_view key) const;
-  [[noreturn]] void bad_kv(const GgufKv& kv, std::string_view what) const {
-    throw FormatError(name, fmt::format("kv \"{}\"", kv.key), kv.offset, what);
-  }
-};
 
 void GgufFile::Impl::parse() {
   Cursor c(bytes, name);
@@ -478,149 +396,6 @@ uint64_t GgufFile::data_offset() const { return impl_->data_offset; }
 uint64_t GgufFile::file_size() const { return impl_->bytes.size(); }
 const std::vector<GgufKv>& GgufFile::kvs() const { return impl_->kvs; }
 const std::vector<GgufTensorInfo>& GgufFile::tensors() const { return impl_->tensors; }
-
-const GgufKv* GgufFile::find(std::string_view key) const {
-  auto it = impl_->kv_index.find(key);
-  return it == impl_->kv_index.end() ? nullptr : &impl_->kvs[it->second];
-}
-
-const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
-  auto it = impl_->tensor_index.find(name);
-  return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
-}
-
-const GgufKv& GgufFile::Impl::require(std::string_view key) const {
-  auto it = kv_index.find(key);
-  if (it == kv_index.end()) {
-    throw FormatError(name, fmt::format("kv \"{}\"", key), 0, "required key is missing");
-  }
-  return kvs[it->second];
-}
-
-namespace {
-
-// The value of an integer scalar as uint64 if it is non-negative; nullopt for other types.
-std::optional<uint64_t> as_uint(const GgufValue& v, bool* negative) {
-  *negative = false;
-  if (is_unsigned_int(v.type)) return v.u;
-  if (is_signed_int(v.type)) {
-    if (v.i < 0) {
-      *negative = true;
-      return std::nullopt;
-    }
-    return static_cast<uint64_t>(v.i);
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-std::optional<uint64_t> GgufFile::get_uint_opt(std::string_view key) const {
-  const GgufKv* kv = find(key);
-  if (!kv) return std::nullopt;
-  bool neg = false;
-  auto v = as_uint(kv->value, &neg);
-  if (!v) {
-    impl_->bad_kv(
-        *kv,
-        neg ? fmt::format("value {} is negative, expected an unsigned integer", kv->value.i)
-            : fmt::format("has type {}, expected an integer", value_type_name(kv->value.type)));
-  }
-  return v;
-}
-
-uint64_t GgufFile::get_uint(std::string_view key) const {
-  impl_->require(key);
-  return *get_uint_opt(key);
-}
-
-std::optional<double> GgufFile::get_float_opt(std::string_view key) const {
-  const GgufKv* kv = find(key);
-  if (!kv) return std::nullopt;
-  if (!is_float(kv->value.type)) {
-    impl_->bad_kv(*kv, fmt::format("has type {}, expected FLOAT32 or FLOAT64",
-                                   value_type_name(kv->value.type)));
-  }
-  return kv->value.f;
-}
-
-double GgufFile::get_float(std::string_view key) const {
-  impl_->require(key);
-  return *get_float_opt(key);
-}
-
-bool GgufFile::get_bool_or(std::string_view key, bool fallback) const {
-  const GgufKv* kv = find(key);
-  if (!kv) return fallback;
-  if (kv->value.type != GgufType::BOOL) {
-    impl_->bad_kv(*kv, fmt::format("has type {}, expected BOOL", value_type_name(kv->value.type)));
-  }
-  return kv->value.b;
-}
-
-std::optional<std::string> GgufFile::get_string_opt(std::string_view key) const {
-  const GgufKv* kv = find(key);
-  if (!kv) return std::nullopt;
-  if (kv->value.type != GgufType::STRING) {
-    impl_->bad_kv(*kv,
-                  fmt::format("has type {}, expected STRING", value_type_name(kv->value.type)));
-  }
-  return kv->value.str;
-}
-
-std::string GgufFile::get_string(std::string_view key) const {
-  impl_->require(key);
-  return *get_string_opt(key);
-}
-
-const std::vector<std::string>& GgufFile::string_array(std::string_view key) const {
-  const GgufKv& kv = impl_->require(key);
-  if (kv.value.type != GgufType::ARRAY) {
-    impl_->bad_kv(kv, fmt::format("has type {}, expected an array of STRING",
-                                  value_type_name(kv.value.type)));
-  }
-  if (kv.value.elem_type != GgufType::STRING) {
-    impl_->bad_kv(kv, fmt::format("array element type is {}, expected STRING",
-                                  value_type_name(kv.value.elem_type)));
-  }
-  return kv.value.strs;
-}
-
-std::vector<int64_t> GgufFile::int_array(std::string_view key) const {
-  const GgufKv& kv = impl_->require(key);
-  const GgufValue& v = kv.value;
-  if (v.type != GgufType::ARRAY) {
-    impl_->bad_kv(
-        kv, fmt::format("has type {}, expected an array of integers", value_type_name(v.type)));
-  }
-  if (is_signed_int(v.elem_type)) return v.i_arr;
-  if (!is_unsigned_int(v.elem_type)) {
-    impl_->bad_kv(kv, fmt::format("array element type is {}, expected an integer type",
-                                  value_type_name(v.elem_type)));
-  }
-  std::vector<int64_t> out(v.u_arr.size());
-  for (size_t j = 0; j < v.u_arr.size(); ++j) {
-    if (v.u_arr[j] > static_cast<uint64_t>(INT64_MAX)) {
-      impl_->bad_kv(kv, fmt::format("element {} = {} does not fit int64", j, v.u_arr[j]));
-    }
-    out[j] = static_cast<int64_t>(v.u_arr[j]);
-  }
-  return out;
-}
-
-std::vector<double> GgufFile::float_array(std::string_view key) const {
-  const GgufKv& kv = impl_->require(key);
-  const GgufValue& v = kv.value;
-  if (v.type != GgufType::ARRAY) {
-    impl_->bad_kv(kv,
-                  fmt::format("has type {}, expected an array of floats", value_type_name(v.type)));
-  }
-  if (!is_float(v.elem_type)) {
-    impl_->bad_kv(kv, fmt::format("array element type is {}, expected FLOAT32 or FLOAT64",
-                                  value_type_name(v.elem_type)));
-  }
-  return v.f_arr;
-}
 
 std::span<const uint8_t> GgufFile::tensor_data(const GgufTensorInfo& t) const {
   const uint64_t data_size = impl_->bytes.size() - impl_->data_offset;

@@ -4,33 +4,36 @@
 
 namespace flashnorm::io {
 
-GgufValue GgufValue::make_u32(uint32_t v) {
-  GgufValue r;
-  r.type = GgufType::UINT32;
-  r.u = v;
-  return r;
-}
-
-GgufValue GgufValue::make_f32(float v) {
-  GgufValue r;
-  r.type = GgufType::FLOAT32;
-  r.f = v;
-  return r;
-}
-
-GgufValue GgufValue::make_bool(bool v) {
-  GgufValue r;
-  r.type = GgufType::BOOL;
-  r.b = v;
-  return r;
-}
-
+// Designated initializers name the fields each maker sets; the other members keep their default
+// member initializers on purpose, which GCC's -Wmissing-field-initializers would flag.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+GgufValue GgufValue::make_u32(uint32_t v) { return {.type = GgufType::UINT32, .u = v}; }
+GgufValue GgufValue::make_u64(uint64_t v) { return {.type = GgufType::UINT64, .u = v}; }
+GgufValue GgufValue::make_i32(int32_t v) { return {.type = GgufType::INT32, .i = v}; }
+GgufValue GgufValue::make_f32(float v) { return {.type = GgufType::FLOAT32, .f = v}; }
+GgufValue GgufValue::make_bool(bool v) { return {.type = GgufType::BOOL, .b = v}; }
 GgufValue GgufValue::make_string(std::string v) {
-  GgufValue r;
-  r.type = GgufType::STRING;
-  r.str = std::move(v);
-  return r;
+  return {.type = GgufType::STRING, .str = std::move(v)};
 }
+
+GgufValue GgufValue::make_array(GgufType elem) {
+  return {.type = GgufType::ARRAY, .elem_type = elem};
+}
+GgufValue GgufValue::make_uint_array(GgufType elem, std::vector<uint64_t> v) {
+  return {.type = GgufType::ARRAY, .elem_type = elem, .u_arr = std::move(v)};
+}
+GgufValue GgufValue::make_int_array(GgufType elem, std::vector<int64_t> v) {
+  return {.type = GgufType::ARRAY, .elem_type = elem, .i_arr = std::move(v)};
+}
+GgufValue GgufValue::make_float_array(GgufType elem, std::vector<double> v) {
+  return {.type = GgufType::ARRAY, .elem_type = elem, .f_arr = std::move(v)};
+}
+GgufValue GgufValue::make_string_array(std::vector<std::string> v) {
+  return {.type = GgufType::ARRAY, .elem_type = GgufType::STRING, .strs = std::move(v)};
+}
+
+#pragma GCC diagnostic pop
 
 size_t GgufValue::array_size() const {
   using gguf_detail::is_float;

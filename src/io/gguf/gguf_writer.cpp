@@ -9,8 +9,8 @@
 #include <limits>
 #include <set>
 
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/gguf.h"
 #include "gguf_internal.h"
 
@@ -59,46 +59,21 @@ T narrow_i(int64_t v, const std::string& key) {
   return static_cast<T>(v);
 }
 
+// Writes one scalar of type t (not STRING or ARRAY) from u (unsigned types and BOOL), i (signed
+// types) or f (floats), refusing values its type cannot hold.
 void put_scalar(Buffer& b, GgufType t, uint64_t u, int64_t i, double f, const std::string& key) {
-  switch (t) {
-    case GgufType::UINT8:
-      b.put(narrow_u<uint8_t>(u, key));
-      break;
-    case GgufType::UINT16:
-      b.put(narrow_u<uint16_t>(u, key));
-      break;
-    case GgufType::UINT32:
-      b.put(narrow_u<uint32_t>(u, key));
-      break;
-    case GgufType::UINT64:
-      b.put(u);
-      break;
-    case GgufType::BOOL:
-      if (u > 1) fail_value(key, fmt::format("bool value {} is neither 0 nor 1", u));
-      b.put(static_cast<uint8_t>(u));
-      break;
-    case GgufType::INT8:
-      b.put(narrow_i<int8_t>(i, key));
-      break;
-    case GgufType::INT16:
-      b.put(narrow_i<int16_t>(i, key));
-      break;
-    case GgufType::INT32:
-      b.put(narrow_i<int32_t>(i, key));
-      break;
-    case GgufType::INT64:
-      b.put(i);
-      break;
-    case GgufType::FLOAT32:
-      b.put(static_cast<float>(f));
-      break;
-    case GgufType::FLOAT64:
-      b.put(f);
-      break;
-    case GgufType::STRING:
-    case GgufType::ARRAY:
-      break;
-  }
+  if (t == GgufType::BOOL && u > 1)
+    fail_value(key, fmt::format("bool value {} is neither 0 nor 1", u));
+  visit_scalar_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T>) {
+      b.put(static_cast<T>(f));
+    } else if constexpr (std::is_signed_v<T>) {
+      b.put(narrow_i<T>(i, key));
+    } else {
+      b.put(narrow_u<T>(u, key));
+    }
+  });
 }
 
 void put_value(Buffer& b, const GgufValue& v, const std::string& key, int depth);

@@ -8,8 +8,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
+#include "gguf_internal.h"
 
 namespace flashnorm::io {
 namespace {
@@ -104,63 +105,37 @@ void q8_0(const float* x, size_t nb, uint8_t* out) {
   }
 }
 
-}  // namespace
-
-bool quant_supported(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-      return true;
-    default:
-      return false;
-  }
+// Plain types: one element per block.
+void to_f32(const float* x, size_t n, uint8_t* out) {
+  if (n) std::memcpy(out, x, n * 4);
+}
+void to_f16(const float* x, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_fp16(x[i]));
+}
+void to_bf16(const float* x, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) store_u16(out + 2 * i, fp32_to_bf16(x[i]));
 }
 
+// The supported types and the routine that writes `nb` blocks of each.
+using QuantFn = void (*)(const float* x, size_t nb, uint8_t* out);
+constexpr gguf_detail::Converter<QuantFn> kQuantizers[] = {
+    {GgmlType::F32, to_f32}, {GgmlType::F16, to_f16}, {GgmlType::BF16, to_bf16},
+    {GgmlType::Q8_0, q8_0},  {GgmlType::Q4_0, q4_0},  {GgmlType::Q4_1, q4_1},
+    {GgmlType::Q5_0, q5_0}};
+
+QuantFn quantizer(GgmlType type) { return gguf_detail::find_converter(kQuantizers, type); }
+
+}  // namespace
+
+bool quant_supported(GgmlType type) { return quantizer(type) != nullptr; }
+
 std::vector<uint8_t> quantize(GgmlType type, std::span<const float> src) {
-  const uint32_t id = static_cast<uint32_t>(type);
-  const auto traits = ggml_type_traits(id);
-  if (!traits || !quant_supported(type)) {
-    throw Error(fmt::format("quantize: type {} is not supported", ggml_type_name(id)));
-  }
   const size_t n = src.size();
-  if (n % traits->block_elems != 0) {
-    throw Error(fmt::format("quantize: {} elements is not a multiple of the {} block size {}", n,
-                            traits->name, traits->block_elems));
-  }
-  const size_t nb = n / traits->block_elems;
-  std::vector<uint8_t> out(nb * traits->block_bytes);
-  const float* x = src.data();
-  uint8_t* o = out.data();
-  switch (type) {
-    case GgmlType::F32:
-      if (n) std::memcpy(o, x, n * 4);
-      break;
-    case GgmlType::F16:
-      for (size_t i = 0; i < n; ++i) store_u16(o + 2 * i, fp32_to_fp16(x[i]));
-      break;
-    case GgmlType::BF16:
-      for (size_t i = 0; i < n; ++i) store_u16(o + 2 * i, fp32_to_bf16(x[i]));
-      break;
-    case GgmlType::Q4_0:
-      q4_0(x, nb, o);
-      break;
-    case GgmlType::Q4_1:
-      q4_1(x, nb, o);
-      break;
-    case GgmlType::Q5_0:
-      q5_0(x, nb, o);
-      break;
-    case GgmlType::Q8_0:
-      q8_0(x, nb, o);
-      break;
-    default:
-      break;
-  }
+  const GgmlTypeTraits traits =
+      gguf_detail::conversion_traits(type, n, quant_supported(type), "quantize");
+  const size_t nb = n / traits.block_elems;
+  std::vector<uint8_t> out(nb * traits.block_bytes);
+  quantizer(type)(src.data(), nb, out.data());
   return out;
 }
 
