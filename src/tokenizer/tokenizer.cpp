@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "byte_alphabet.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "pretokenizer.h"
@@ -24,6 +25,9 @@
 namespace flashnorm {
 namespace {
 
+using tokenizer_detail::alphabet;
+using tokenizer_detail::alphabet_to_bytes;
+using tokenizer_detail::append_utf8;
 using tokenizer_detail::decode_utf8;
 
 constexpr int64_t kTypeMin = 0;  // llama.cpp LLAMA_TOKEN_TYPE_UNDEFINED
@@ -37,69 +41,6 @@ constexpr const char* kKeyMerges = "tokenizer.ggml.merges";
 constexpr const char* kKeyModel = "tokenizer.ggml.model";
 constexpr const char* kKeyPre = "tokenizer.ggml.pre";
 constexpr const char* kKeyScores = "tokenizer.ggml.scores";
-
-// GPT-2 bytes_to_unicode(): printable bytes (0x21..0x7e, 0xa1..0xac, 0xae..0xff) stand for
-// themselves; the other 68 bytes map, in increasing order, to U+0100, U+0101, ...
-struct ByteAlphabet {
-  std::array<char32_t, 256> to_cp{};
-  std::array<int16_t, 256 + 68> from_cp{};  // code point -> byte, -1 if not in the alphabet
-  ByteAlphabet() {
-    from_cp.fill(-1);
-    char32_t next = 256;
-    for (int b = 0; b < 256; ++b) {
-      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      to_cp[b] = printable ? static_cast<char32_t>(b) : next++;
-      from_cp[to_cp[b]] = static_cast<int16_t>(b);
-    }
-  }
-};
-const ByteAlphabet& alphabet() {
-  static const ByteAlphabet a;
-  return a;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-// Token text (byte alphabet) -> bytes. Code points outside the alphabet, and invalid UTF-8, are
-// kept as they are (as HF's ByteLevel decoder does).
-std::string alphabet_to_bytes(std::string_view text) {
-  const auto& a = alphabet();
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    char32_t cp = 0;
-    size_t len = decode_utf8(text, i, cp);
-    if (len == 0) {
-      out.push_back(text[i]);
-      ++i;
-      continue;
-    }
-    if (cp < a.from_cp.size() && a.from_cp[cp] >= 0) {
-      out.push_back(static_cast<char>(a.from_cp[cp]));
-    } else {
-      out.append(text.substr(i, len));
-    }
-    i += len;
-  }
-  return out;
-}
 
 std::string printable(std::string_view s) {
   std::string out;

@@ -1,8 +1,9 @@
-// UTF-8 decoding shared by the tokenizers (internal).
+// UTF-8 decoding and encoding shared by the tokenizers (internal).
 // Source: RFC 3629 section 3 (shortest form, no surrogates, at most U+10FFFF).
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace flashnorm::tokenizer_detail {
@@ -34,6 +35,25 @@ inline size_t decode_utf8(std::string_view s, size_t i, char32_t& cp) {
   if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
   cp = v;
   return len;
+}
+
+// Appends the UTF-8 encoding of the scalar value `cp` (at most U+10FFFF) to `out`.
+inline void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
 }
 
 }  // namespace flashnorm::tokenizer_detail
