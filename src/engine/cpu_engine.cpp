@@ -117,7 +117,7 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   // The KV cache and RoPE tables grow with the context and head_dim read from the file: refuse
   // sizes this machine cannot hold (one line) instead of being killed for memory.
   const double kv_bytes = 2.0 * c.n_layer * max_ctx_ * static_cast<double>(kv) * sizeof(float);
-  const double rope_bytes = (a.hooks.sliding_window_pattern > 0 ? 2.0 : 1.0) * max_ctx_ *
+  const double rope_bytes = (!c.layer_local.empty() ? 2.0 : 1.0) * max_ctx_ *
                             static_cast<double>(c.head_dim) * sizeof(float);
   const double phys =
       static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
@@ -130,9 +130,9 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   }
   k_cache_.assign(size_t(c.n_layer) * max_ctx_ * kv, 0.0f);
   v_cache_.assign(k_cache_.size(), 0.0f);
-  rope_tables(max_ctx_, c.head_dim, c.rope_base, rope_cos_, rope_sin_);
-  if (a.hooks.sliding_window_pattern > 0) {
-    rope_tables(max_ctx_, c.head_dim, c.rope_local_base, rope_cos_local_, rope_sin_local_);
+  rope_tables(max_ctx_, c.head_dim, c.rope_global, rope_cos_, rope_sin_);
+  if (!c.layer_local.empty()) {
+    rope_tables(max_ctx_, c.head_dim, c.rope_local, rope_cos_local_, rope_sin_local_);
   }
 }
 

@@ -1,4 +1,5 @@
-// Per-layer tensor plan and RoPE tables shared by the engines: include/flashnorm/engine/layer_plan.h.
+// Per-layer tensor plan and RoPE tables shared by the engines:
+// include/flashnorm/engine/layer_plan.h.
 #include "flashnorm/engine/layer_plan.h"
 
 #include <fmt/format.h>
@@ -40,20 +41,48 @@ std::vector<LayerPlan> plan_layers(const Model& m) {
     p.down = n("blk.{L}.ffn_down.weight");
     p.post_attn = n(a.hooks.post_attn_norm);
     p.post_ffn = n(a.hooks.post_ffn_norm);
-    const int pat = a.hooks.sliding_window_pattern;
-    p.local = pat > 0 && c.sliding_window > 0 && (l + 1) % pat != 0;
+    p.local = c.sliding_window > 0 && size_t(l) < c.layer_local.size() && c.layer_local[size_t(l)];
     plans.push_back(std::move(p));
   }
   return plans;
 }
 
-void rope_tables(int n_pos, int D, float base, std::vector<float>& cs, std::vector<float>& sn) {
+std::vector<double> rope_inv_freq(int D, const RopeFrequencies& f) {
   const int half = D / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  const RopeScaling& s = f.scaling;
+  const double kPi = 3.14159265358979323846;
+  for (int i = 0; i < half; ++i) {
+    double w = std::pow(f.base, -2.0 * i / D);
+    if (s.kind == RopeScaling::Kind::kLinear) {
+      w /= s.factor;
+    } else if (s.kind == RopeScaling::Kind::kLlama3) {
+      const double wavelen = 2 * kPi / w;
+      const double low_wavelen = s.original_context / s.low_freq_factor;
+      const double high_wavelen = s.original_context / s.high_freq_factor;
+      if (wavelen > low_wavelen) {
+        w /= s.factor;  // low frequencies: scaled
+      } else if (wavelen >= high_wavelen) {
+        // medium: interpolated between scaled and unscaled
+        const double smooth = (s.original_context / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        w = (1 - smooth) * w / s.factor + smooth * w;
+      }  // high frequencies: kept
+    }
+    inv[size_t(i)] = w;
+  }
+  return inv;
+}
+
+void rope_tables(int n_pos, int D, const RopeFrequencies& f, std::vector<float>& cs,
+                 std::vector<float>& sn) {
+  const int half = D / 2;
+  const std::vector<double> inv = rope_inv_freq(D, f);
   cs.resize(size_t(n_pos) * half);
   sn.resize(cs.size());
   for (int p = 0; p < n_pos; ++p) {
     for (int i = 0; i < half; ++i) {
-      const double theta = p * std::pow(double(base), -2.0 * i / D);
+      const double theta = p * inv[size_t(i)];
       cs[size_t(p) * half + i] = static_cast<float>(std::cos(theta));
       sn[size_t(p) * half + i] = static_cast<float>(std::sin(theta));
     }

@@ -85,8 +85,38 @@ ArchDescription make_gemma3() {
   return a;
 }
 
+// Qwen 3 (HF Qwen3ForCausalLM / modeling_qwen3.py; llama.cpp "qwen3"): Llama's blocks with a
+// per-head RMSNorm of q and k before RoPE (plain gains), NEOX rotation in both formats.
+ArchDescription make_qwen3() {
+  ArchDescription a = make_llama();
+  a.name = "qwen3";
+  a.layer_norms = {
+      {"blk.{L}.attn_norm.weight",
+       {{"blk.{L}.attn_q.weight", "blk.{L}.attn_q_norm.weight"},
+        {"blk.{L}.attn_k.weight", "blk.{L}.attn_k_norm.weight"},
+        {"blk.{L}.attn_v.weight"}}},
+      {"blk.{L}.ffn_norm.weight", {{"blk.{L}.ffn_gate.weight"}, {"blk.{L}.ffn_up.weight"}}},
+      {"blk.{L}.attn_q_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
+      {"blk.{L}.attn_k_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
+  };
+  a.gguf_rope = RopeLayout::Neox;
+  a.hf_names.insert(a.hf_names.end(),
+                    {{"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
+                     {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"}});
+  return a;
+}
+
+// Mistral (HF MistralForCausalLM / modeling_mistral.py): Llama's graph; its config's sliding
+// window applies to every layer. llama.cpp converts Mistral checkpoints to "llama" GGUF files.
+ArchDescription make_mistral() {
+  ArchDescription a = make_llama();
+  a.name = "mistral";
+  return a;
+}
+
 const std::vector<ArchDescription>& registry() {
-  static const std::vector<ArchDescription> r = {make_llama(), make_gemma3()};
+  static const std::vector<ArchDescription> r = {make_llama(), make_gemma3(), make_qwen3(),
+                                                 make_mistral()};
   return r;
 }
 
@@ -128,7 +158,7 @@ const ArchDescription& arch_by_name(std::string_view name) {
   }
   // quoted as a JSON string: a NUL, control bytes or invalid UTF-8 from a file reach the terminal
   // escaped, not raw
-  throw Error(fmt::format("unsupported architecture {} (supported: llama, gemma3)",
+  throw Error(fmt::format("unsupported architecture {} (supported: llama, gemma3, qwen3, mistral)",
                           nlohmann::json(std::string(name))
                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
@@ -136,6 +166,8 @@ const ArchDescription& arch_by_name(std::string_view name) {
 const ArchDescription* arch_by_hf_class(std::string_view hf_class) {
   if (hf_class == "LlamaForCausalLM") return &arch_by_name("llama");
   if (hf_class == "Gemma3ForCausalLM") return &arch_by_name("gemma3");
+  if (hf_class == "Qwen3ForCausalLM") return &arch_by_name("qwen3");
+  if (hf_class == "MistralForCausalLM") return &arch_by_name("mistral");
   return nullptr;
 }
 

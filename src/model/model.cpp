@@ -12,6 +12,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
+#include "config_readers.h"
 
 namespace flashnorm {
 namespace fs = std::filesystem;
@@ -32,31 +33,7 @@ const Tensor& Model::head() const {
   return has(arch->head) ? get(arch->head) : get(arch->tied_source);
 }
 
-std::vector<double> effective_gain(const Tensor& norm, GainConvention c) {
-  std::vector<double> g(norm.data.begin(), norm.data.end());
-  if (c == GainConvention::OnePlus) {
-    for (auto& v : g) v += 1.0;
-  }
-  return g;
-}
-
 namespace {
-
-int as_int(uint64_t v, std::string_view key, const fs::path& src) {
-  if (v == 0 || v > (1u << 24)) {
-    throw Error(fmt::format("{}: {} = {} is out of range", src.string(), key, v));
-  }
-  return static_cast<int>(v);
-}
-
-// A float hyperparameter must be finite and inside [lo, hi] (lo excluded when open_lo): the
-// message saying it is not, or nothing.
-std::optional<std::string> out_of_range(double v, double lo, double hi, bool open_lo,
-                                        std::string_view what) {
-  if (std::isfinite(v) && v >= lo && !(open_lo && v == lo) && v <= hi) return std::nullopt;
-  return fmt::format("{} = {} is not a finite value in {}{}, {}]", what, v, open_lo ? "(" : "[", lo,
-                     hi);
-}
 
 // The layer index of a name "<prefix><digits>.<rest>" ("blk.", "model.layers."), if it is one.
 std::optional<int> layer_index(std::string_view name, std::string_view prefix) {
@@ -116,15 +93,6 @@ void check_finite_span(const Model& m, bool hf, const std::string& canonical, ui
   if (bad != v.end()) refuse_non_finite(m, hf, canonical, base + (bad - v.begin()), *bad);
 }
 
-// GGUF: the float at `key` (read as `v`) in range, else a FormatError at the key's offset.
-void check_gguf_float(const io::GgufFile& f, const std::string& key, double v, double lo, double hi,
-                      bool open_lo) {
-  if (auto msg = out_of_range(v, lo, hi, open_lo, key)) {
-    const io::GgufKv* kv = f.find(key);
-    throw FormatError(f.name(), key, kv ? kv->offset : 0, *msg);
-  }
-}
-
 Model load_gguf(const fs::path& path, bool with_data) {
   io::GgufFile f = io::GgufFile::open(path);
   Model m;
@@ -138,33 +106,9 @@ Model load_gguf(const fs::path& path, bool with_data) {
     const io::GgufKv* kv = f.find("general.architecture");
     throw FormatError(f.name(), "general.architecture", kv ? kv->offset : 0, e.what());
   }
-  const std::string p = m.cfg.arch + ".";
-  auto req = [&](const std::string& k) { return as_int(f.get_uint(p + k), p + k, path); };
-  m.cfg.n_layer = req("block_count");
-  m.cfg.hidden = req("embedding_length");
-  m.cfg.ffn = req("feed_forward_length");
-  m.cfg.n_head = req("attention.head_count");
-  m.cfg.n_head_kv =
-      f.get_uint_opt(p + "attention.head_count_kv") ? req("attention.head_count_kv") : m.cfg.n_head;
-  if (auto kl = f.get_uint_opt(p + "attention.key_length")) {
-    m.cfg.head_dim = as_int(*kl, p + "attention.key_length", path);
-  } else {
-    m.cfg.head_dim = m.cfg.hidden / m.cfg.n_head;
-  }
-  m.cfg.context = f.get_uint_opt(p + "context_length") ? req("context_length") : 2048;
-  m.cfg.rope_base = static_cast<float>(f.get_float_opt(p + "rope.freq_base").value_or(10000.0));
-  m.cfg.eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
-  // eps inside the square root: 0 is exact RMSNorm; a negative, huge or non-finite eps is not one
-  check_gguf_float(f, p + "attention.layer_norm_rms_epsilon", m.cfg.eps, 0.0, 1.0, false);
-  check_gguf_float(f, p + "rope.freq_base", m.cfg.rope_base, 1.0, 1e12, true);
+  read_gguf_config(f, *m.arch, m.cfg);
   m.cfg.rope = m.arch->gguf_rope;
   m.cfg.gains = m.arch->gguf_gains;
-  if (m.arch->hooks.sliding_window_pattern > 0) {
-    m.cfg.sliding_window = req("attention.sliding_window");
-    m.cfg.rope_local_base =
-        static_cast<float>(f.get_float_opt(p + "rope.local_freq_base").value_or(10000.0));
-    check_gguf_float(f, p + "rope.local_freq_base", m.cfg.rope_local_base, 1.0, 1e12, true);
-  }
   m.cfg.folded = f.get_bool_or(std::string(kFoldedKey), false);
   for (const auto& t : f.tensors()) {
     if (!io::dequant_supported(t.type)) {
@@ -178,6 +122,16 @@ Model load_gguf(const fs::path& path, bool with_data) {
       io::dequantize(t.type, f.tensor_data(t), x.data);
     }
     m.tensors.emplace(t.name, std::move(x));
+  }
+  // The vocabulary size the header states must be the embedding's rows.
+  const std::string vk = m.cfg.arch + ".vocab_size";
+  if (auto v = f.get_uint_opt(vk); v && m.has(m.arch->tied_source) &&
+                                    !m.get(m.arch->tied_source).shape.empty() &&
+                                    m.get(m.arch->tied_source).shape[0] != *v) {
+    const io::GgufKv* kv = f.find(vk);
+    throw FormatError(f.name(), vk, kv ? kv->offset : 0,
+                      fmt::format("{} but '{}' has {} rows", *v, m.arch->tied_source,
+                                  m.get(m.arch->tied_source).shape[0]));
   }
   return m;
 }
@@ -195,53 +149,16 @@ Model load_hf(const fs::path& dir, bool with_data) {
         fmt::format("{}/config.json: architectures '{}' is not supported", dir.string(), hf_class));
   }
   m.cfg.arch = m.arch->name;
-  auto get_int = [&](const char* k, std::optional<int> fallback = std::nullopt) {
-    if (!c.contains(k) || c[k].is_null()) {
-      if (fallback) return *fallback;
-      throw Error(fmt::format("{}/config.json: missing field '{}'", dir.string(), k));
-    }
-    if (!c[k].is_number_unsigned()) {
-      throw Error(
-          fmt::format("{}/config.json: field '{}' is not a positive integer", dir.string(), k));
-    }
-    return as_int(c[k].get<uint64_t>(), k, dir);
-  };
-  m.cfg.n_layer = get_int("num_hidden_layers");
-  m.cfg.hidden = get_int("hidden_size");
-  m.cfg.ffn = get_int("intermediate_size");
-  m.cfg.n_head = get_int("num_attention_heads");
-  m.cfg.n_head_kv = get_int("num_key_value_heads", m.cfg.n_head);
-  m.cfg.head_dim = get_int("head_dim", m.cfg.hidden / m.cfg.n_head);
-  m.cfg.context = get_int("max_position_embeddings", 2048);
-  // config.json: a number field, or `fallback` when absent; null or another type is refused by name
-  const auto get_float = [&](const char* k, float fallback) {
-    const auto it = c.find(k);
-    if (it == c.end()) return fallback;
-    if (!it->is_number())
-      throw Error(fmt::format("{}/config.json: field '{}' is {}, not a number", dir.string(), k,
-                              it->type_name()));
-    return it->get<float>();
-  };
-  m.cfg.rope_base = get_float("rope_theta", 10000.0f);
-  m.cfg.eps = get_float("rms_norm_eps", 1e-6f);
-  std::optional<int> vocab_size;
-  if (c.contains("vocab_size") && !c["vocab_size"].is_null()) vocab_size = get_int("vocab_size");
-  // config.json: a float field in range, else an Error naming the file and the field
-  const auto check_cfg_float = [&](double v, double lo, double hi, bool open_lo, const char* key) {
-    if (auto msg = out_of_range(v, lo, hi, open_lo, key))
-      throw Error(fmt::format("{}/config.json: {}", dir.string(), *msg));
-  };
-  check_cfg_float(m.cfg.eps, 0.0, 1.0, false, "rms_norm_eps");
-  check_cfg_float(m.cfg.rope_base, 1.0, 1e12, true, "rope_theta");
+  read_hf_config(c, *m.arch, dir.string() + "/config.json", m.cfg);
   m.cfg.rope = m.arch->hf_rope;
   m.cfg.gains = m.arch->hf_gains;
-  if (m.arch->hooks.sliding_window_pattern > 0) {
-    m.cfg.sliding_window = get_int("sliding_window");
-    m.cfg.rope_local_base = get_float("rope_local_base_freq", 10000.0f);
-    check_cfg_float(m.cfg.rope_local_base, 1.0, 1e12, true, "rope_local_base_freq");
-  }
-  if (m.arch->hooks.uses_query_pre_attn_scalar) {
-    m.cfg.attn_scale = 1.0f / std::sqrt(float(get_int("query_pre_attn_scalar", m.cfg.head_dim)));
+  std::optional<int> vocab_size;
+  if (c.contains("vocab_size") && !c["vocab_size"].is_null()) {
+    if (!c["vocab_size"].is_number_unsigned())
+      throw Error(fmt::format("{}/config.json: field 'vocab_size' is not a positive integer",
+                              dir.string()));
+    vocab_size = positive_int(c["vocab_size"].get<uint64_t>(), "vocab_size",
+                              dir.string() + "/config.json");
   }
   // tie_word_embeddings true: transformers uses the embedding as the head and ignores an lm_head
   // tensor, so this engine does too when it holds the same values, and refuses the file when not

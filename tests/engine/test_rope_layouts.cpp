@@ -39,7 +39,7 @@ void write_gguf_copy(const Model& m, const fs::path& path, bool permute) {
       {"llama.feed_forward_length", GgufValue::make_u32(c.ffn), 0},
       {"llama.attention.head_count", GgufValue::make_u32(c.n_head), 0},
       {"llama.attention.head_count_kv", GgufValue::make_u32(c.n_head_kv), 0},
-      {"llama.rope.freq_base", GgufValue::make_f32(c.rope_base), 0},
+      {"llama.rope.freq_base", GgufValue::make_f32(float(c.rope_global.base)), 0},
       {"llama.attention.layer_norm_rms_epsilon", GgufValue::make_f32(c.eps), 0},
   };
   std::vector<io::GgufTensorOut> ts;

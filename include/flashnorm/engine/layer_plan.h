@@ -16,13 +16,13 @@ namespace flashnorm {
 
 // Tensor names of one layer ("" where the architecture has none).
 struct LayerPlan {
-  std::string attn_norm, ffn_norm;      // RMSNorm gains
-  std::array<std::string, 3> qkv;       // q, k, v projections, in that order
-  std::string q_norm, k_norm;           // per-head renorm gains (QK-norm)
-  bool v_renorm = false;                // v renormalized without a gain (Gemma-4 style)
+  std::string attn_norm, ffn_norm;  // RMSNorm gains
+  std::array<std::string, 3> qkv;   // q, k, v projections, in that order
+  std::string q_norm, k_norm;       // per-head renorm gains (QK-norm)
+  bool v_renorm = false;            // v renormalized without a gain (Gemma-4 style)
   std::string gate, up, attn_output, down;
-  std::string post_attn, post_ffn;      // Gemma post-attention / post-FFN norms
-  bool local = false;                   // sliding-window layer: (l + 1) % pattern != 0
+  std::string post_attn, post_ffn;  // Gemma post-attention / post-FFN norms
+  bool local = false;               // sliding-window layer (ModelConfig::layer_local)
 };
 
 // One plan per layer of `m` (only names and flags; no tensor data is touched).
@@ -30,8 +30,13 @@ struct LayerPlan {
 // renormalized with a gain (no engine supports it).
 std::vector<LayerPlan> plan_layers(const Model& m);
 
-// RoPE tables cos/sin [n_pos][D/2] for base `base`: theta(p, i) = p * base^(-2i/D), formed in fp64
-// and rounded to fp32 (RoFormer, Su et al. 2021, eq. 34).
-void rope_tables(int n_pos, int D, float base, std::vector<float>& cos, std::vector<float>& sin);
+// Rotary inverse frequencies [D/2] in fp64: base^(-2i/D) (RoFormer, Su et al. 2021, eq. 15),
+// then the scaling of `f` (linear: / factor; llama3: transformers' _compute_llama3_parameters).
+std::vector<double> rope_inv_freq(int D, const RopeFrequencies& f);
+
+// RoPE tables cos/sin [n_pos][D/2]: theta(p, i) = p * rope_inv_freq(D, f)[i], formed in fp64 and
+// rounded to fp32.
+void rope_tables(int n_pos, int D, const RopeFrequencies& f, std::vector<float>& cos,
+                 std::vector<float>& sin);
 
 }  // namespace flashnorm

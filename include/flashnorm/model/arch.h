@@ -79,9 +79,10 @@ struct ArchDescription {
   std::vector<std::pair<std::string, std::string>> hf_names;
 };
 
-// Known descriptions: "llama", "gemma3". Throws flashnorm::Error for an unknown architecture name.
+// Known descriptions: "llama", "gemma3", "qwen3", "mistral". Throws flashnorm::Error for an unknown architecture name.
 const ArchDescription& arch_by_name(std::string_view name);
-// HF "architectures"[0] (e.g. "LlamaForCausalLM") -> description; nullptr if unknown.
+// HF "architectures"[0] (LlamaForCausalLM, Gemma3ForCausalLM, Qwen3ForCausalLM,
+// MistralForCausalLM) -> description; nullptr if unknown.
 const ArchDescription* arch_by_hf_class(std::string_view hf_class);
 
 // "blk.{L}.attn_q.weight", 3 -> "blk.3.attn_q.weight".

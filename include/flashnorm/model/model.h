@@ -24,6 +24,27 @@ struct Tensor {
   uint64_t cols() const { return shape.empty() ? 0 : shape.back(); }
 };
 
+// RoPE frequency scaling: HF rope_parameters (legacy rope_scaling) "rope_type", GGUF
+// rope.scaling.type. Source: transformers modeling_rope_utils.py
+// (_compute_linear_scaling_rope_parameters, _compute_llama3_parameters).
+//   linear: every frequency divided by `factor`;
+//   llama3: wavelengths above original_context / low_freq_factor divided by `factor`, below
+//           original_context / high_freq_factor kept, smoothly interpolated in between.
+struct RopeScaling {
+  enum class Kind { kNone, kLinear, kLlama3 };
+  Kind kind = Kind::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;    // llama3
+  double high_freq_factor = 4.0;   // llama3
+  double original_context = 8192;  // llama3: original_max_position_embeddings
+};
+
+// The rotary frequencies of one kind of layer: base (rope_theta) and scaling.
+struct RopeFrequencies {
+  double base = 10000;
+  RopeScaling scaling;
+};
+
 // Hyperparameters (GGUF "<arch>.*" keys; HF config.json fields in comments).
 struct ModelConfig {
   std::string arch;               // general.architecture / "architectures"[0] mapped
@@ -35,10 +56,13 @@ struct ModelConfig {
   int head_dim = 0;               // rope.dimension_count or key_length / head_dim or hidden/n_head
   int vocab = 0;                  // rows of token_embd / vocab_size
   int context = 0;                // context_length / max_position_embeddings
-  float rope_base = 10000;        // rope.freq_base / rope_theta
+  RopeFrequencies rope_global;    // rope.freq_base + rope.scaling.* / rope_parameters
   float eps = 1e-5f;              // attention.layer_norm_rms_epsilon / rms_norm_eps
   int sliding_window = 0;         // attention.sliding_window / sliding_window (0: none)
-  float rope_local_base = 10000;  // rope.local_freq_base / rope_local_base_freq (local layers)
+  // Per layer: 1 where the layer attends through the sliding window (HF layer_types
+  // "sliding_attention"; Gemma 3's pattern; Mistral: every layer); empty: no such layer.
+  std::vector<uint8_t> layer_local;
+  RopeFrequencies rope_local;     // sliding layers: rope.local_freq_base / rope_local_base_freq
   float attn_scale = 0;           // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
   RopeLayout rope = RopeLayout::Adjacent;
   GainConvention gains = GainConvention::Plain;
@@ -86,7 +110,5 @@ void check_finite_weights(const Model& m);
 // (e.g. "TRUE", "1"), or when shards disagree.
 bool hf_folded_marker(const io::HfModelDir& d);
 
-// The gain values of a norm tensor as a multiplier (1 + w for OnePlus files).
-std::vector<double> effective_gain(const Tensor& norm, GainConvention c);
 
 }  // namespace flashnorm

@@ -107,10 +107,10 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
     }
   }
   std::vector<float> cs, sn;
-  rope_tables(d.max_ctx, d.D, c.rope_base, cs, sn);
+  rope_tables(d.max_ctx, d.D, c.rope_global, cs, sn);
   e.cos_g = upload(cs), e.sin_g = upload(sn);
-  if (a.hooks.sliding_window_pattern > 0) {
-    rope_tables(d.max_ctx, d.D, c.rope_local_base, cs, sn);
+  if (!c.layer_local.empty()) {
+    rope_tables(d.max_ctx, d.D, c.rope_local, cs, sn);
     e.cos_l = upload(cs), e.sin_l = upload(sn);
   } else {
     e.cos_l = upload(std::vector<float>(1)), e.sin_l = upload(std::vector<float>(1));
