@@ -47,23 +47,23 @@ struct RopeFrequencies {
 
 // Hyperparameters (GGUF "<arch>.*" keys; HF config.json fields in comments).
 struct ModelConfig {
-  std::string arch;               // general.architecture / "architectures"[0] mapped
-  int n_layer = 0;                // block_count / num_hidden_layers
-  int hidden = 0;                 // embedding_length / hidden_size
-  int ffn = 0;                    // feed_forward_length / intermediate_size
-  int n_head = 0;                 // attention.head_count / num_attention_heads
-  int n_head_kv = 0;              // attention.head_count_kv / num_key_value_heads
-  int head_dim = 0;               // rope.dimension_count or key_length / head_dim or hidden/n_head
-  int vocab = 0;                  // rows of token_embd / vocab_size
-  int context = 0;                // context_length / max_position_embeddings
-  RopeFrequencies rope_global;    // rope.freq_base + rope.scaling.* / rope_parameters
-  float eps = 1e-5f;              // attention.layer_norm_rms_epsilon / rms_norm_eps
-  int sliding_window = 0;         // attention.sliding_window / sliding_window (0: none)
+  std::string arch;             // general.architecture / "architectures"[0] mapped
+  int n_layer = 0;              // block_count / num_hidden_layers
+  int hidden = 0;               // embedding_length / hidden_size
+  int ffn = 0;                  // feed_forward_length / intermediate_size
+  int n_head = 0;               // attention.head_count / num_attention_heads
+  int n_head_kv = 0;            // attention.head_count_kv / num_key_value_heads
+  int head_dim = 0;             // rope.dimension_count or key_length / head_dim or hidden/n_head
+  int vocab = 0;                // rows of token_embd / vocab_size
+  int context = 0;              // context_length / max_position_embeddings
+  RopeFrequencies rope_global;  // rope.freq_base + rope.scaling.* / rope_parameters
+  float eps = 1e-5f;            // attention.layer_norm_rms_epsilon / rms_norm_eps
+  int sliding_window = 0;       // attention.sliding_window / sliding_window (0: none)
   // Per layer: 1 where the layer attends through the sliding window (HF layer_types
   // "sliding_attention"; Gemma 3's pattern; Mistral: every layer); empty: no such layer.
   std::vector<uint8_t> layer_local;
-  RopeFrequencies rope_local;     // sliding layers: rope.local_freq_base / rope_local_base_freq
-  float attn_scale = 0;           // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
+  RopeFrequencies rope_local;  // sliding layers: rope.local_freq_base / rope_local_base_freq
+  float attn_scale = 0;        // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
   RopeLayout rope = RopeLayout::Adjacent;
   GainConvention gains = GainConvention::Plain;
   bool tied_head = false;  // no separate LM head tensor: the embedding is reused
@@ -109,6 +109,5 @@ void check_finite_weights(const Model& m);
 // for "false" or no marker. Errors: Error naming the key and the shard file for any other value
 // (e.g. "TRUE", "1"), or when shards disagree.
 bool hf_folded_marker(const io::HfModelDir& d);
-
 
 }  // namespace flashnorm
