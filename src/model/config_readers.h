@@ -25,6 +25,10 @@ class GgufFile;
 void read_hf_config(const nlohmann::json& c, const ArchDescription& a, const std::string& where,
                     ModelConfig& cfg);
 
+// tie_word_embeddings when config.json has none (transformers' default for the architecture:
+// true for Gemma 3, false for Llama, Qwen 3 and Mistral).
+bool hf_default_tied(const ArchDescription& a);
+
 // The GGUF "<arch>.*" keys -> the same fields. Sources: llama.cpp gguf-py constants.py (Keys.LLM,
 // Keys.Attention, Keys.Rope). Errors: FormatError naming the key and its byte offset.
 void read_gguf_config(const io::GgufFile& f, const ArchDescription& a, ModelConfig& cfg);

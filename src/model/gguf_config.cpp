@@ -97,6 +97,12 @@ void read_gguf_config(const io::GgufFile& f, const ArchDescription& a, ModelConf
     cfg.layer_local.resize(size_t(cfg.n_layer));
     for (int l = 0; l < cfg.n_layer; ++l) cfg.layer_local[size_t(l)] = (l + 1) % pattern != 0;
   }
+  // Gemma 3 27B (62 layers) scales attention by 1/sqrt(hidden / heads) = 1/sqrt(168), not by
+  // 1/sqrt(head_dim): its query_pre_attn_scalar, which llama.cpp's gemma3 loader hard-codes by
+  // model size since GGUF has no key for it.
+  if (a.hooks.uses_query_pre_attn_scalar && cfg.n_layer == 62) {
+    cfg.attn_scale = static_cast<float>(1.0 / std::sqrt(double(cfg.hidden / cfg.n_head)));
+  }
   key("vocab_size");  // checked against the embedding by the loader
   // Every other "<arch>." key changes the computation somewhere in llama.cpp (expert counts,
   // soft-capping, attention or logit scales, partial rotary sections, ...): refused by name.

@@ -58,7 +58,10 @@ struct Schema {
   const char* act_value = "silu";
   enum class Sliding { kNone, kGemma3, kAllLayers, kQwen } sliding = Sliding::kNone;
   bool query_pre_attn_scalar = false;
-  bool has_head_dim = true;
+  int default_head_dim = 0;            // head_dim when the config has none (0: hidden / heads)
+  bool default_tied = false;           // tie_word_embeddings when the config has none
+  int default_window = 4096;           // sliding_window when the key is absent (null: no window)
+  int default_max_window_layers = 28;  // Qwen
   // keys accepted only with this value (the neutral one); any other value is refused by name
   std::map<std::string, json, std::less<>> neutral;
 };
@@ -75,6 +78,8 @@ Schema schema_for(const ArchDescription& a) {
     s.act_key = "hidden_activation", s.act_value = "gelu_pytorch_tanh";
     s.sliding = Schema::Sliding::kGemma3;
     s.query_pre_attn_scalar = true;
+    s.default_head_dim = 256, s.default_tied = true;
+
     s.neutral["final_logit_softcapping"] = nullptr;
     s.neutral["attn_logit_softcapping"] = nullptr;
     s.neutral["use_bidirectional_attention"] = false;
@@ -82,6 +87,7 @@ Schema schema_for(const ArchDescription& a) {
     s.neutral["hidden_act"] = "gelu_pytorch_tanh";
   } else if (a.name == "qwen3") {
     s.sliding = Schema::Sliding::kQwen;
+    s.default_head_dim = 128;
   } else if (a.name == "mistral") {
     s.sliding = Schema::Sliding::kAllLayers;
   }
@@ -128,6 +134,11 @@ class Reader {
   [[noreturn]] void refuse(const std::string& what) {
     throw Error(fmt::format("{}: {}", where_, what));
   }
+  // The key is not in the file at all (null counts as present: "no window" is not "the default").
+  bool absent(const std::string& k) {
+    used_.insert(k);
+    return !c_.contains(k);
+  }
   const std::set<std::string, std::less<>>& used() const { return used_; }
   const std::string& where() const { return where_; }
 
@@ -145,18 +156,25 @@ std::string show(const json& v) {
 }
 
 // One RoPE parameter set ({"rope_type", "rope_theta", "factor", ...}) named `path` in messages.
-RopeFrequencies parse_rope(Reader& r, const json& p, const std::string& path, double theta) {
+RopeFrequencies parse_rope(Reader& r, const json& p, const std::string& path, double theta,
+                           int context) {
   if (!p.is_object()) r.refuse(fmt::format("{} is {}, not an object", path, p.type_name()));
   RopeFrequencies f;
   f.base = r.get_number(p, path + ".", "rope_theta", theta);
   r.check_range(f.base, 1.0, 1e12, true, path + ".rope_theta");
-  std::string type = "default";
-  for (const char* k : {"rope_type", "type"}) {
-    if (const auto it = p.find(k); it != p.end()) {
-      if (!it->is_string()) r.refuse(fmt::format("{}.{} is not a string", path, k));
-      type = it->get<std::string>();
+  // rope_type, or the legacy spelling "type"; both present and different is ambiguous
+  std::optional<std::string> types[2];
+  const char* keys[2] = {"rope_type", "type"};
+  for (int i = 0; i < 2; ++i) {
+    if (const auto it = p.find(keys[i]); it != p.end()) {
+      if (!it->is_string()) r.refuse(fmt::format("{}.{} is not a string", path, keys[i]));
+      types[i] = it->get<std::string>();
     }
   }
+  if (types[0] && types[1] && *types[0] != *types[1])
+    r.refuse(fmt::format("{}.rope_type '{}' and {}.type '{}' disagree", path, *types[0], path,
+                         *types[1]));
+  const std::string type = types[0] ? *types[0] : types[1].value_or("default");
   std::set<std::string> allowed = {"rope_type", "type", "rope_theta"};
   RopeScaling& s = f.scaling;
   if (type == "linear" || type == "llama3") {
@@ -167,12 +185,12 @@ RopeFrequencies parse_rope(Reader& r, const json& p, const std::string& path, do
     allowed.insert("factor");
   }
   if (type == "llama3") {
-    for (const char* k :
-         {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    for (const char* k : {"low_freq_factor", "high_freq_factor"})
       if (!p.contains(k)) r.refuse(fmt::format("{}.{} is missing (rope_type llama3)", path, k));
     s.low_freq_factor = r.get_number(p, path + ".", "low_freq_factor", 1.0);
     s.high_freq_factor = r.get_number(p, path + ".", "high_freq_factor", 4.0);
-    s.original_context = r.get_number(p, path + ".", "original_max_position_embeddings", 8192);
+    // transformers falls back to max_position_embeddings
+    s.original_context = r.get_number(p, path + ".", "original_max_position_embeddings", context);
     r.check_range(s.low_freq_factor, 0.0, 1e6, true, path + ".low_freq_factor");
     r.check_range(s.high_freq_factor, s.low_freq_factor, 1e6, true, path + ".high_freq_factor");
     r.check_range(s.original_context, 1.0, 1e9, false, path + ".original_max_position_embeddings");
@@ -183,10 +201,10 @@ RopeFrequencies parse_rope(Reader& r, const json& p, const std::string& path, do
   }
   for (const auto& [k, v] : p.items()) {
     if (allowed.count(k)) continue;
-    // neutral values transformers accepts for every type
-    if ((k == "partial_rotary_factor" || k == "attention_factor") && v.is_number() &&
-        v.get<double>() == 1.0)
-      continue;
+    // partial rotation is not implemented (only 1 is neutral); attention_factor is not read by
+    // the default, linear and llama3 computations
+    if (k == "partial_rotary_factor" && v.is_number() && v.get<double>() == 1.0) continue;
+    if (k == "attention_factor") continue;
     r.refuse(fmt::format("{}.{} = {} is not supported for rope_type '{}'", path, k, show(v), type));
   }
   return f;
@@ -208,8 +226,15 @@ void read_rope(Reader& r, const json& c, const Schema& s, ModelConfig& cfg) {
                                    ? r.get_float("rope_local_base_freq", s.default_local_theta)
                                    : s.default_local_theta;
   if (local_theta) r.check_range(local_default, 1.0, 1e12, true, "rope_local_base_freq");
-  if (params && params->is_object() &&
-      (params->contains("full_attention") || params->contains("sliding_attention"))) {
+  if (params && scaling) r.refuse("both rope_parameters and rope_scaling are set");
+  // Gemma 3: one parameter set per layer type (transformers ignores a flat set there, and reads a
+  // per-layer-type one as flat keys elsewhere: both are refused rather than guessed)
+  const bool per_type = s.sliding == Schema::Sliding::kGemma3;
+  if (params && per_type && params->is_object() && !params->empty() &&
+      !params->contains("full_attention") && !params->contains("sliding_attention")) {
+    r.refuse("rope_parameters must be one set per layer type (full_attention, sliding_attention)");
+  }
+  if (params && per_type && params->is_object() && !params->empty()) {
     for (const auto& [k, v] : params->items()) {
       if (k != "full_attention" && k != "sliding_attention")
         r.refuse(
@@ -218,15 +243,17 @@ void read_rope(Reader& r, const json& c, const Schema& s, ModelConfig& cfg) {
                         k));
     }
     const json empty = json::object();
-    const auto sub = [&](const char* k) { return params->contains(k) ? (*params)[k] : empty; };
-    cfg.rope_global =
-        parse_rope(r, sub("full_attention"), "rope_parameters.full_attention", legacy_theta);
+    const auto sub = [&](const char* k) {
+      return params->contains(k) && !(*params)[k].is_null() ? (*params)[k] : empty;
+    };
+    cfg.rope_global = parse_rope(r, sub("full_attention"), "rope_parameters.full_attention",
+                                 legacy_theta, cfg.context);
     cfg.rope_local = parse_rope(r, sub("sliding_attention"), "rope_parameters.sliding_attention",
-                                local_default > 0 ? local_default : legacy_theta);
+                                local_default > 0 ? local_default : legacy_theta, cfg.context);
   } else {
-    if (params && scaling) r.refuse("both rope_parameters and rope_scaling are set");
     const json& p = params ? *params : legacy;
-    cfg.rope_global = parse_rope(r, p, params ? "rope_parameters" : "rope_scaling", legacy_theta);
+    cfg.rope_global =
+        parse_rope(r, p, params ? "rope_parameters" : "rope_scaling", legacy_theta, cfg.context);
     cfg.rope_local.base = local_default > 0 ? local_default : cfg.rope_global.base;
     if (s.default_local_theta == 0) cfg.rope_local = cfg.rope_global;
   }
@@ -237,34 +264,43 @@ void read_rope(Reader& r, const json& c, const Schema& s, ModelConfig& cfg) {
   (void)c;
 }
 
-// Which layers attend through a sliding window, and its size.
+// Which layers attend through a sliding window, and its size (transformers 5: Gemma3TextConfig,
+// Qwen3Config, MistralConfig; an absent sliding_window is their default 4096, a null one none).
 void read_sliding(Reader& r, const Schema& s, ModelConfig& cfg) {
   const int n = cfg.n_layer;
   cfg.layer_local.assign(size_t(n), 0);
+  const bool window_absent = r.absent("sliding_window");
   const json* window = r.find("sliding_window");
-  // Qwen: use_sliding_window false makes transformers drop sliding_window (None), and then the
-  // layers layer_types calls sliding attend causally over everything (Qwen3Config.__init__).
-  bool window_off = false;
+  const bool has_window = window_absent ? s.sliding != Schema::Sliding::kNone : window != nullptr;
+  const int size = window_absent ? s.default_window : window ? r.get_int("sliding_window") : 0;
   const json* types = r.find("layer_types");
-  if (s.sliding == Schema::Sliding::kNone) {
-    if (window) r.refuse(fmt::format("sliding_window = {} is not supported", show(*window)));
-  }
-  bool use_window = window != nullptr;
+  if (s.sliding == Schema::Sliding::kNone && window)
+    r.refuse(fmt::format("sliding_window = {} is not supported", show(*window)));
   if (s.sliding == Schema::Sliding::kQwen) {
     const json* use = r.find("use_sliding_window");
     if (use && !use->is_boolean()) r.refuse("use_sliding_window is not a boolean");
-    use_window = use_window && use && use->get<bool>();
-    window_off = !use_window;
-    const int max_window_layers = r.get_int("max_window_layers", n);
-    for (int l = max_window_layers; l < n && use_window; ++l) cfg.layer_local[size_t(l)] = 1;
-  } else if (s.sliding == Schema::Sliding::kAllLayers) {
-    cfg.layer_local.assign(size_t(n), use_window ? 1 : 0);
-  } else if (s.sliding == Schema::Sliding::kGemma3) {
-    if (!window) r.refuse("missing field 'sliding_window'");
-    int pattern = 6;
-    for (const char* k : {"sliding_window_pattern", "_sliding_window_pattern"}) {
-      if (r.find(k)) pattern = r.get_int(k);
+    const bool on = use && use->get<bool>();
+    int max_window_layers = s.default_max_window_layers;
+    if (const json* m = r.find("max_window_layers")) {
+      if (!m->is_number_unsigned() || m->get<uint64_t>() > uint64_t(n) + (1u << 20))
+        r.refuse("max_window_layers is not a non-negative integer");
+      max_window_layers = static_cast<int>(m->get<uint64_t>());
     }
+    if (on && !has_window) r.refuse("use_sliding_window is true but sliding_window is null");
+    for (int l = max_window_layers; l < n && on; ++l) cfg.layer_local[size_t(l)] = 1;
+    if (!on && types) {
+      for (const json& t : *types) {
+        // transformers fails on these layers (their window is None)
+        if (t == "sliding_attention")
+          r.refuse("layer_types has sliding_attention layers but use_sliding_window is false");
+      }
+    }
+  } else if (s.sliding == Schema::Sliding::kAllLayers) {
+    cfg.layer_local.assign(size_t(n), has_window ? 1 : 0);
+  } else if (s.sliding == Schema::Sliding::kGemma3) {
+    r.find("_sliding_window_pattern");  // written by transformers itself, never read back
+    int pattern = 6;
+    if (!types && r.find("sliding_window_pattern")) pattern = r.get_int("sliding_window_pattern");
     for (int l = 0; l < n; ++l) cfg.layer_local[size_t(l)] = (l + 1) % pattern != 0;
   }
   if (types) {
@@ -275,7 +311,7 @@ void read_sliding(Reader& r, const Schema& s, ModelConfig& cfg) {
       if (t == "full_attention") {
         cfg.layer_local[size_t(l)] = 0;
       } else if (t == "sliding_attention" && s.sliding != Schema::Sliding::kNone) {
-        cfg.layer_local[size_t(l)] = window_off ? 0 : 1;
+        cfg.layer_local[size_t(l)] = 1;
       } else {
         r.refuse(fmt::format("layer_types[{}] = {} is not supported", l, show(t)));
       }
@@ -283,15 +319,18 @@ void read_sliding(Reader& r, const Schema& s, ModelConfig& cfg) {
   }
   bool any_local = false;
   for (uint8_t v : cfg.layer_local) any_local = any_local || v;
+  if (any_local && !has_window)
+    r.refuse("layer_types has sliding_attention layers but sliding_window is null");
   if (any_local) {
-    if (!window) r.refuse("layer_types has sliding_attention layers but sliding_window is null");
-    cfg.sliding_window = r.get_int("sliding_window");
+    cfg.sliding_window = size;
   } else {
     cfg.layer_local.clear();
   }
 }
 
 }  // namespace
+
+bool hf_default_tied(const ArchDescription& a) { return schema_for(a).default_tied; }
 
 void read_hf_config(const json& c, const ArchDescription& a, const std::string& where,
                     ModelConfig& cfg) {
@@ -304,18 +343,20 @@ void read_hf_config(const json& c, const ArchDescription& a, const std::string& 
   cfg.n_head = r.get_int("num_attention_heads");
   cfg.n_head_kv = r.get_int("num_key_value_heads", cfg.n_head);
   cfg.head_dim =
-      s.has_head_dim ? r.get_int("head_dim", cfg.hidden / cfg.n_head) : cfg.hidden / cfg.n_head;
+      r.get_int("head_dim", s.default_head_dim ? s.default_head_dim : cfg.hidden / cfg.n_head);
   cfg.context = r.get_int("max_position_embeddings", 2048);
   cfg.eps = static_cast<float>(r.get_float("rms_norm_eps", 1e-6));
   r.check_range(cfg.eps, 0.0, 1.0, false, "rms_norm_eps");
   read_rope(r, c, s, cfg);
   read_sliding(r, s, cfg);
   if (s.query_pre_attn_scalar) {
-    const double q = r.get_float("query_pre_attn_scalar", cfg.head_dim);
+    const double q = r.get_float("query_pre_attn_scalar", 256);  // Gemma3TextConfig's default
     r.check_range(q, 0.0, 1e9, true, "query_pre_attn_scalar");
     cfg.attn_scale = static_cast<float>(1.0 / std::sqrt(q));
   }
-  if (const json* act = r.find(s.act_key); act && *act != s.act_value) {
+  // "swish" is transformers' other name for SiLU (ACT2FN)
+  if (const json* act = r.find(s.act_key);
+      act && *act != s.act_value && !(std::string(s.act_value) == "silu" && *act == "swish")) {
     r.refuse(fmt::format("{} = {} is not supported (the {} forward pass uses \"{}\")", s.act_key,
                          show(*act), a.name, s.act_value));
   }

@@ -8,11 +8,11 @@
 #include <optional>
 #include <set>
 
-#include "flashnorm/io/dequant.h"
+#include "config_readers.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
-#include "config_readers.h"
 
 namespace flashnorm {
 namespace fs = std::filesystem;
@@ -126,8 +126,8 @@ Model load_gguf(const fs::path& path, bool with_data) {
   // The vocabulary size the header states must be the embedding's rows.
   const std::string vk = m.cfg.arch + ".vocab_size";
   if (auto v = f.get_uint_opt(vk); v && m.has(m.arch->tied_source) &&
-                                    !m.get(m.arch->tied_source).shape.empty() &&
-                                    m.get(m.arch->tied_source).shape[0] != *v) {
+                                   !m.get(m.arch->tied_source).shape.empty() &&
+                                   m.get(m.arch->tied_source).shape[0] != *v) {
     const io::GgufKv* kv = f.find(vk);
     throw FormatError(f.name(), vk, kv ? kv->offset : 0,
                       fmt::format("{} but '{}' has {} rows", *v, m.arch->tied_source,
@@ -157,8 +157,8 @@ Model load_hf(const fs::path& dir, bool with_data) {
     if (!c["vocab_size"].is_number_unsigned())
       throw Error(fmt::format("{}/config.json: field 'vocab_size' is not a positive integer",
                               dir.string()));
-    vocab_size = positive_int(c["vocab_size"].get<uint64_t>(), "vocab_size",
-                              dir.string() + "/config.json");
+    vocab_size =
+        positive_int(c["vocab_size"].get<uint64_t>(), "vocab_size", dir.string() + "/config.json");
   }
   // tie_word_embeddings true: transformers uses the embedding as the head and ignores an lm_head
   // tensor, so this engine does too when it holds the same values, and refuses the file when not
@@ -169,10 +169,17 @@ Model load_hf(const fs::path& dir, bool with_data) {
     throw Error(fmt::format("{}/config.json: field 'tie_word_embeddings' is not a boolean ({})",
                             dir.string(), tw->type_name()));
   }
-  const bool tied_cfg = tw != c.end() && tw->is_boolean() && tw->get<bool>();
+  const bool tied_cfg =
+      tw != c.end() && tw->is_boolean() ? tw->get<bool>() : hf_default_tied(*m.arch);
   std::optional<std::string> head_hf = to_hf_name(*m.arch, m.arch->head);
   std::optional<std::string> emb_hf = to_hf_name(*m.arch, m.arch->tied_source);
   const bool drop_head = tied_cfg && head_hf && emb_hf && d.find(*head_hf) && d.find(*emb_hf);
+  if (!tied_cfg && head_hf && !d.find(*head_hf)) {
+    // transformers would build the head it lacks from random numbers
+    throw Error(fmt::format("{}/config.json: tie_word_embeddings is {} but there is no {}",
+                            dir.string(), tw != c.end() ? "false" : "false (the default)",
+                            *head_hf));
+  }
   if (drop_head && d.load_fp32(*head_hf) != d.load_fp32(*emb_hf)) {
     throw Error(
         fmt::format("{}/config.json: tie_word_embeddings is true but {} differs from {}; "

@@ -1,7 +1,9 @@
 """The CPU engine against `transformers` (the reference outside the product) on random checkpoints.
 
 For each architecture and config feature the engine implements, a small model is built by
-transformers itself (seeded, every RMSNorm gain randomized, fp32) and saved; then:
+transformers itself (seeded, every RMSNorm gain randomized, fp32) and saved (some cases then edit
+config.json into an older or sparser spelling); the reference is transformers loading that saved
+directory with from_pretrained, so it reads the same config.json the engine reads; then:
   * the engine's logits on a fixed 20-token batch match transformers' within 1e-5 relative
     (max |a - b| / max |b|), and 32 greedy tokens are identical, in both norm modes, on the
     original directory and on the directory `flashnorm fold` writes;
@@ -136,8 +138,21 @@ CASES = {
                    set_key("rope_parameters", "rope_theta", 10000.0)),
     "qwen3/sliding": (lambda: qwen3(use_sliding_window=True, sliding_window=4,
                                     max_window_layers=1), None,
-                      set_key("use_sliding_window", False)),
+                      set_key("sliding_window", 8)),
     "mistral/sliding_window": (lambda: mistral(), None, set_key("sliding_window", None)),
+    # defaults transformers applies to absent keys
+    "gemma3/query_pre_attn_scalar_default": (
+        lambda: gemma3(), set_key("query_pre_attn_scalar", DROP),
+        set_key("query_pre_attn_scalar", 16)),
+    "gemma3/sliding_window_pattern_legacy": (
+        lambda: gemma3(num_hidden_layers=4, layer_types=None),
+        lambda c: (c.pop("layer_types"), c.__setitem__("sliding_window_pattern", 2)),
+        set_key("sliding_window_pattern", 4)),
+    "qwen3/max_window_layers_default": (
+        lambda: qwen3(num_hidden_layers=30, use_sliding_window=True, sliding_window=4,
+                      rms_norm_eps=1e-6),
+        lambda c: (c.pop("layer_types"), c.pop("max_window_layers")),
+        set_key("max_window_layers", 30)),
 }
 
 # name -> (model factory, config edit, the words the one-line refusal must contain)
@@ -153,6 +168,22 @@ REFUSALS = {
                     "final_logit_softcapping = 30.0 is not supported"),
     "hidden_act": (lambda: qwen3(), set_key("hidden_act", "gelu"),
                    "hidden_act = \"gelu\" is not supported"),
+    "rope_type_and_type": (lambda: llama(), set_key("rope_parameters", "type", "linear"),
+                           "rope_parameters.rope_type 'default' and rope_parameters.type "
+                           "'linear' disagree"),
+    "nested_rope_on_llama": (lambda: llama(),
+                             set_key("rope_parameters", {"full_attention": {"rope_theta": 5e4}}),
+                             "rope_parameters.full_attention"),
+    "gemma3_flat_rope": (lambda: gemma3(),
+                         set_key("rope_parameters", {"rope_type": "linear", "factor": 8.0}),
+                         "rope_parameters must be one set per layer type"),
+    "untied_without_head": (lambda: llama(tie_word_embeddings=True),
+                            set_key("tie_word_embeddings", False),
+                            "tie_word_embeddings is false but there is no lm_head.weight"),
+    "qwen3_sliding_layers_switched_off": (
+        lambda: qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1),
+        set_key("use_sliding_window", False),
+        "layer_types has sliding_attention layers but use_sliding_window is false"),
 }
 
 
@@ -209,9 +240,11 @@ def rel(a, b):
 def run_case(name, spec, args, work, seed, rows):
     factory, cfg_edit, negative = spec
     d = work / name.replace("/", "_")
-    model = build(factory, seed, d / "orig")
+    build(factory, seed, d / "orig")
     if cfg_edit:
         edit(d / "orig" / "config.json", cfg_edit)
+    # the reference reads the same config.json the engine reads
+    model = AutoModelForCausalLM.from_pretrained(d / "orig", dtype=torch.float32).eval()
     rng = np.random.default_rng(seed)
     tokens = [int(t) for t in rng.integers(3, VOCAB, N_PROMPT)]
     ref_logits, ref_greedy = reference(model, tokens)
