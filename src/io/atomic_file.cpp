@@ -99,6 +99,28 @@ int register_slot(const std::string& path, int kind) {
 
 int register_temporary(const std::string& path) { return register_slot(path, 1); }
 
+// Holds back the terminating signals the cleanup handles (they stay pending, delivered when this
+// ends), so that a file created under it is registered, or removed again, before any of them can
+// end the process: without it a signal between creating a temporary (or the writability probe)
+// and registering (or unlinking) it would leave the file behind.
+class DeferSignals {
+ public:
+  DeferSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU,
+                    SIGVTALRM, SIGPROF})
+      sigaddset(&set, sig);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~DeferSignals() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  DeferSignals(const DeferSignals&) = delete;
+  DeferSignals& operator=(const DeferSignals&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
 void unregister_temporary(int slot) {
   if (slot >= 0) g_tmp_used[slot] = 0;
 }
@@ -193,6 +215,7 @@ fs::path check_output_dir(const fs::path& path, std::span<const fs::path> inputs
   // A temporary created and removed again proves the directory writable (read-only file
   // systems, permissions) before any work is done.
   fs::path probe;
+  const DeferSignals defer;
   ::close(create_temporary(p, probe));
   ::unlink(probe.c_str());
   return p;
@@ -200,6 +223,7 @@ fs::path check_output_dir(const fs::path& path, std::span<const fs::path> inputs
 
 StagingDir::StagingDir(const fs::path& final_path, std::span<const fs::path> inputs)
     : final_(check_output_dir(final_path, inputs)) {
+  const DeferSignals defer;  // created and registered before a signal can end the process
   for (int attempt = 0;; ++attempt) {
     work_ = random_sibling(final_);
     if (::mkdir(work_.c_str(), 0700) == 0) break;
@@ -283,12 +307,14 @@ static void check_output_file_path(const fs::path& path, std::span<const fs::pat
 void check_output_file(const fs::path& path, std::span<const fs::path> inputs) {
   check_output_file_path(path, inputs);
   fs::path probe;  // proves the directory writable (read-only file systems, permissions)
+  const DeferSignals defer;
   ::close(create_temporary(path, probe));
   ::unlink(probe.c_str());
 }
 
 AtomicFile::AtomicFile(const fs::path& path, std::span<const fs::path> inputs) : path_(path) {
   check_output_file_path(path, inputs);
+  const DeferSignals defer;  // created and registered before a signal can end the process
   const int fd = create_temporary(path, tmp_);
   f_ = ::fdopen(fd, "wb");
   if (!f_) {
