@@ -43,21 +43,35 @@ ArchDescription make_llama() {
   return a;
 }
 
+// QK-norm blocks (Gemma 3, Qwen 3): the attention norm feeds q and k, each RMS-normalized again
+// per head (so the attention norm's rstd cancels for them), and v, used as is.
+NormSite qk_norm_attention() {
+  return {"blk.{L}.attn_norm.weight",
+          {{"blk.{L}.attn_q.weight", "blk.{L}.attn_q_norm.weight"},
+           {"blk.{L}.attn_k.weight", "blk.{L}.attn_k_norm.weight"},
+           {"blk.{L}.attn_v.weight"}}};
+}
+
+// The per-head q or k norm itself: no linear layer reads it, so nothing folds into one.
+NormSite qk_norm_site(const std::string& qk) {
+  return {"blk.{L}.attn_" + qk + "_norm.weight",
+          {},
+          {},
+          "per-head norm before RoPE, not a linear layer"};
+}
+
 // Gemma 3 (HF Gemma3ForCausalLM / modeling_gemma3.py; GGUF names from llama.cpp's converter,
 // which adds the 1 of `1 + w` into every norm gain and keeps NEOX q/k rows).
 ArchDescription make_gemma3() {
   ArchDescription a;
   a.name = "gemma3";
   a.layer_norms = {
-      {"blk.{L}.attn_norm.weight",
-       {{"blk.{L}.attn_q.weight", "blk.{L}.attn_q_norm.weight"},
-        {"blk.{L}.attn_k.weight", "blk.{L}.attn_k_norm.weight"},
-        {"blk.{L}.attn_v.weight"}}},
+      qk_norm_attention(),
       {"blk.{L}.post_attention_norm.weight", {}, {}, "its output enters the residual stream"},
       {"blk.{L}.ffn_norm.weight", {{"blk.{L}.ffn_gate.weight"}, {"blk.{L}.ffn_up.weight"}}},
       {"blk.{L}.post_ffw_norm.weight", {}, {}, "its output enters the residual stream"},
-      {"blk.{L}.attn_q_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
-      {"blk.{L}.attn_k_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
+      qk_norm_site("q"),
+      qk_norm_site("k"),
   };
   a.final_norms = {{"output_norm.weight", {{"output.weight"}}}};
   a.gguf_gains = GainConvention::Plain;
@@ -91,13 +105,10 @@ ArchDescription make_qwen3() {
   ArchDescription a = make_llama();
   a.name = "qwen3";
   a.layer_norms = {
-      {"blk.{L}.attn_norm.weight",
-       {{"blk.{L}.attn_q.weight", "blk.{L}.attn_q_norm.weight"},
-        {"blk.{L}.attn_k.weight", "blk.{L}.attn_k_norm.weight"},
-        {"blk.{L}.attn_v.weight"}}},
+      qk_norm_attention(),
       {"blk.{L}.ffn_norm.weight", {{"blk.{L}.ffn_gate.weight"}, {"blk.{L}.ffn_up.weight"}}},
-      {"blk.{L}.attn_q_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
-      {"blk.{L}.attn_k_norm.weight", {}, {}, "per-head norm before RoPE, not a linear layer"},
+      qk_norm_site("q"),
+      qk_norm_site("k"),
   };
   a.gguf_rope = RopeLayout::Neox;
   a.hf_names.insert(a.hf_names.end(),

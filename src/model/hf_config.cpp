@@ -212,7 +212,7 @@ RopeFrequencies parse_rope(Reader& r, const json& p, const std::string& path, do
 
 // rope_parameters (transformers 5: flat, or one set per layer type) or the legacy rope_theta +
 // rope_scaling (+ Gemma 3's rope_local_base_freq for sliding layers).
-void read_rope(Reader& r, const json& c, const Schema& s, ModelConfig& cfg) {
+void read_rope(Reader& r, const Schema& s, ModelConfig& cfg) {
   const json* params = r.find("rope_parameters");
   const json* theta = r.find("rope_theta");
   const json* scaling = r.find("rope_scaling");
@@ -261,7 +261,6 @@ void read_rope(Reader& r, const json& c, const Schema& s, ModelConfig& cfg) {
     r.refuse(fmt::format("rope_theta = {} disagrees with rope_parameters' {}", legacy_theta,
                          cfg.rope_global.base));
   r.check_range(cfg.rope_local.base, 1.0, 1e12, true, "rope_local_base_freq");
-  (void)c;
 }
 
 // Which layers attend through a sliding window, and its size (transformers 5: Gemma3TextConfig,
@@ -347,7 +346,7 @@ void read_hf_config(const json& c, const ArchDescription& a, const std::string& 
   cfg.context = r.get_int("max_position_embeddings", 2048);
   cfg.eps = static_cast<float>(r.get_float("rms_norm_eps", 1e-6));
   r.check_range(cfg.eps, 0.0, 1.0, false, "rms_norm_eps");
-  read_rope(r, c, s, cfg);
+  read_rope(r, s, cfg);
   read_sliding(r, s, cfg);
   if (s.query_pre_attn_scalar) {
     const double q = r.get_float("query_pre_attn_scalar", 256);  // Gemma3TextConfig's default
