@@ -57,9 +57,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (!own.empty()) round_trip(tok, own);
     try {
-      const std::string prompt = apply_chat_template(f, "What is 2+2?", std::nullopt);
-      round_trip(tok, prompt);
-      (void)apply_chat_template(f, " user ", std::string_view("be brief"));
+      if (const std::optional<std::string> tmpl = gguf_chat_template(f)) {
+        const std::string prompt = apply_chat_template(*tmpl, "What is 2+2?", std::nullopt);
+        round_trip(tok, prompt);
+        (void)apply_chat_template(*tmpl, " user ", std::string_view("be brief"));
+      }
     } catch (const Error&) {
     }
     if (std::getenv("FUZZ_VERBOSE")) std::fprintf(stderr, "loaded: %zu tokens\n", tok.vocab_size());

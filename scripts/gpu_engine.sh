@@ -18,7 +18,9 @@
 # Outputs under $OUT (the device tool returns at most 8 files: choose STAGES accordingly):
 # gpu_engine.log (everything, generated text and sanitizer summaries included), kernel_tests.log,
 # engine_tests.log, race.log (with the --no-join run), verify_gpu_<dtype>.json, model_bench.json,
-# sanitize.log, ncu_<norm>.csv / ncuk_<norm>.csv.
+# sanitize.log, ncu_<norm>.csv / ncuk_<norm>.csv; stage `archs`: verify_gpu_llama3.json,
+# verify_gpu_qwen3.json, race_qwen3.log; stage `torch` (needs _C.so in the bundle):
+# torch_ops_cuda.log. Stages not in the default list: archs, torch, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -156,6 +158,38 @@ if has bench; then
     --driver "$DRIVER" ${FN_DIRTY:+--dirty} ${MODEL_BENCH_ARGS:-}
   check bench $?
 fi
+if has archs; then
+  # The new architectures (issue "On the H200 (1)", item 3): random Llama 3- and Qwen 3-shaped
+  # checkpoints made here by transformers (bench/random_hf_models.py, tokenizer.json trained on
+  # GPL-3), the CUDA engine in both modes against the CPU fp32 engine over 1024 text positions
+  # (verify --device cuda), and the 2048-step race test on the Qwen 3 one.
+  stamp "new architectures: random Llama 3 and Qwen 3 checkpoints"
+  python3 bench/random_hf_models.py /tmp/fn_arch /tmp/fn/data/GPL-3 2>&1 | grep -v "shards\|weights"
+  for a in llama3 qwen3; do
+    stamp "verify --device cuda: $a"
+    "$BIN/flashnorm" verify /tmp/fn_arch/$a --device cuda --dtype bf16 --text /tmp/fn/data/GPL-3 \
+      --max-text-tokens 1026 --ctx 513 --tokens 64 --commit "$COMMIT" --driver "$DRIVER" \
+      --json "$OUT/verify_gpu_$a.json" 2>&1 | grep -v $'\r'
+    check "verify $a" "${PIPESTATUS[0]}"
+  done
+  stamp "race test ($STEPS steps) on the Qwen 3 checkpoint"
+  "$BIN/engine_race_test" --gtest_filter='-*NoJoin*' --model /tmp/fn_arch/qwen3 --steps "$STEPS" \
+    --prompt "The licenses for most software" > "$OUT/race_qwen3.log" 2>&1
+  check "engine_race_test qwen3" $?
+  grep -vE "^  text:" "$OUT/race_qwen3.log"
+fi
+
+if has torch; then
+  # The PyTorch ops on the GPU (python/flashnorm with the CUDA build of _C.so from the bundle):
+  # opcheck and values of the CUDA ops (tests/python/test_ops_cuda.py), then the CPU-GPU op tests.
+  stamp "PyTorch ops on the GPU"
+  rm -rf /tmp/fn_py && cp -r python /tmp/fn_py && cp /tmp/fn/lib/_C.so /tmp/fn_py/flashnorm/
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+  PYTHONPATH=/tmp/fn_py python3 -m pytest -q -p no:cacheprovider tests/python/test_ops_cuda.py \
+    2>&1 | tee "$OUT/torch_ops_cuda.log" | tail -30
+  check "pytest test_ops_cuda" "${PIPESTATUS[0]}"
+fi
+
 # last: the slowest stage (a sanitizer timeout must not cost the other results)
 if has sanitize; then
   # compute-sanitizer slows every launch ~100x: a small random model (3 layers) generating through

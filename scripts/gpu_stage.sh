@@ -29,10 +29,14 @@ cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/eng
   $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test $S/fn/bin/
 strip $S/fn/bin/*
 cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
-for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0; do
+for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0 \
+  libicuuc.so.72 libicudata.so.72; do
   cp -L /lib/x86_64-linux-gnu/$l $S/fn/lib/
 done
 cp /usr/share/common-licenses/GPL-3 $S/fn/data/GPL-3
+# The PyTorch extension with the CUDA kernels, when the release build has it (configure with
+# -DFLASHNORM_TORCH=ON -DPython_EXECUTABLE=.venv/bin/python3 and build flashnorm_torch).
+if [[ -f $B/src/torch/_C.so ]]; then cp $B/src/torch/_C.so $S/fn/lib/ && strip $S/fn/lib/_C.so; fi
 tar -C $S -cJf $D/bundle/fn_bundle.tar.xz fn
 rm -rf $S
 name=$(basename "$MODEL")

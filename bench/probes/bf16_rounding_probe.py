@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which folded tensors' bf16 rounding moves a model's top-1 (docs/results.md, "a tied LM head
+"""Which folded tensors' bf16 rounding moves a model's top-1 (docs/results_h200.md, "a tied LM head
 stays tied").
 
 Copies an F32 fold (`flashnorm fold ORIGINAL -o f32.gguf --dtype f32`) and rounds, in the copy, a

@@ -1,7 +1,7 @@
 // How much rounding logits to bf16 / fp16 alone changes the top-1 token: the CPU fp32 engine's
 // teacher-forced logits over the first 1026 tokens of a text (two chunks of 513, standard mode),
 // each row rounded to bf16 and to fp16 (round to nearest even), argmax compared with the fp32 row.
-// Why the CUDA engine writes fp32 logits (docs/results.md, CUDA engine).
+// Why the CUDA engine writes fp32 logits (docs/results_h200.md).
 // Usage: build/release/bench/probes/logit_rounding MODEL.gguf [TEXT]   (TEXT: GPL-3 by default)
 #include <cstdio>
 #include <fstream>

@@ -23,7 +23,9 @@ void register_fold(CLI::App& app) {
       ->check(CLI::ExistingPath);
   cmd->add_option("-o,--output", a->out, "output GGUF file or directory (never the input)")
       ->required();
-  auto* dtype = cmd->add_option("--dtype", a->dtype, "stored type of the folded tensors")
+  auto* dtype = cmd->add_option("--dtype", a->dtype,
+                                "stored type of the rewritten (folded) tensors, whatever the "
+                                "input's type (every other tensor keeps its bytes)")
                     ->check(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
   cmd->add_flag("--requantize", a->requantize,
                 "GGUF: requantize folded tensors to their original type (Q8_0, Q4_0, Q4_1, Q5_0)")
@@ -41,7 +43,12 @@ void register_fold(CLI::App& app) {
                r.untied_head ? ", LM head untied from the embedding" : "");
     std::map<std::string, std::string> types;
     for (const auto& t : r.tensors) types[t.kind] = t.out_type;
-    if (opt.requantize) {
+    if (!opt.requantize) {
+      fmt::print(
+          "projections stored as {}; tensors neither folded nor set to identity keep "
+          "their bytes and type\n",
+          io::ggml_type_name(uint32_t(opt.dtype)));
+    } else {
       fmt::print("{:<12} {:<6} {}\n", "tensor kind", "type", "relative RMS error added");
       for (const auto& [kind, err] : r.requant_rel_rms_by_kind()) {
         fmt::print("{:<12} {:<6} {:.3e}\n", kind, types[kind], err);

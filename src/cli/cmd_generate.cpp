@@ -13,7 +13,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
-#include "flashnorm/tokenizer/chat.h"
+#include "flashnorm/tokenizer/model_tokenizer.h"
 #include "model_args.h"
 
 namespace flashnorm::cli {
@@ -21,7 +21,7 @@ namespace flashnorm::cli {
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text (CPU or CUDA engine)");
   struct Args {
-    std::string model, prompt, file, norm = "flashnorm", tokenizer, system;
+    std::string model, prompt, file, norm = "flashnorm", tokenizer, system, chat_format;
     int n = 128, ctx = 0;
     SamplerOptions s;
     bool chat = false, no_cancel = false;
@@ -57,15 +57,21 @@ void register_generate(CLI::App& app) {
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("--top-p", a->s.top_p, "nucleus sampling threshold in (0, 1]");
   auto* chat = cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
-  cmd->add_option("--system", a->system, "system message for --chat")->needs(chat);
+  auto* system = cmd->add_option("--system", a->system, "system message for --chat")->needs(chat);
+  cmd->add_option("--chat-format", a->chat_format,
+                  "chat template family for --chat: chatml, gemma or llama3 (default: recognised "
+                  "from the model's template, which is never executed)")
+      ->check(CLI::IsMember({"chatml", "gemma", "llama3"}))
+      ->needs(chat);
   cmd->add_flag("--no-cancel", a->no_cancel,
                 "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
   cmd->add_option("--ctx", a->ctx, "KV cache length (0: model context, at most 8192)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "GGUF file or directory with tokenizer.json (default: the model's own)")
+      ->check(CLI::ExistingPath);
   add_device_options(cmd, a->dev);
-  cmd->callback([a, prompt, file] {
+  cmd->callback([a, prompt, file, system] {
     using clk = std::chrono::steady_clock;
     if (prompt->count() == 0 && file->count() == 0) {
       throw Error("give the prompt with -p TEXT or -f FILE (- : standard input)");
@@ -76,16 +82,15 @@ void register_generate(CLI::App& app) {
     const std::string text_in = file->count() ? read_prompt_file(a->file) : a->prompt;
     require_utf8(text_in, file->count() ? "--file " + a->file : "the prompt");
     require_utf8(a->system, "--system");
-    io::GgufFile vocab = open_vocab(a->model, a->tokenizer);
-    Tokenizer tok = Tokenizer::from_gguf(vocab);
     Model model = load_model(a->model);
-    check_vocab_fits(tok, model.cfg.vocab, a->tokenizer.empty() ? a->model : a->tokenizer,
-                     a->model);
+    const ModelTokenizer vocab = load_model_tokenizer(a->model, a->tokenizer, model.cfg.vocab);
+    const Tokenizer& tok = vocab.tok;
     std::string text = text_in;
     if (a->chat) {
-      text = apply_chat_template(
-          vocab, text_in,
-          a->system.empty() ? std::nullopt : std::optional<std::string_view>(a->system));
+      // --system '' is an empty system message (templates still write its turn), not none
+      text = model_chat_prompt(
+          vocab, a->chat_format, text_in,
+          system->count() ? std::optional<std::string_view>(a->system) : std::nullopt);
     }
     std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/a->chat);
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());

@@ -116,6 +116,10 @@ void print_view(const std::string& path) {
                                                  : "MISSING";
         fmt::print("    -> {} {}\n       rstd {}: {}\n", c.tensor, desc,
                    c.cancellable ? "cancels" : "needed", c.reason);
+        if (c.biased) {
+          fmt::print("       bias {}: added after the rstd row scale, y = rstd * (x W*^T) + b\n",
+                     bias_name(c.tensor));
+        }
       }
       if (na.skip_reduction) {
         fmt::print("    every consumer renormalizes: the whole rstd reduction can be dropped\n");

@@ -17,10 +17,11 @@
 
 #include "commands.h"
 #include "flashnorm/engine/evaluate.h"
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
+#include "flashnorm/tokenizer/model_tokenizer.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 #include "model_args.h"
 #include "progress.h"
@@ -197,8 +198,9 @@ void register_verify(CLI::App& app) {
       ->check(CLI::Validator(
           [](std::string& v) { return v.empty() ? std::string("--json: empty path") : ""; },
           "PATH"));
-  cmd->add_option("--tokenizer", a->tokenizer, "GGUF file with the vocabulary (HF directories)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "GGUF file or directory with tokenizer.json (default: the model's own)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--commit", a->commit, "--device cuda: commit id to record in the JSON");
   cmd->add_option("--driver", a->driver, "--device cuda: driver version to record (nvidia-smi)");
   add_device_options(cmd, a->dev);
@@ -218,11 +220,11 @@ void register_verify(CLI::App& app) {
     // fails at once rather than after a run of minutes.
     std::optional<io::AtomicFile> json_out;
     if (!a->json.empty()) json_out.emplace(a->json, inputs);
-    io::GgufFile vocab = open_vocab(a->original, a->tokenizer);
-    Tokenizer tok = Tokenizer::from_gguf(vocab);
     // a --tokenizer whose vocabulary does not fit the model is refused before any run
-    check_vocab_fits(tok, load_model(a->original, /*with_data=*/false).cfg.vocab,
-                     a->tokenizer.empty() ? a->original : a->tokenizer, a->original);
+    const Tokenizer tok =
+        load_model_tokenizer(a->original, a->tokenizer,
+                             load_model(a->original, /*with_data=*/false).cfg.vocab)
+            .tok;
     std::vector<int32_t> text = tok.encode(read_text(a->text), /*parse_special=*/false);
     if (a->max_text_tokens > 0 && text.size() > size_t(a->max_text_tokens)) {
       text.resize(a->max_text_tokens);

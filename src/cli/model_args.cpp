@@ -83,17 +83,6 @@ NormMode parse_norm_mode(const std::string& s) {
   throw Error(fmt::format("--norm must be standard or flashnorm, not '{}'", s));
 }
 
-io::GgufFile open_vocab(const std::string& model, const std::string& tokenizer_gguf) {
-  if (!tokenizer_gguf.empty()) return io::GgufFile::open(tokenizer_gguf);
-  if (std::filesystem::is_directory(model)) {
-    throw Error(
-        fmt::format("{} is a Hugging Face directory: give --tokenizer FILE.gguf for its "
-                    "vocabulary",
-                    model));
-  }
-  return io::GgufFile::open(model);
-}
-
 size_t complete_utf8_prefix(const std::string& s) {
   // Walk back over at most 3 continuation bytes to the last lead byte; keep it only if its
   // sequence is complete.

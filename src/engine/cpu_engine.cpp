@@ -36,6 +36,14 @@ float rstd(const float* x, int k, float eps) {
   return static_cast<float>(1.0 / std::sqrt(mean_sq(x, k) + eps));
 }
 
+// y[T, n] += bias[n] for every row (nothing when bias is null).
+void add_bias(float* y, int T, int n, const float* bias) {
+  if (!bias) return;
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < n; ++j) y[size_t(t) * n + j] += bias[j];
+  }
+}
+
 // In-place RMSNorm of a row with an optional gain.
 void rms_norm_row(float* x, int k, const float* gain, float eps) {
   const float r = rstd(x, k, eps);
@@ -50,6 +58,13 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
   const std::vector<double> g(gain, gain + w.cols());
   fold_gain(w.data, w.cols(), g, FoldTarget::kF32, out);
   return out;
+}
+
+// Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
+// (Gemma3ForCausalLM.forward); nothing when cap is 0.
+void softcap(std::vector<float>& y, float cap) {
+  if (cap == 0) return;
+  for (float& v : y) v = std::tanh(v / cap) * cap;
 }
 
 float gelu_tanh(float x) {
@@ -96,6 +111,13 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
     if (!p.q_norm.empty()) L.q_norm = gains(p.q_norm);
     if (!p.k_norm.empty()) L.k_norm = gains(p.k_norm);
     L.v_renorm = p.v_renorm;
+    L.cancels = p.qkv_cancels;
+    // biases before the fused weights replace their parts
+    L.bqkv = fused_bias(
+        m_, {{p.qkv[0], p.qkv_bias[0]}, {p.qkv[1], p.qkv_bias[1]}, {p.qkv[2], p.qkv_bias[2]}});
+    L.bgu = fused_bias(m_, {{p.gate, p.gate_bias}, {p.up, p.up_bias}});
+    if (!p.attn_output_bias.empty()) L.bo = m_.get(p.attn_output_bias).data.data();
+    if (!p.down_bias.empty()) L.bdown = m_.get(p.down_bias).data.data();
     L.wqkv = fuse({p.qkv[0], p.qkv[1], p.qkv[2]}, L.attn_gain);
     L.wgu = fuse({p.gate, p.up}, L.ffn_gain);
     L.wo = m_.get(p.attn_output).data.data();
@@ -106,8 +128,8 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
     layers_.push_back(std::move(L));
   }
   // Dropped normalization: the whole reduction goes when q, k and v are all renormalized.
-  skip_attn_rstd_ =
-      cancel_ && !layers_.empty() && layers_[0].q_norm && layers_[0].k_norm && layers_[0].v_renorm;
+  skip_attn_rstd_ = cancel_ && !layers_.empty() && layers_[0].cancels[0] && layers_[0].cancels[1] &&
+                    layers_[0].cancels[2];
   out_gain_ = gains("output_norm.weight");
   // The LM head: in FlashNorm mode a folded copy, so the (tied) embedding lookup stays unfolded.
   head_ = fold_columns(m_.head(), fold ? out_gain_ : nullptr);
@@ -142,11 +164,13 @@ std::string CpuEngine::describe() const {
   return fmt::format("fp32, norm {}", mode_ == NormMode::Standard ? "standard" : "flashnorm");
 }
 
-// Standard: y = (x * rstd * g) W^T. FlashNorm: y = rstd * (x W*^T) with W* folded at load;
-// the GEMM reads raw x and the row scale is applied after both it and rstd are complete.
-// Columns in `unscaled` keep the raw-x result (their rstd cancels downstream).
+// Standard: y = (x * rstd * g) W^T + b. FlashNorm: y = rstd * (x W*^T) + b with W* folded at
+// load; the GEMM reads raw x and the row scale is applied after both it and rstd are complete, the
+// bias after the scale. Columns in `unscaled` keep the raw-x result (their rstd cancels
+// downstream).
 void CpuEngine::normed_projection(const float* x, int T, const float* gain, const float* w, int n,
-                                  float* y, std::span<const std::pair<int, int>> unscaled) {
+                                  float* y, const float* bias,
+                                  std::span<const std::pair<int, int>> unscaled) {
   const int k = m_.cfg.hidden;
   const float eps = m_.cfg.eps;
   if (mode_ == NormMode::Standard) {
@@ -156,13 +180,14 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
       for (int i = 0; i < k; ++i) xn[size_t(t) * k + i] = x[size_t(t) * k + i] * r * gain[i];
     }
     matmul(xn.data(), T, w, n, k, y);
+    add_bias(y, T, n, bias);
     return;
   }
   matmul(x, T, w, n, k, y);
   int scaled_cols = n;
   for (const auto& [b, e] : unscaled) scaled_cols -= e - b;
-  if (scaled_cols == 0) return;  // every consumer renormalizes: no reduction at all
-  for (int t = 0; t < T; ++t) {
+  // every consumer renormalizes: no reduction at all
+  for (int t = 0; t < T && scaled_cols > 0; ++t) {
     const float r = rstd(x + size_t(t) * k, k, eps);
     float* row = y + size_t(t) * n;
     int j = 0;
@@ -172,6 +197,7 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
     }
     for (; j < n; ++j) row[j] *= r;
   }
+  add_bias(y, T, n, bias);
 }
 
 void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, float* out) {
@@ -274,9 +300,9 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
     // Column ranges of q|k|v whose rstd cancels (renormalized right after the projection).
     std::vector<std::pair<int, int>> unscaled;
     if (cancel_) {
-      if (L.q_norm) unscaled.push_back({0, nq});
-      if (L.k_norm) unscaled.push_back({nq, nq + nkv});
-      if (L.v_renorm) unscaled.push_back({nq + nkv, nqkv});
+      if (L.cancels[0]) unscaled.push_back({0, nq});
+      if (L.cancels[1]) unscaled.push_back({nq, nq + nkv});
+      if (L.cancels[2]) unscaled.push_back({nq + nkv, nqkv});
     }
     const float* track = nullptr;
     if (cancel_ && track_ && !unscaled.empty()) {
@@ -284,14 +310,17 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
       for (int t = 0; t < T; ++t) rstd_x[t] = rstd(&x[size_t(t) * H], H, c.eps);
       track = rstd_x.data();
     }
-    normed_projection(x.data(), T, L.attn_gain, L.wqkv.data(), nqkv, qkv.data(), unscaled);
+    normed_projection(x.data(), T, L.attn_gain, L.wqkv.data(), nqkv, qkv.data(),
+                      L.bqkv.empty() ? nullptr : L.bqkv.data(), unscaled);
     attention(l, qkv.data(), track, T, att.data());
     matmul(att.data(), T, L.wo, H, nq, proj.data());
+    add_bias(proj.data(), T, H, L.bo);
     if (L.post_attn) {
       for (int t = 0; t < T; ++t) rms_norm_row(&proj[size_t(t) * H], H, L.post_attn, c.eps);
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    normed_projection(x.data(), T, L.ffn_gain, L.wgu.data(), 2 * F, gu.data());
+    normed_projection(x.data(), T, L.ffn_gain, L.wgu.data(), 2 * F, gu.data(),
+                      L.bgu.empty() ? nullptr : L.bgu.data());
     for (int t = 0; t < T; ++t) {
       const float* g = &gu[size_t(t) * 2 * F];
       const float* u = g + F;
@@ -303,6 +332,7 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
       }
     }
     matmul(act.data(), T, L.wdown, H, F, proj.data());
+    add_bias(proj.data(), T, H, L.bdown);
     if (L.post_ffn) {
       for (int t = 0; t < T; ++t) rms_norm_row(&proj[size_t(t) * H], H, L.post_ffn, c.eps);
     }
@@ -312,6 +342,7 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
   const int first = all_logits ? 0 : T - 1, n = T - first;
   std::vector<float> logits(size_t(n) * c.vocab);
   normed_projection(&x[size_t(first) * H], n, out_gain_, head_.data(), c.vocab, logits.data());
+  softcap(logits, c.final_softcap);
   return logits;
 }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "flashnorm/error.h"
@@ -28,6 +29,12 @@ std::vector<LayerPlan> plan_layers(const Model& m) {
   std::vector<LayerPlan> plans;
   for (int l = 0; l < c.n_layer; ++l) {
     auto n = [&](std::string_view p) { return p.empty() ? std::string() : expand_layer(p, l); };
+    // the bias of a weight pattern, when the model has it
+    auto bias = [&](const std::string& weight) {
+      const std::string b = bias_name(weight);
+      return std::find(c.biases.begin(), c.biases.end(), b) != c.biases.end() ? n(b)
+                                                                              : std::string();
+    };
     LayerPlan p;
     p.attn_norm = n("blk.{L}.attn_norm.weight");
     p.ffn_norm = n("blk.{L}.ffn_norm.weight");
@@ -35,16 +42,41 @@ std::vector<LayerPlan> plan_layers(const Model& m) {
     if (cons[0].renorm) p.q_norm = n(*cons[0].renorm);
     if (cons[1].renorm) p.k_norm = n(*cons[1].renorm);
     p.v_renorm = cons[2].renorm.has_value();
+    for (int k = 0; k < 3; ++k) {
+      p.qkv_bias[k] = bias(cons[k].tensor);
+      p.qkv_cancels[k] = cons[k].renorm.has_value() && p.qkv_bias[k].empty() && !cons[k].has_bias;
+    }
     p.gate = n("blk.{L}.ffn_gate.weight");
     p.up = n("blk.{L}.ffn_up.weight");
     p.attn_output = n("blk.{L}.attn_output.weight");
     p.down = n("blk.{L}.ffn_down.weight");
+    p.gate_bias = bias("blk.{L}.ffn_gate.weight");
+    p.up_bias = bias("blk.{L}.ffn_up.weight");
+    p.attn_output_bias = bias("blk.{L}.attn_output.weight");
+    p.down_bias = bias("blk.{L}.ffn_down.weight");
     p.post_attn = n(a.hooks.post_attn_norm);
     p.post_ffn = n(a.hooks.post_ffn_norm);
     p.local = c.sliding_window > 0 && size_t(l) < c.layer_local.size() && c.layer_local[size_t(l)];
     plans.push_back(std::move(p));
   }
   return plans;
+}
+
+std::vector<float> fused_bias(const Model& m,
+                              std::initializer_list<std::pair<std::string, std::string>> parts) {
+  std::vector<float> out;
+  bool any = false;
+  for (const auto& [weight, bias] : parts) {
+    if (bias.empty()) {
+      out.resize(out.size() + m.get(weight).rows(), 0.0f);
+    } else {
+      const std::vector<float>& b = m.get(bias).data;
+      out.insert(out.end(), b.begin(), b.end());
+      any = true;
+    }
+  }
+  if (!any) out.clear();
+  return out;
 }
 
 std::vector<double> rope_inv_freq(int D, const RopeFrequencies& f) {

@@ -11,6 +11,54 @@
 #include "plan.h"
 
 namespace flashnorm {
+namespace {
+
+// The safetensors dtype of --dtype (F32, F16 or BF16). Errors: Error for any other type.
+io::StDtype folded_st_dtype(io::GgmlType t) {
+  switch (t) {
+    case io::GgmlType::F32:
+      return io::StDtype::F32;
+    case io::GgmlType::F16:
+      return io::StDtype::F16;
+    case io::GgmlType::BF16:
+      return io::StDtype::BF16;
+    default:
+      throw Error("fold: --dtype must be f32, f16 or bf16");
+  }
+}
+
+// transformers' name of a floating safetensors dtype ("float32", ...); empty for other dtypes.
+std::string torch_dtype_name(std::string_view st) {
+  if (st == "F32") return "float32";
+  if (st == "BF16") return "bfloat16";
+  if (st == "F16") return "float16";
+  if (st == "F64") return "float64";
+  return "";
+}
+
+// The dtype transformers loads a folded directory as (from_pretrained's default, dtype "auto") is
+// the input's: its `dtype` / `torch_dtype` is kept as it is. A config with neither makes
+// transformers take the first floating tensor's dtype, which in a mixed output could be a folded
+// one; so when the folded tensors' dtype differs from the other tensors' single floating dtype,
+// that dtype is written (`torch_dtype` for a transformers 4 config or one without a version,
+// which every version reads; `dtype` otherwise). `other`: dtype name -> tensors not rewritten.
+void set_config_dtype(nlohmann::json& config, io::StDtype folded,
+                      const std::map<std::string, size_t>& other) {
+  if (config.contains("dtype") || config.contains("torch_dtype")) return;
+  std::string load_as;
+  for (const auto& [st, n] : other) {
+    const std::string t = torch_dtype_name(st);
+    if (t.empty()) continue;
+    if (!load_as.empty() && load_as != t) return;  // the input itself is mixed: nothing to keep
+    load_as = t;
+  }
+  if (load_as.empty() || load_as == torch_dtype_name(st_dtype_name(folded))) return;
+  const auto v = config.find("transformers_version");
+  const bool v4 = v == config.end() || !v->is_string() || v->get<std::string>().starts_with("4.");
+  config[v4 ? "torch_dtype" : "dtype"] = load_as;
+}
+
+}  // namespace
 
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
                    const FoldOptions& opt) {
@@ -24,6 +72,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                     in_dir.string(), kFoldedKey));
   }
   if (opt.requantize) throw Error("fold: --requantize applies to GGUF files only");
+  const io::StDtype fold_dtype = folded_st_dtype(opt.dtype);
   // The checkpoint must be one `generate` runs: the same checks, before computing anything.
   check_model_file(in_dir);
   nlohmann::json config = d.config();
@@ -62,22 +111,23 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
     names.push_back(head_hf);
     rep.untied_head = true;
   }  // (a tied config with a different lm_head tensor was refused by load_model above)
-  auto out_dtype = [&](io::StDtype own) {
-    if (opt.dtype == io::GgmlType::F16) return io::StDtype::F16;
-    if (opt.dtype == io::GgmlType::BF16) return io::StDtype::BF16;
-    return own;
-  };
+  const FoldTarget target = fold_dtype == io::StDtype::F16    ? FoldTarget::kF16
+                            : fold_dtype == io::StDtype::BF16 ? FoldTarget::kBF16
+                                                              : FoldTarget::kF32;
   const size_t total = plan.consumer_to_norm.size();
   size_t done = 0;
   std::vector<io::StTensorOut> outs;
+  std::map<std::string, size_t> folded_types, other_types;  // dtype name -> tensors
   for (const auto& name : names) {
     const bool is_new_head = rep.untied_head && name == head_hf;
-    const io::StTensorInfo* info = d.find(is_new_head ? hf(arch->tied_source) : name);
+    const io::SafetensorsFile* file = nullptr;
+    const io::StTensorInfo* info = d.find(is_new_head ? hf(arch->tied_source) : name, &file);
     if (!info) throw Error(fmt::format("{}: missing tensor '{}'", in_dir.string(), name));
-    io::StTensorOut o{name, out_dtype(info->dtype), info->shape, d.load_fp32(info->name)};
     auto canon = from_hf_name(*arch, name);
     auto cit = canon ? plan.consumer_to_norm.find(*canon) : plan.consumer_to_norm.end();
     if (cit != plan.consumer_to_norm.end()) {
+      // A rewritten tensor: the fp64 fold of its original values, rounded once to --dtype.
+      io::StTensorOut o{name, fold_dtype, info->shape, d.load_fp32(info->name), std::nullopt};
       const auto& g = gains.at(cit->second);
       if (o.shape.size() != 2 || o.shape[1] != g.size()) {
         throw Error(fmt::format("{}: tensor '{}' has rows of {} elements but its norm has {}",
@@ -85,28 +135,36 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                                 g.size()));
       }
       std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], g);
-      const FoldTarget target = o.dtype == io::StDtype::F16    ? FoldTarget::kF16
-                                : o.dtype == io::StDtype::BF16 ? FoldTarget::kBF16
-                                                               : FoldTarget::kF32;
       check_folded_range(folded, target, name);
       // Values are handed to the writer as fp32: for F16/BF16 targets the round-to-odd carrier, so
       // that the writer's final rounding equals one rounding of the fp64 product.
       round_folded(folded, target, o.values);
       rep.tensors.push_back(
           {name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype))});
+      ++folded_types[rep.tensors.back().out_type];
+      outs.push_back(std::move(o));
       if (opt.progress) opt.progress(++done, total);
     } else if (canon && gains.count(*canon)) {
-      std::fill(o.values.begin(), o.values.end(),
-                identity_gain(opt.assume_gains.value_or(arch->hf_gains)));
+      // A folded norm: its identity gain, in its own dtype (1 and 0 are exact in each).
+      std::vector<float> id(info->n_elements(),
+                            identity_gain(opt.assume_gains.value_or(arch->hf_gains)));
+      outs.push_back({name, info->dtype, info->shape, std::move(id), std::nullopt});
+      ++other_types[std::string(st_dtype_name(info->dtype))];
       rep.folded_norms.push_back(name);
+    } else {
+      // Every other tensor keeps its bytes (and dtype), read from the mapped input.
+      outs.push_back({name, info->dtype, info->shape, {}, file->data(*info)});
+      ++other_types[std::string(st_dtype_name(info->dtype))];
     }
-    outs.push_back(std::move(o));
   }
+  set_config_dtype(config, fold_dtype, other_types);
   // The output always has its own (folded) head: tied to the embedding it would lose the gain.
   config["tie_word_embeddings"] = false;
   std::map<std::string, std::string> meta = d.metadata();
   meta["format"] = "pt";
   meta[std::string(kFoldedKey)] = "true";
+  meta[std::string(kDtypesKey)] =
+      nlohmann::json{{"folded", folded_types}, {"other", other_types}}.dump();
   io::write_hf_dir(out_dir, config, outs, meta, static_cast<int>(d.shards().size()), in_dir);
   return rep;
 }

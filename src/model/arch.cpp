@@ -24,6 +24,15 @@ std::vector<std::pair<std::string, std::string>> hf_names_common() {
       {"blk.{L}.ffn_gate.weight", "model.layers.{L}.mlp.gate_proj.weight"},
       {"blk.{L}.ffn_up.weight", "model.layers.{L}.mlp.up_proj.weight"},
       {"blk.{L}.ffn_down.weight", "model.layers.{L}.mlp.down_proj.weight"},
+      // biases (attention_bias, mlp_bias, Qwen2's q/k/v), allowed only where the description and
+      // the config say so (model.cpp)
+      {"blk.{L}.attn_q.bias", "model.layers.{L}.self_attn.q_proj.bias"},
+      {"blk.{L}.attn_k.bias", "model.layers.{L}.self_attn.k_proj.bias"},
+      {"blk.{L}.attn_v.bias", "model.layers.{L}.self_attn.v_proj.bias"},
+      {"blk.{L}.attn_output.bias", "model.layers.{L}.self_attn.o_proj.bias"},
+      {"blk.{L}.ffn_gate.bias", "model.layers.{L}.mlp.gate_proj.bias"},
+      {"blk.{L}.ffn_up.bias", "model.layers.{L}.mlp.up_proj.bias"},
+      {"blk.{L}.ffn_down.bias", "model.layers.{L}.mlp.down_proj.bias"},
   };
 }
 
@@ -39,7 +48,23 @@ ArchDescription make_llama() {
   a.hf_names = hf_names_common();
   a.hf_names.push_back(
       {"blk.{L}.ffn_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"});
+  // LlamaConfig attention_bias (q, k, v and o) and mlp_bias
+  a.attn_biases = {"blk.{L}.attn_q.bias", "blk.{L}.attn_k.bias", "blk.{L}.attn_v.bias",
+                   "blk.{L}.attn_output.bias"};
+  a.mlp_biases = {"blk.{L}.ffn_gate.bias", "blk.{L}.ffn_up.bias", "blk.{L}.ffn_down.bias"};
+  return a;
+}
 
+// Qwen 2 (HF Qwen2ForCausalLM / modeling_qwen2.py; llama.cpp "qwen2"): Llama's graph with a bias
+// on the q, k and v projections (never on o or the MLP), NEOX rotation in both formats (llama.cpp
+// converts Qwen 2 without permuting q/k rows).
+ArchDescription make_qwen2() {
+  ArchDescription a = make_llama();
+  a.name = "qwen2";
+  for (Consumer& c : a.layer_norms[0].consumers) c.has_bias = true;
+  a.biases = {"blk.{L}.attn_q.bias", "blk.{L}.attn_k.bias", "blk.{L}.attn_v.bias"};
+  a.attn_biases.clear(), a.mlp_biases.clear();
+  a.gguf_rope = RopeLayout::Neox;
   return a;
 }
 
@@ -114,20 +139,23 @@ ArchDescription make_qwen3() {
   a.hf_names.insert(a.hf_names.end(),
                     {{"blk.{L}.attn_q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
                      {"blk.{L}.attn_k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"}});
+  a.mlp_biases.clear();  // Qwen3Config: attention_bias only (kept from Llama)
   return a;
 }
 
 // Mistral (HF MistralForCausalLM / modeling_mistral.py): Llama's graph; its config's sliding
-// window applies to every layer. llama.cpp converts Mistral checkpoints to "llama" GGUF files.
+// window applies to every layer; MistralConfig has no attention_bias / mlp_bias. llama.cpp
+// converts Mistral checkpoints to "llama" GGUF files.
 ArchDescription make_mistral() {
   ArchDescription a = make_llama();
   a.name = "mistral";
+  a.attn_biases.clear(), a.mlp_biases.clear();
   return a;
 }
 
 const std::vector<ArchDescription>& registry() {
-  static const std::vector<ArchDescription> r = {make_llama(), make_gemma3(), make_qwen3(),
-                                                 make_mistral()};
+  static const std::vector<ArchDescription> r = {make_llama(), make_gemma3(), make_qwen2(),
+                                                 make_qwen3(), make_mistral()};
   return r;
 }
 
@@ -169,17 +197,25 @@ const ArchDescription& arch_by_name(std::string_view name) {
   }
   // quoted as a JSON string: a NUL, control bytes or invalid UTF-8 from a file reach the terminal
   // escaped, not raw
-  throw Error(fmt::format("unsupported architecture {} (supported: llama, gemma3, qwen3, mistral)",
-                          nlohmann::json(std::string(name))
-                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  throw Error(
+      fmt::format("unsupported architecture {} (supported: llama, gemma3, qwen2, qwen3, mistral)",
+                  nlohmann::json(std::string(name))
+                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 const ArchDescription* arch_by_hf_class(std::string_view hf_class) {
   if (hf_class == "LlamaForCausalLM") return &arch_by_name("llama");
   if (hf_class == "Gemma3ForCausalLM") return &arch_by_name("gemma3");
+  if (hf_class == "Qwen2ForCausalLM") return &arch_by_name("qwen2");
   if (hf_class == "Qwen3ForCausalLM") return &arch_by_name("qwen3");
   if (hf_class == "MistralForCausalLM") return &arch_by_name("mistral");
   return nullptr;
+}
+
+std::string bias_name(std::string_view weight) {
+  constexpr std::string_view kWeight = ".weight";
+  if (!weight.ends_with(kWeight)) return std::string(weight);
+  return std::string(weight.substr(0, weight.size() - kWeight.size())) + ".bias";
 }
 
 std::string expand_layer(std::string_view pattern, int layer) {

@@ -25,11 +25,12 @@ std::vector<NormAudit> audit_layer(const ArchDescription& a, int layer,
     for (const Consumer& c : s.consumers) {
       ConsumerAudit ca;
       ca.tensor = expand_layer(c.tensor, std::max(layer, 0));
+      ca.biased = c.has_bias || has_tensor(bias_name(ca.tensor));
       if (!s.direct_uses.empty()) {
         ca.reason = na.fold_reason;
       } else if (!c.renorm) {
         ca.reason = "output used without renormalization";
-      } else if (c.has_bias) {
+      } else if (ca.biased) {
         ca.reason = "bias after the projection breaks scale invariance";
       } else if (!c.renorm->empty() && !has_tensor(expand_layer(*c.renorm, std::max(layer, 0)))) {
         ca.reason = fmt::format("renorm gain {} missing from the file",

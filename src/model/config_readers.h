@@ -18,19 +18,21 @@ class GgufFile;
 
 // config.json (`c`, named `where` in messages, e.g. "dir/config.json") -> every ModelConfig field
 // but vocab, tied_head and folded (the loader takes those from the tensors). Sources: transformers
-// 5 configuration_{llama,gemma3,qwen3,mistral}.py and modeling_rope_utils.py; legacy rope_theta /
-// rope_scaling / rope_local_base_freq / sliding_window_pattern as transformers 4 wrote them.
-// Errors: flashnorm::Error "<where>: <key path> ..." for a missing, mistyped, out-of-range,
+// 5 configuration_{llama,gemma3,qwen2,qwen3,mistral}.py and modeling_rope_utils.py; legacy
+// rope_theta / rope_scaling / rope_local_base_freq / sliding_window_pattern as transformers 4 wrote
+// them. Errors: flashnorm::Error "<where>: <key path> ..." for a missing, mistyped, out-of-range,
 // unsupported or unknown key.
 void read_hf_config(const nlohmann::json& c, const ArchDescription& a, const std::string& where,
                     ModelConfig& cfg);
 
 // tie_word_embeddings when config.json has none (transformers' default for the architecture:
-// true for Gemma 3, false for Llama, Qwen 3 and Mistral).
+// true for Gemma 3, false for Llama, Qwen 2, Qwen 3 and Mistral).
 bool hf_default_tied(const ArchDescription& a);
 
-// The GGUF "<arch>.*" keys -> the same fields. Sources: llama.cpp gguf-py constants.py (Keys.LLM,
-// Keys.Attention, Keys.Rope). Errors: FormatError naming the key and its byte offset.
+// The GGUF "<arch>.*" keys -> the same fields; `biases` from the tensors: the description's, plus
+// each optional one (attn_biases, mlp_biases) that layer 0 has. Sources: llama.cpp gguf-py
+// constants.py (Keys.LLM, Keys.Attention, Keys.Rope). Errors: FormatError naming the key and its
+// byte offset.
 void read_gguf_config(const io::GgufFile& f, const ArchDescription& a, ModelConfig& cfg);
 
 // A float hyperparameter must be finite and inside [lo, hi] (lo excluded when open_lo): the

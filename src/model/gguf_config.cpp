@@ -104,6 +104,13 @@ void read_gguf_config(const io::GgufFile& f, const ArchDescription& a, ModelConf
     cfg.attn_scale = static_cast<float>(1.0 / std::sqrt(double(cfg.hidden / cfg.n_head)));
   }
   key("vocab_size");  // checked against the embedding by the loader
+  // llama.cpp loads these biases when present: each one layer 0 has is then needed in every layer
+  cfg.biases = a.biases;
+  for (const auto* group : {&a.attn_biases, &a.mlp_biases}) {
+    for (const std::string& b : *group) {
+      if (f.find_tensor(expand_layer(b, 0))) cfg.biases.push_back(b);
+    }
+  }
   // Every other "<arch>." key changes the computation somewhere in llama.cpp (expert counts,
   // soft-capping, attention or logit scales, partial rotary sections, ...): refused by name.
   for (const auto& kv : f.kvs()) {

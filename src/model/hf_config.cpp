@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -58,6 +59,7 @@ struct Schema {
   const char* act_value = "silu";
   enum class Sliding { kNone, kGemma3, kAllLayers, kQwen } sliding = Sliding::kNone;
   bool query_pre_attn_scalar = false;
+  bool final_softcap = false;          // final_logit_softcapping is read (null: none)
   int default_head_dim = 0;            // head_dim when the config has none (0: hidden / heads)
   bool default_tied = false;           // tie_word_embeddings when the config has none
   int default_window = 4096;           // sliding_window when the key is absent (null: no window)
@@ -80,7 +82,8 @@ Schema schema_for(const ArchDescription& a) {
     s.query_pre_attn_scalar = true;
     s.default_head_dim = 256, s.default_tied = true;
 
-    s.neutral["final_logit_softcapping"] = nullptr;
+    s.final_softcap = true;
+    // attention-score soft-capping (Gemma 2's) is not implemented: only null
     s.neutral["attn_logit_softcapping"] = nullptr;
     s.neutral["use_bidirectional_attention"] = false;
     // Gemma3TextConfig keeps hidden_activation; a legacy hidden_act beside it is not read
@@ -88,6 +91,8 @@ Schema schema_for(const ArchDescription& a) {
   } else if (a.name == "qwen3") {
     s.sliding = Schema::Sliding::kQwen;
     s.default_head_dim = 128;
+  } else if (a.name == "qwen2") {
+    s.sliding = Schema::Sliding::kQwen;  // Qwen2Config: head_dim = hidden / heads
   } else if (a.name == "mistral") {
     s.sliding = Schema::Sliding::kAllLayers;
   }
@@ -263,8 +268,24 @@ void read_rope(Reader& r, const Schema& s, ModelConfig& cfg) {
   r.check_range(cfg.rope_local.base, 1.0, 1e12, true, "rope_local_base_freq");
 }
 
+// The bias tensors: the description's, plus the attention_bias / mlp_bias groups where the
+// architecture's config has those keys (elsewhere they stay neutral keys of the Schema: only
+// false).
+void read_biases(Reader& r, const ArchDescription& a, ModelConfig& cfg) {
+  cfg.biases = a.biases;
+  const std::pair<const char*, const std::vector<std::string>*> groups[] = {
+      {"attention_bias", &a.attn_biases}, {"mlp_bias", &a.mlp_biases}};
+  for (const auto& [key, group] : groups) {
+    if (group->empty()) continue;
+    const json* v = r.find(key);
+    if (v && !v->is_boolean()) r.refuse(fmt::format("{} is not a boolean ({})", key, show(*v)));
+    if (v && v->get<bool>()) cfg.biases.insert(cfg.biases.end(), group->begin(), group->end());
+  }
+}
+
 // Which layers attend through a sliding window, and its size (transformers 5: Gemma3TextConfig,
-// Qwen3Config, MistralConfig; an absent sliding_window is their default 4096, a null one none).
+// Qwen2Config, Qwen3Config, MistralConfig; an absent sliding_window is their default 4096, a null
+// one none).
 void read_sliding(Reader& r, const Schema& s, ModelConfig& cfg) {
   const int n = cfg.n_layer;
   cfg.layer_local.assign(size_t(n), 0);
@@ -348,10 +369,26 @@ void read_hf_config(const json& c, const ArchDescription& a, const std::string& 
   r.check_range(cfg.eps, 0.0, 1.0, false, "rms_norm_eps");
   read_rope(r, s, cfg);
   read_sliding(r, s, cfg);
+  read_biases(r, a, cfg);
   if (s.query_pre_attn_scalar) {
     const double q = r.get_float("query_pre_attn_scalar", 256);  // Gemma3TextConfig's default
     r.check_range(q, 0.0, 1e9, true, "query_pre_attn_scalar");
     cfg.attn_scale = static_cast<float>(1.0 / std::sqrt(q));
+  }
+  if (s.final_softcap) {
+    // transformers applies it whenever it is not null; a cap of 0 gives NaN logits there, and one
+    // outside fp32's normal range cannot be held: only null or a positive normal fp32 number
+    if (const json* v = r.find("final_logit_softcapping")) {
+      const double d = v->is_number() ? v->get<double>() : 0.0;
+      // (the range check first: a double beyond fp32's range must not be cast)
+      const float cap = d > 0 && d <= std::numeric_limits<float>::max() ? static_cast<float>(d) : 0;
+      if (!std::isnormal(cap))
+        r.refuse(
+            fmt::format("final_logit_softcapping = {} is not supported (only null or a "
+                        "positive number in fp32's normal range)",
+                        show(*v)));
+      cfg.final_softcap = cap;
+    }
   }
   // "swish" is transformers' other name for SiLU (ACT2FN)
   if (const json* act = r.find(s.act_key);

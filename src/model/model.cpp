@@ -56,9 +56,9 @@ std::optional<int> layer_index(std::string_view name, std::string_view prefix) {
                                 std::string_view layers_key) {
   if (name.ends_with(".bias")) {
     throw Error(fmt::format(
-        "{}: tensor '{}' is a bias, and biases are not supported (computing without it would be "
-        "a different model)",
-        src, name));
+        "{}: tensor '{}' is a bias that the {} model does not declare (config.json: "
+        "attention_bias / mlp_bias; GGUF: the biases layer 0 has); refusing to compute without it",
+        src, name, arch));
   }
   if (layer && *layer >= n_layer) {
     throw Error(fmt::format(
@@ -277,6 +277,16 @@ void validate(Model& m) {
     }
     if (!hk.post_attn_norm.empty()) expect_shape(m, n(hk.post_attn_norm), {H});
     if (!hk.post_ffn_norm.empty()) expect_shape(m, n(hk.post_ffn_norm), {H});
+    for (const std::string& b : c.biases) {  // [rows of the weight it belongs to]
+      const std::string& name = n(b);
+      if (!m.has(name)) {
+        throw Error(
+            fmt::format("{}: missing tensor '{}': the {} model has this bias in every layer",
+                        m.source.string(), file_name_of(m, hf, name), m.arch->name));
+      }
+      const std::string weight = name.substr(0, name.size() - 5) + ".weight";  // ".bias"
+      expect_shape(m, name, {m.get(weight).rows()});
+    }
   }
   expect_shape(m, "output_norm.weight", {H});
   if (!c.tied_head) expect_shape(m, m.arch->head, {uint64_t(c.vocab), H});

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <ctime>
+
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 
@@ -12,6 +14,9 @@ namespace {
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kStartOfTurn = "<start_of_turn>";
+constexpr std::string_view kHeaderStart = "<|start_header_id|>";
+constexpr std::string_view kHeaderEnd = "<|end_header_id|>";
+constexpr std::string_view kEotId = "<|eot_id|>";
 
 // Python's str.isspace() set (what Jinja's `trim` filter, i.e. str.strip(), removes).
 bool is_python_space(char32_t c) {
@@ -65,12 +70,23 @@ std::string_view python_strip(std::string_view s) {
 
 }  // namespace
 
+ChatStyle chat_style_from_name(std::string_view name) {
+  if (name == "chatml") return ChatStyle::kChatML;
+  if (name == "gemma") return ChatStyle::kGemma;
+  if (name == "llama3") return ChatStyle::kLlama3;
+  throw Error(fmt::format("unknown chat format '{}' (known: chatml, gemma, llama3)", name));
+}
+
 ChatStyle detect_chat_style(std::string_view tmpl) {
   if (tmpl.find(kImStart) != std::string_view::npos) return ChatStyle::kChatML;
   if (tmpl.find(kStartOfTurn) != std::string_view::npos) return ChatStyle::kGemma;
+  if (tmpl.find(kHeaderStart) != std::string_view::npos &&
+      tmpl.find(kEotId) != std::string_view::npos) {
+    return ChatStyle::kLlama3;
+  }
   throw Error(fmt::format(
-      "unsupported chat template (neither ChatML '<|im_start|>' nor Gemma '<start_of_turn>'): "
-      "'{}{}'",
+      "unsupported chat template (not ChatML '<|im_start|>', Gemma '<start_of_turn>' or Llama 3 "
+      "'<|start_header_id|>'): '{}{}'",
       tmpl.substr(0, 60), tmpl.size() > 60 ? "..." : ""));
 }
 
@@ -108,10 +124,43 @@ std::optional<std::string> chatml_default_system(std::string_view tmpl) {
   return std::nullopt;
 }
 
-std::string apply_chat_template(std::string_view tmpl, std::string_view user,
-                                std::optional<std::string_view> system) {
+std::string chat_today() {
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  return fmt::format("{:02d} {} {}", local.tm_mday, kMonths[local.tm_mon], local.tm_year + 1900);
+}
+
+namespace {
+
+// The date a Llama 3.1+ template prints after "Today Date: ": `today` where it calls
+// strftime_now, else its `date_string = "..."` literal.
+std::string llama3_date(std::string_view tmpl, std::string_view today) {
+  if (tmpl.find("strftime_now") != std::string_view::npos) return std::string(today);
+  for (std::string_view key : {"date_string = \"", "date_string = '"}) {
+    const size_t p = tmpl.find(key);
+    if (p == std::string_view::npos) continue;
+    const size_t b = p + key.size();
+    const size_t e = tmpl.find(key.back(), b);
+    if (e != std::string_view::npos) return std::string(tmpl.substr(b, e - b));
+  }
+  throw Error(
+      "unsupported chat template: a Llama 3.1+ template ('Cutting Knowledge Date') with neither "
+      "strftime_now nor a date_string literal");
+}
+
+std::string llama3_turn(std::string_view role, std::string_view content) {
+  return fmt::format("{}{}{}\n\n{}{}", kHeaderStart, role, kHeaderEnd, content, kEotId);
+}
+
+}  // namespace
+
+std::string format_chat(ChatStyle style, std::string_view tmpl, std::string_view user,
+                        std::optional<std::string_view> system, std::string_view today) {
   std::string out;
-  switch (detect_chat_style(tmpl)) {
+  switch (style) {
     case ChatStyle::kChatML: {
       std::optional<std::string> sys;
       if (system) {
@@ -133,21 +182,32 @@ std::string apply_chat_template(std::string_view tmpl, std::string_view user,
       out += fmt::format("{}<end_of_turn>\n{}model\n", trimmed, kStartOfTurn);
       break;
     }
+    case ChatStyle::kLlama3: {
+      // Every message's content goes through Jinja's `trim`.
+      if (tmpl.find("Cutting Knowledge Date") != std::string_view::npos) {
+        out += llama3_turn(
+            "system", fmt::format("Cutting Knowledge Date: December 2023\nToday "
+                                  "Date: {}\n\n{}",
+                                  llama3_date(tmpl, today), system ? python_strip(*system) : ""));
+      } else if (system) {
+        out += llama3_turn("system", python_strip(*system));
+      }
+      out += llama3_turn("user", python_strip(user));
+      out += fmt::format("{}assistant{}\n\n", kHeaderStart, kHeaderEnd);
+      break;
+    }
   }
   return out;
 }
 
-std::string apply_chat_template(const io::GgufFile& f, std::string_view user,
+std::string apply_chat_template(std::string_view tmpl, std::string_view user,
                                 std::optional<std::string_view> system) {
-  if (f.find("tokenizer.chat_template") == nullptr) {
-    // Pre-trained Gemma 3 GGUFs (e.g. gemma-3-270m) carry no template; their instruction-tuned
-    // siblings use the Gemma turn format.
-    std::optional<std::string> arch = f.get_string_opt("general.architecture");
-    if (arch && arch->rfind("gemma", 0) == 0) {
-      return apply_chat_template(std::string_view(kStartOfTurn), user, system);
-    }
-  }
-  return apply_chat_template(f.get_string("tokenizer.chat_template"), user, system);
+  return format_chat(detect_chat_style(tmpl), tmpl, user, system, chat_today());
+}
+
+std::optional<std::string> gguf_chat_template(const io::GgufFile& f) {
+  if (f.find("tokenizer.chat_template") == nullptr) return std::nullopt;
+  return f.get_string("tokenizer.chat_template");
 }
 
 }  // namespace flashnorm

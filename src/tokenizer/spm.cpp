@@ -99,12 +99,12 @@ SpmModel::SpmModel(const std::vector<std::string>& tokens, const std::vector<int
   }
 }
 
-std::string SpmModel::normalize(std::string_view text) const {
+std::string spm_normalize(std::string_view text, bool replace_space, bool prepend) {
   std::string out;
   out.reserve(text.size() + text.size() / 4 + 3);
-  if (add_space_prefix_ && !text.empty()) out += kSpmSpace;
+  if (prepend && !text.empty()) out += kSpmSpace;
   for (char c : text) {
-    if (c == ' ') {
+    if (c == ' ' && replace_space) {
       out += kSpmSpace;
     } else {
       out.push_back(c);

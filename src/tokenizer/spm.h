@@ -34,6 +34,11 @@ int spm_byte_value(std::string_view text);
 // (type 3) its own text; any other token its text with every U+2581 replaced by a space.
 std::string spm_piece_bytes(std::string_view text, int8_t type);
 
+// The SentencePiece-style normalizer: with replace_space each ASCII space becomes U+2581 (HF
+// Replace " " -> "▁"; nothing else changes), with prepend a U+2581 goes in front of non-empty text
+// (sentencepiece add_dummy_prefix; HF Prepend "▁").
+std::string spm_normalize(std::string_view text, bool replace_space, bool prepend);
+
 class SpmModel {
  public:
   // The vocabulary is owned by the caller and must outlive the model, unchanged:
@@ -46,10 +51,11 @@ class SpmModel {
            const std::unordered_map<std::string_view, int32_t>& by_text, std::vector<float> scores,
            std::optional<int32_t> unk, bool add_space_prefix);
 
-  // UTF-8 text -> normalized text: each ASCII space becomes U+2581 (nothing else changes: Gemma's
-  // normalizer is "identity" without a character map); with add_space_prefix a U+2581 is put in
-  // front of non-empty text.
-  std::string normalize(std::string_view text) const;
+  // UTF-8 text -> normalized text: spm_normalize(text, true, add_space_prefix) (Gemma's
+  // normalizer is "identity" without a character map).
+  std::string normalize(std::string_view text) const {
+    return spm_normalize(text, true, add_space_prefix_);
+  }
 
   // Appends the ids of normalized text `norm` (which holds no control / user-defined token the
   // caller wants matched verbatim). Characters of valid UTF-8 are the initial symbols; each byte

@@ -111,7 +111,7 @@ TEST_F(CliValidation, WeightsTheEngineWouldNotComputeAsStoredAreRefusedByAll) {
                             [](auto&, auto& ts) {
                               ts.push_back(testing::f32_tensor("blk.1.attn_v.bias", {32}, 0.1f));
                             }),
-                       "biases are not supported");
+                       "is a bias that the llama model does not declare");
   expect_refused_alike(
       make("layer2.gguf",
            [](auto&, auto& ts) {

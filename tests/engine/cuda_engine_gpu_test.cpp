@@ -1,10 +1,10 @@
 // GPU tests of the CUDA engine (need an H100/H200; ctest label `gpu`, reported skipped without a
 // GPU: engine_gpu_main.cpp; scripts/gpu_engine.sh runs them on the device machine). Small random
-// Llama and Gemma 3 checkpoints (QK-norm, post norms, GeGLU, sliding window, tied and untied heads)
-// run on the CUDA engine in every mode and are compared with the CPU fp32 engine on the same
-// unfolded checkpoint: teacher-forced logits and top-1; decode steps (graph replay) against prefill
-// logits; GPU-sampled generation against a host argmax loop; seeded sampling; chunked prefill;
-// error paths.
+// Llama and Gemma 3 checkpoints (QK-norm, post norms, GeGLU, sliding window, tied and untied heads,
+// Llama with biases on every projection) run on the CUDA engine in every mode and are compared with
+// the CPU fp32 engine on the same unfolded checkpoint: teacher-forced logits and top-1; decode
+// steps (graph replay) against prefill logits; GPU-sampled generation against a host argmax loop;
+// seeded sampling; chunked prefill; error paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +29,8 @@ struct Case {
   HalfType dt;
   StandardNorm standard = StandardNorm::kSeparate;
   TiedHead tied_head = TiedHead::kKeepGain;  // FlashNorm mode
+  bool biases = false;                       // llama with attention_bias and mlp_bias
+  float softcap = 0;                         // gemma3 final_logit_softcapping (0: none)
 };
 
 // The engine options of a case, with a 128-position cache.
@@ -42,14 +44,15 @@ CudaEngineOptions case_options(const Case& c) {
 // Relative logit tolerance of the engine dtype against fp32.
 double dtype_tol(HalfType t) { return t == HalfType::kBF16 ? 3e-2 : 4e-3; }
 
-std::string model_dir(bool gemma, bool tied) {
-  const std::string name = std::string(gemma ? "g3" : "ll") + (tied ? "_tied" : "_untied");
+std::string model_dir(bool gemma, bool tied, bool biases = false, float softcap = 0) {
+  const std::string name = std::string(gemma ? "g3" : "ll") + (tied ? "_tied" : "_untied") +
+                           (biases ? "_bias" : "") + (softcap > 0 ? "_softcap" : "");
   static std::map<std::string, std::string> made;
   if (!made.count(name)) {
     const auto dir = testing::fresh_dir("cuda_engine_" + name);
     testing::RandomLlamaOptions o =
         gemma ? testing::small_gemma3_options(11) : testing::RandomLlamaOptions{};
-    o.tied = tied;
+    o.tied = tied, o.biases = biases, o.final_softcap = softcap;
     if (!gemma) o.n_layer = 3, o.seed = 5;
     testing::write_random_llama(dir, o);
     made[name] = dir.string();
@@ -69,13 +72,36 @@ class CudaEngineVsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
   const Case c = GetParam();
-  const std::string dir = model_dir(c.gemma, c.tied);
+  const std::string dir = model_dir(c.gemma, c.tied, c.biases, c.softcap);
   CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
   CudaEngine gpu(load_model(dir), c.mode, case_options(c));
   const std::vector<int32_t> seq = random_ids(96, cpu.config().vocab, 3);
+  double tol = dtype_tol(c.dt);
+  if (c.softcap > 0) {
+    // The tolerance is relative to each row's largest logit, which the cap shrinks by a factor r
+    // while the bf16 error it is measured against cannot grow through tanh (1-Lipschitz): the
+    // bar is scaled by the smallest r of the rows (from the same weights without the cap, on the
+    // CPU), which must also show that the cap bites.
+    CpuEngine raw(load_model(model_dir(c.gemma, c.tied, c.biases, 0)), NormMode::Standard, 128);
+    const std::span<const int32_t> first(seq.data(), 48);
+    const std::vector<float> lr = raw.forward(first, true), lc = cpu.forward(first, true);
+    cpu.reset();
+    const size_t V = size_t(cpu.config().vocab);
+    double rmin = 1e30;
+    for (size_t t = 0; t < first.size(); ++t) {
+      double mr = 0, mc = 0;
+      for (size_t j = 0; j < V; ++j) {
+        mr = std::max(mr, double(std::fabs(lr[t * V + j])));
+        mc = std::max(mc, double(std::fabs(lc[t * V + j])));
+      }
+      rmin = std::min(rmin, mr / mc);
+    }
+    std::printf("[%s] cap shrinks each row's largest logit by at least %.3f\n", c.name, rmin);
+    EXPECT_GT(rmin, 1.1) << "the cap does not bite";
+    tol *= rmin;
+  }
   ComparisonStats st = compare_teacher_forced(cpu, &gpu, seq, 48);
   const double top1 = double(st.top1_agree) / st.positions;
-  const double tol = dtype_tol(c.dt);
   std::printf(
       "[%s] positions %zu top-1 %.4f max rel logit diff %.3e (tol %.0e) ppl cpu %.4f gpu %.4f\n",
       c.name, st.positions, top1, st.max_rel_logit_diff, tol, st.ppl_a(), st.ppl_b());
@@ -86,7 +112,8 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
 
 TEST_P(CudaEngineVsCpu, DecodeStepsMatchPrefill) {
   const Case c = GetParam();
-  CudaEngine gpu(load_model(model_dir(c.gemma, c.tied)), c.mode, case_options(c));
+  CudaEngine gpu(load_model(model_dir(c.gemma, c.tied, c.biases, c.softcap)), c.mode,
+                 case_options(c));
   const int V = gpu.config().vocab;
   const std::vector<int32_t> seq = random_ids(40, V, 9);
   const std::vector<float> all = gpu.forward(seq, true);
@@ -106,7 +133,7 @@ TEST_P(CudaEngineVsCpu, GpuGreedyGenerationMatchesHostArgmax) {
   CudaEngineOptions o = case_options(c);
   // heuristic launch configurations (keeps this test quick under the sanitizers)
   o.gemv.choice = GemvChoice::kHeuristic;
-  CudaEngine gpu(load_model(model_dir(c.gemma, c.tied)), c.mode, o);
+  CudaEngine gpu(load_model(model_dir(c.gemma, c.tied, c.biases, c.softcap)), c.mode, o);
   const std::vector<int32_t> prompt = random_ids(12, gpu.config().vocab, 4);
   std::vector<int32_t> streamed;
   const std::vector<int32_t> dev = gpu.generate(prompt, 48, 0.0f, 0, [&](int32_t t) {
@@ -142,6 +169,23 @@ const Case kCases[] = {
      HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kFoldCopy},
     {"gemma3_fn_headfolded_bf16", true, true, NormMode::FlashNorm, Deferred::kFused,
      HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kFoldCopy},
+    // biases on every projection: added after the row scale (decode kernel, two-stream post-scale,
+    // add_bias after cuBLASLt in Standard mode's prefill)
+    {"llama_bias_std_bf16", false, false, NormMode::Standard, Deferred::kFused, HalfType::kBF16,
+     StandardNorm::kSeparate, TiedHead::kKeepGain, true},
+    {"llama_bias_fn_bf16", false, false, NormMode::FlashNorm, Deferred::kFused, HalfType::kBF16,
+     StandardNorm::kSeparate, TiedHead::kKeepGain, true},
+    {"llama_bias_fn2s_bf16", false, false, NormMode::FlashNorm, Deferred::kTwoStream,
+     HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kKeepGain, true},
+    {"llama_bias_stdfused_fp16", false, true, NormMode::Standard, Deferred::kFused, HalfType::kFP16,
+     StandardNorm::kFusedAdd, TiedHead::kKeepGain, true},
+    // final logit soft-capping at 2 (the random model's logits are about N(0, 1), tails to +-3 or
+    // 4): the cap kernel after the LM head in prefill (vs the CPU engine) and inside the decode
+    // graph (DecodeStepsMatchPrefill), before the GPU sampler
+    {"gemma3_softcap_std_bf16", true, true, NormMode::Standard, Deferred::kFused, HalfType::kBF16,
+     StandardNorm::kSeparate, TiedHead::kKeepGain, false, 2.0f},
+    {"gemma3_softcap_fn_bf16", true, true, NormMode::FlashNorm, Deferred::kFused, HalfType::kBF16,
+     StandardNorm::kSeparate, TiedHead::kKeepGain, false, 2.0f},
 };
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineVsCpu, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });

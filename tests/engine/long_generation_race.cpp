@@ -9,7 +9,7 @@
 // join removed and its rstd producer delayed reads a stale rstd ("outputs from the past"); the test
 // asserts that this run fails at some step, so the comparison is known to catch the race.
 // ctest label `gpu` (skipped without a GPU: engine_gpu_main.cpp; skipped without the model).
-// Options after GoogleTest's: --model GGUF (default: the SmolLM2 GGUF of scripts/fetch_models.sh),
+// Options after GoogleTest's: --model GGUF or HF directory with tokenizer.json (default: the SmolLM2 GGUF of scripts/fetch_models.sh),
 // --steps, --check-every, --prompt, --delay-cycles, --tol, --only NAME..., --no-tune.
 #include <gtest/gtest.h>
 
@@ -26,6 +26,7 @@
 #include "flashnorm/engine/sampler.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
+#include "flashnorm/tokenizer/model_tokenizer.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 #include "support/random_llama.h"
 
@@ -74,8 +75,9 @@ const Loaded& loaded() {
   static Loaded l = [] {
     Loaded r;
     r.m = load_model(g_args.model);
-    io::GgufFile vocab = io::GgufFile::open(g_args.model);
-    r.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(vocab));
+    // A GGUF's own vocabulary, or a Hugging Face directory's tokenizer.json.
+    r.tok = std::make_unique<Tokenizer>(
+        load_model_tokenizer(g_args.model, "", static_cast<size_t>(r.m.cfg.vocab)).tok);
     r.ids = r.tok->encode(g_args.prompt, false);
     if (r.tok->add_bos() && r.tok->bos()) r.ids.insert(r.ids.begin(), *r.tok->bos());
     return r;

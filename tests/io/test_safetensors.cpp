@@ -251,6 +251,35 @@ TEST(Safetensors, WriterRefusesBadInput) {
   EXPECT_EQ(fs::file_size(p), size);
 }
 
+TEST(Safetensors, WriterKeepsGivenBytesOfAnyDtype) {
+  TempDir tmp;
+  const fs::path p = tmp.path / "raw.safetensors";
+  // an I64 tensor and a BF16 NaN with a payload no fp32 round trip would keep
+  const uint8_t i64[16] = {1, 0, 0, 0, 0, 0, 0, 0x80, 2, 3, 4, 5, 6, 7, 8, 9};
+  const uint8_t nan[2] = {0x81, 0x7f};
+  write_safetensors(p,
+                    {{"i", StDtype::I64, {2}, {}, std::span<const uint8_t>(i64)},
+                     {"n", StDtype::BF16, {1}, {}, std::span<const uint8_t>(nan)},
+                     {"f", StDtype::F32, {1}, {2.5f}, std::nullopt}},
+                    {});
+  auto f = SafetensorsFile::open(p);
+  ASSERT_EQ(f.tensors().size(), 3u);
+  EXPECT_EQ(f.find("i")->dtype, StDtype::I64);
+  auto a = f.data(*f.find("i")), b = f.data(*f.find("n"));
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), std::begin(i64), std::end(i64)));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), std::begin(nan), std::end(nan)));
+  EXPECT_EQ(st_to_fp32(StDtype::F32, f.data(*f.find("f")))[0], 2.5f);
+
+  const fs::path q = tmp.path / "short.safetensors";
+  try {
+    write_safetensors(q, {{"i", StDtype::I64, {3}, {}, std::span<const uint8_t>(i64)}}, {});
+    ADD_FAILURE() << "no error for 16 bytes given to a [3] I64 tensor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 elements but 16 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(q));
+}
+
 TEST(Safetensors, StToFp32RefusesOtherDtypes) {
   const uint8_t b[4] = {};
   EXPECT_THROW(st_to_fp32(StDtype::I32, b), Error);

@@ -66,20 +66,50 @@ TEST(Audit, Gemma3RealFileQAndKCancelVDoesNot) {
 TEST(Audit, MissingRenormTensorIsNotCancellable) {
   // The graph, not the name: a gemma3 file whose layer lacks its q_norm gets no cancellation.
   const ArchDescription& a = arch_by_name("gemma3");
-  auto audit =
-      audit_layer(a, 0, [](const std::string& t) { return t != "blk.0.attn_q_norm.weight"; });
+  auto audit = audit_layer(a, 0, [](const std::string& t) {
+    return t != "blk.0.attn_q_norm.weight" && !t.ends_with(".bias");
+  });
   const NormAudit& attn = find(audit, "blk.0.attn_norm.weight");
   EXPECT_FALSE(attn.consumers[0].cancellable);
   EXPECT_NE(attn.consumers[0].reason.find("missing"), std::string::npos);
   EXPECT_TRUE(attn.consumers[1].cancellable);
 }
 
+TEST(Audit, BiasedConsumersAreNotCancellable) {
+  // Qwen 3 with attention_bias: q and k are renormalized, but the bias the file holds is added
+  // after the projection, so RMSNorm((s x) W^T + b) != RMSNorm(x W^T + b): nothing cancels.
+  auto with_bias = [](const std::string& t) { return t != "blk.0.attn_v.bias"; };
+  const auto a3 = audit_layer(arch_by_name("qwen3"), 0, with_bias);
+  const NormAudit& q3 = find(a3, "blk.0.attn_norm.weight");
+  for (int i : {0, 1}) {
+    EXPECT_TRUE(q3.consumers[i].biased) << q3.consumers[i].tensor;
+    EXPECT_FALSE(q3.consumers[i].cancellable) << q3.consumers[i].tensor;
+    EXPECT_NE(q3.consumers[i].reason.find("bias"), std::string::npos) << q3.consumers[i].reason;
+  }
+  EXPECT_FALSE(q3.consumers[2].biased);
+  // The same graph without bias tensors cancels for q and k.
+  auto no_bias = [](const std::string& t) { return !t.ends_with(".bias"); };
+  const auto a3_plain = audit_layer(arch_by_name("qwen3"), 0, no_bias);
+  const NormAudit& plain = find(a3_plain, "blk.0.attn_norm.weight");
+  EXPECT_TRUE(plain.consumers[0].cancellable && plain.consumers[1].cancellable);
+  // Qwen 2: q, k and v are biased by the description itself (and not renormalized).
+  const auto a2 = audit_layer(arch_by_name("qwen2"), 0, no_bias);
+  const NormAudit& q2 = find(a2, "blk.0.attn_norm.weight");
+  for (const auto& c : q2.consumers) {
+    EXPECT_TRUE(c.biased) << c.tensor;
+    EXPECT_FALSE(c.cancellable) << c.tensor;
+  }
+}
+
 TEST(Audit, Gemma4StyleFullyCancellableExtraBranchIneligible) {
-  auto all = [](const std::string&) { return true; };
-  const NormAudit& g4 = find(audit_layer(gemma4_style(), 3, all), "blk.3.attn_norm.weight");
+  // every tensor of the graph but biases
+  auto all = [](const std::string& t) { return !t.ends_with(".bias"); };
+  const auto a4 = audit_layer(gemma4_style(), 3, all);
+  const NormAudit& g4 = find(a4, "blk.3.attn_norm.weight");
   EXPECT_TRUE(g4.skip_reduction);
   for (const auto& c : g4.consumers) EXPECT_TRUE(c.cancellable) << c.tensor;
-  const NormAudit& xb = find(audit_layer(extra_branch(), 3, all), "blk.3.attn_norm.weight");
+  const auto axb = audit_layer(extra_branch(), 3, all);
+  const NormAudit& xb = find(axb, "blk.3.attn_norm.weight");
   EXPECT_FALSE(xb.foldable);
   EXPECT_FALSE(xb.skip_reduction);
   for (const auto& c : xb.consumers) {

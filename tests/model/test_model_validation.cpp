@@ -10,8 +10,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/check.h"
@@ -72,13 +72,29 @@ TEST_F(ModelValidation, TensorsOfALayerPastBlockCountAreRefused) {
       << e;
 }
 
-TEST_F(ModelValidation, BiasTensorsAreRefused) {
-  rewrite_gguf(base_, dir_ / "bias.gguf",
-               [](auto&, auto& ts) { ts.push_back(f32_tensor("blk.0.attn_q.bias", {64}, 0.5f)); });
-  const std::string e = error_of([&] { check_model_file(dir_ / "bias.gguf"); });
-  EXPECT_NE(e.find("'blk.0.attn_q.bias' is a bias, and biases are not supported"),
+TEST_F(ModelValidation, BiasesMustBeDeclaredAndInEveryLayer) {
+  // GGUF: a bias layer 0 has is one the model has (llama.cpp's optional tensors), so every layer
+  // needs it with the weight's rows; one that layer 0 lacks is not declared.
+  auto with_biases = [&](const std::string& file,
+                         std::vector<std::pair<std::string, uint64_t>> bs) {
+    rewrite_gguf(base_, dir_ / file, [&](auto&, auto& ts) {
+      for (const auto& [name, rows] : bs) ts.push_back(f32_tensor(name, {rows}, 0.5f));
+    });
+    return error_of([&] { check_model_file(dir_ / file); });
+  };
+  std::string e = with_biases("bias0.gguf", {{"blk.0.attn_q.bias", 64}});
+  EXPECT_NE(e.find("missing tensor 'blk.1.attn_q.bias': the llama model has this bias in every "
+                   "layer"),
             std::string::npos)
       << e;
+  e = with_biases("bias1.gguf", {{"blk.1.attn_q.bias", 64}});
+  EXPECT_NE(e.find("'blk.1.attn_q.bias' is a bias that the llama model does not declare"),
+            std::string::npos)
+      << e;
+  e = with_biases("bias_shape.gguf", {{"blk.0.attn_q.bias", 64}, {"blk.1.attn_q.bias", 32}});
+  EXPECT_NE(e.find("'blk.1.attn_q.bias' has shape [32], expected [64]"), std::string::npos) << e;
+  EXPECT_EQ(with_biases("bias_ok.gguf", {{"blk.0.attn_q.bias", 64}, {"blk.1.attn_q.bias", 64}}),
+            "");
   // Hugging Face: q_proj.bias (attention_bias true) is not skipped as an unknown name.
   testing::write_random_llama(dir_ / "hf");
   io::HfModelDir d = io::HfModelDir::open(dir_ / "hf");

@@ -40,6 +40,15 @@ RandomTensors make_tensors(const RandomLlamaOptions& o, bool hf_gains) {
     r.order.push_back({name, {uint64_t(n), uint64_t(k)}});
     r.values[name] = std::move(v);
   };
+  // the weight's bias when o.biases
+  auto bias = [&](const std::string& weight, int n) {
+    if (!o.biases) return;
+    const std::string name = bias_name(weight);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = 0.5f * nd(rng);
+    r.order.push_back({name, {uint64_t(n)}});
+    r.values[name] = std::move(v);
+  };
   auto gain = [&](const std::string& name, int n) {
     std::vector<float> v;
     for (int i = 0; i < n; ++i) {
@@ -56,16 +65,23 @@ RandomTensors make_tensors(const RandomLlamaOptions& o, bool hf_gains) {
     mat(p + "attn_q.weight", o.n_head * D, o.hidden);
     mat(p + "attn_k.weight", o.n_head_kv * D, o.hidden);
     mat(p + "attn_v.weight", o.n_head_kv * D, o.hidden);
+    bias(p + "attn_q.weight", o.n_head * D);
+    bias(p + "attn_k.weight", o.n_head_kv * D);
+    bias(p + "attn_v.weight", o.n_head_kv * D);
     if (gemma) {
       gain(p + "attn_q_norm.weight", D);
       gain(p + "attn_k_norm.weight", D);
     }
     mat(p + "attn_output.weight", o.hidden, o.n_head * D);
+    bias(p + "attn_output.weight", o.hidden);
     if (gemma) gain(p + "post_attention_norm.weight", o.hidden);
     gain(p + "ffn_norm.weight", o.hidden);
     mat(p + "ffn_gate.weight", o.ffn, o.hidden);
     mat(p + "ffn_up.weight", o.ffn, o.hidden);
     mat(p + "ffn_down.weight", o.hidden, o.ffn);
+    bias(p + "ffn_gate.weight", o.ffn);
+    bias(p + "ffn_up.weight", o.ffn);
+    bias(p + "ffn_down.weight", o.hidden);
     if (gemma) gain(p + "post_ffw_norm.weight", o.hidden);
   }
   gain("output_norm.weight", o.hidden);
@@ -117,13 +133,15 @@ void write_random_llama(const fs::path& dir, const RandomLlamaOptions& o) {
       {"hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
       {"tie_word_embeddings", o.tied},
       {"torch_dtype", "float32"},
-      {"attention_bias", false},
+      {"attention_bias", o.biases},
   };
+  if (o.biases) config["mlp_bias"] = true;
   if (gemma) {
     config["sliding_window"] = o.sliding_window;
     config["rope_local_base_freq"] = 10000.0;
     config["query_pre_attn_scalar"] = D;
     config["sliding_window_pattern"] = 6;
+    if (o.final_softcap > 0) config["final_logit_softcapping"] = o.final_softcap;
   }
   io::write_hf_dir(dir, config, ts, {{"format", "pt"}}, o.n_shards);
 }

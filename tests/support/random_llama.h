@@ -20,6 +20,10 @@ struct RandomLlamaOptions {
   float eps = 0;               // rms_norm_eps; 0: 1e-5 (llama) / 1e-6 (gemma3)
   float rope_base = 0;         // rope_theta / rope.freq_base; 0: 1e4 (llama) / 1e6 (gemma3)
   float gain_scale = 1;        // every norm multiplier times this (hostile tests)
+  // llama: a random bias (std normal / 2) on q, k, v, o, gate, up and down (HF config
+  // attention_bias and mlp_bias true)
+  bool biases = false;
+  float final_softcap = 0;  // gemma3: final_logit_softcapping (0: not written)
 };
 
 // A small Gemma 3 layout: 6 layers (0-4 local with window 8, layer 5 global), hidden 64, 4 heads,

@@ -27,6 +27,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/chat.h"
+#include "flashnorm/tokenizer/model_tokenizer.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 #include "support/gguf_rewrite.h"
 #include "support/random_llama.h"
@@ -170,8 +171,9 @@ TEST(TokenizerGemma3, LargeInputs) {
 // whole prompt (BOS + prompt) against sentencepiece.
 TEST(TokenizerGemma3, ChatTemplate) {
   const TokenizerFixture& f = fixture();
-  const flashnorm::io::GgufFile& file = f.file;
   const Tokenizer& tok = f.tok;
+  const flashnorm::ModelTokenizer model_tok =
+      flashnorm::load_model_tokenizer(gemma3_path(), "", tok.vocab_size());
   const nlohmann::json& ref = f.ref;
   const std::string tmpl = ref.at("chat_template");
   EXPECT_EQ(flashnorm::detect_chat_style(tmpl), flashnorm::ChatStyle::kGemma);
@@ -180,7 +182,7 @@ TEST(TokenizerGemma3, ChatTemplate) {
       [&](const nlohmann::json& c, const std::string& user,
           std::optional<std::string_view> system) {
         // The GGUF has no template: its architecture (gemma3) selects the Gemma style.
-        const std::string prompt = flashnorm::apply_chat_template(file, user, system);
+        const std::string prompt = flashnorm::model_chat_prompt(model_tok, "", user, system);
         EXPECT_EQ(prompt, c.at("prompt").get<std::string>()) << "user " << show(user);
         std::vector<int32_t> ids;
         if (tok.add_bos()) ids.push_back(*tok.bos());

@@ -22,6 +22,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/chat.h"
+#include "flashnorm/tokenizer/model_tokenizer.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 #include "support/random_llama.h"
 #include "support/tokenizer_reference.h"
@@ -104,10 +105,12 @@ TEST(TokenizerSmolLM2, LargeInputs) {
 
 TEST(TokenizerSmolLM2, ChatTemplate) {
   const flashnorm::io::GgufFile& file = fixture().file;
+  const flashnorm::ModelTokenizer model_tok =
+      flashnorm::load_model_tokenizer(smollm2_path(), "", fixture().tok.vocab_size());
   expect_chat_prompts(
       fixture().ref.at("chat"), 3,
       [&](const nlohmann::json&, const std::string& user, std::optional<std::string_view> system) {
-        return flashnorm::apply_chat_template(file, user, system);
+        return flashnorm::model_chat_prompt(model_tok, "", user, system);
       });
   EXPECT_EQ(flashnorm::chatml_default_system(file.get_string("tokenizer.chat_template")),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");

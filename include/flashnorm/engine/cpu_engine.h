@@ -2,7 +2,8 @@
 // sqrt(hidden) for Gemma), RMSNorm, fused q|k|v and gate|up projections (BLAS sgemm/sgemv),
 // per-head q/k norms (QK-norm), RoPE (adjacent or NEOX pairs; local/global bases), GQA attention
 // over a KV cache (sliding window on local layers), SwiGLU or GeGLU, post-attention/post-FFN
-// norms, residual adds, final norm and LM head. What differs between architectures comes from
+// norms, residual adds, final norm and LM head, and Gemma 3's final logit soft-capping
+// (ModelConfig::final_softcap). What differs between architectures comes from
 // the ArchDescription (consumers, renorms, hooks), not from per-architecture code paths.
 // Two normalization modes over one code path (docs/design.md sections 1-2):
 //   Standard:  z = (x * rstd(x) * g) W^T         — RMSNorm with gain, then the projection.
@@ -11,9 +12,12 @@
 //              and applied to the output rows. Columns whose output is renormalized
 //              (QK-norm; audit in model/audit.h) get no scale when `cancel` is set, and the
 //              reduction is skipped when no column needs it (dropped redundant normalization).
+// Linear biases (Qwen2's q/k/v, attention_bias, mlp_bias) are added after the row scale:
+// y = rstd * (x W*^T) + b (paper Proposition 2), and a biased output never has its rstd dropped.
 // Source: HF LlamaForCausalLM (modeling_llama.py) for the forward pass.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -62,7 +66,11 @@ class CpuEngine final : public Engine {
     const float* q_norm = nullptr;  // [D] per-head renorm gains (QK-norm), or null
     const float* k_norm = nullptr;
     bool v_renorm = false;             // v renormalized without a gain (Gemma-4 style)
+    std::array<bool, 3> cancels{};     // q, k, v: rstd cancels (LayerPlan::qkv_cancels)
+    std::vector<float> bqkv, bgu;      // fused biases [q + 2 kv], [2F], or empty
     const float* wo;                   // [H, q]
+    const float* bo = nullptr;         // [H] o bias, or null
+    const float* bdown = nullptr;      // [H] down bias, or null
     const float* post_attn = nullptr;  // [H] Gemma post-attention norm, or null
     const float* ffn_gain;             // [H]
     std::vector<float> wgu;            // [2F, H], gate rows then up rows
@@ -70,9 +78,10 @@ class CpuEngine final : public Engine {
     const float* post_ffn = nullptr;   // [H]
     bool local = false;                // sliding-window layer
   };
-  // y[T, n] = normed(x) W^T. `scaled` marks column ranges [begin, end) that get rstd in
-  // FlashNorm mode (all columns when empty).
+  // y[T, n] = normed(x) W^T + bias (bias [n] or null, added after the FlashNorm row scale).
+  // `unscaled` marks column ranges [begin, end) that get no rstd in FlashNorm mode.
   void normed_projection(const float* x, int T, const float* gain, const float* w, int n, float* y,
+                         const float* bias = nullptr,
                          std::span<const std::pair<int, int>> unscaled = {});
   void attention(int layer, float* qkv, const float* rstd_x, int T, float* out);
 

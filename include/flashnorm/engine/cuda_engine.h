@@ -5,7 +5,8 @@
 // normed or raw x, the attention output, the GLU output) in the weight dtype; fp32 accumulation.
 //
 // Per layer: embed -> [norm + q|k|v] -> RoPE/QK-norm/KV write -> attention -> o -> residual add ->
-// [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> sampling on the GPU.
+// [norm + gate|up] -> GLU -> down -> residual add; final [norm + LM head] -> logit soft-capping
+// (Gemma 3's final_logit_softcapping, where set) -> sampling on the GPU.
 // (Decode fuses the residual adds and the GLU into the o/down projections and RoPE/KV write into
 // the attention kernel: CudaLaunch::fuse_decode_ops.)
 // The bracketed "normed projections" are where the modes differ (docs/design.md sections 1-3):

@@ -23,8 +23,16 @@
 
 namespace flashnorm {
 
+// Safetensors metadata key of a folded Hugging Face directory (every shard): the dtypes of the
+// whole model as JSON, {"folded": {dtype: tensors}, "other": {dtype: tensors}}, e.g.
+// {"folded":{"F32":16},"other":{"BF16":14}} for a 3-layer bf16 Llama folded with the default
+// --dtype.
+inline constexpr std::string_view kDtypesKey = "flashnorm.dtypes";
+
 struct FoldOptions {
-  // Stored type of the folded tensors: F32, F16 or BF16 (default F32). Ignored with requantize.
+  // Stored type of the rewritten (folded) tensors only: F32, F16 or BF16; F32 by default whatever
+  // the input's dtype, so a bf16 or f16 checkpoint folds losslessly (its values are rounded once,
+  // from the fp64 product). Every other tensor keeps its bytes. Ignored with requantize.
   io::GgmlType dtype = io::GgmlType::F32;
   // GGUF only: requantize each folded tensor to its original type (Q8_0, Q4_0, Q4_1, Q5_0, and
   // the float types); any other type is refused with an error naming the tensor and type.
@@ -64,8 +72,12 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
 
 // Folds a Hugging Face safetensors directory into a new directory with the same config (except
 // tie_word_embeddings, always false: the output has its own folded LM head), the same number of
-// shards, the other files copied, and __metadata__ flashnorm.folded = "true". Tensor dtypes are
-// kept unless opt.dtype is F16/BF16 (F32 default keeps each tensor's own dtype). A config with
+// shards, the other files copied, and __metadata__ flashnorm.folded = "true" and kDtypesKey. The
+// rewritten tensors (consumers and the untied head) are stored as opt.dtype; the folded norms keep
+// their dtype (their identity value is exact in each); every other tensor keeps its bytes. The
+// config's `dtype` / `torch_dtype` (what transformers loads the model as by default) is kept; a
+// config with neither gets the other tensors' dtype when it differs from opt.dtype (a mixed output
+// would otherwise load as whichever dtype transformers meets first). A config with
 // tie_word_embeddings true and an lm_head tensor that differs from the embedding is refused
 // (transformers would ignore that tensor). Folded values are checked (check_folded_range).
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -96,19 +97,25 @@ class SafetensorsFile {
 // Converts a tensor's bytes to fp32. Errors: throws Error for dtypes other than F32/F16/BF16.
 std::vector<float> st_to_fp32(StDtype dtype, std::span<const uint8_t> bytes);
 
-// One tensor to write: fp32 values converted once (round to nearest even) to `dtype`.
+// One tensor to write: fp32 values converted once (round to nearest even) to `dtype`, or, when
+// `bytes` is set, those bytes written unchanged (any dtype; e.g. a view into a mapped input, which
+// must outlive the write).
 struct StTensorOut {
   std::string name;
-  StDtype dtype = StDtype::F32;  // F32, F16 or BF16
+  StDtype dtype = StDtype::F32;  // F32, F16 or BF16 for values; any dtype for bytes
   std::vector<uint64_t> shape;
   std::vector<float> values;
+  std::optional<std::span<const uint8_t>> bytes;  // elements x st_dtype_size(dtype) bytes
+  // The tensor's size in the file: bytes->size(), or values.size() x st_dtype_size(dtype).
+  uint64_t byte_size() const;
 };
 
 // Writes a .safetensors file via AtomicFile (temporary + rename), never over any of `inputs`.
 // Tensors are written in the given order, header padded with spaces to 8 bytes; "__metadata__"
-// comes first when `metadata` is not empty. Errors: Error for a dtype other than F32/F16/BF16, a
-// shape whose element count differs from values.size(), a repeated or "__metadata__" name, a
-// name or metadata string that is not UTF-8, or an I/O failure (the target is then untouched).
+// comes first when `metadata` is not empty. Errors: Error for values of a dtype other than
+// F32/F16/BF16, a shape whose element count differs from values.size() (or, for bytes, whose byte
+// size differs from bytes->size()), a repeated or "__metadata__" name, a name or metadata string
+// that is not UTF-8, or an I/O failure (the target is then untouched).
 void write_safetensors(const std::filesystem::path& path, const std::vector<StTensorOut>& tensors,
                        const std::map<std::string, std::string>& metadata,
                        std::span<const std::filesystem::path> inputs = {});

@@ -4,7 +4,8 @@
 // Tensor names are canonical GGUF names (llama.cpp's gguf-py constants.py, MODEL_TENSOR names);
 // Hugging Face names map onto them through `hf_names`.
 // Sources: docs/design.md sections 1-3; llama: HF LlamaForCausalLM
-// (modeling_llama.py); llama.cpp convert_hf_to_gguf.py for the GGUF naming and q/k permutation.
+// (modeling_llama.py); qwen2: HF Qwen2ForCausalLM (modeling_qwen2.py); llama.cpp
+// convert_hf_to_gguf.py for the GGUF naming and q/k permutation.
 #pragma once
 
 #include <optional>
@@ -28,6 +29,8 @@ enum class RopeLayout { Adjacent, Neox };
 // gain (per head, e.g. QK-norm); "" = RMS-normalized again without a gain (Gemma 4's v norm).
 // A consumer whose output is renormalized (and that has no bias) makes the input norm's rstd
 // cancel for it: RMSNorm((s x) W^T) = RMSNorm(x W^T) for s > 0 (docs/design.md section 3).
+// `has_bias`: every checkpoint of the architecture adds a bias (bias_name(tensor)) to the output
+// (Qwen2's q, k, v); a bias a config option adds is seen from the file's tensors (audit.h).
 struct Consumer {
   std::string tensor;                 // e.g. "blk.{L}.attn_q.weight"
   std::optional<std::string> renorm;  // e.g. "blk.{L}.attn_q_norm.weight"
@@ -75,15 +78,26 @@ struct ArchDescription {
   RopeLayout gguf_rope = RopeLayout::Adjacent;
   RopeLayout hf_rope = RopeLayout::Neox;
   ArchHooks hooks;
+  // Bias tensors of the linear layers (patterns, "blk.{L}.attn_q.bias"), added to the layer's
+  // output after the FlashNorm row scale: y = rstd * (x W*^T) + b (paper Proposition 2).
+  // `biases`: in every checkpoint (Qwen2: q, k, v). `attn_biases` / `mlp_biases`: those a
+  // checkpoint may add: config.json's attention_bias / mlp_bias (HF, all of the group); in GGUF
+  // each one present or not (llama.cpp loads them as optional tensors).
+  std::vector<std::string> biases, attn_biases, mlp_biases;
   // canonical pattern -> HF pattern, "{L}" for the layer index.
   std::vector<std::pair<std::string, std::string>> hf_names;
 };
 
-// Known descriptions: "llama", "gemma3", "qwen3", "mistral". Throws flashnorm::Error for an unknown architecture name.
+// Known descriptions: "llama", "gemma3", "qwen2", "qwen3", "mistral". Throws flashnorm::Error for
+// an unknown architecture name.
 const ArchDescription& arch_by_name(std::string_view name);
-// HF "architectures"[0] (LlamaForCausalLM, Gemma3ForCausalLM, Qwen3ForCausalLM,
+// HF "architectures"[0] (LlamaForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 // MistralForCausalLM) -> description; nullptr if unknown.
 const ArchDescription* arch_by_hf_class(std::string_view hf_class);
+
+// The bias of a linear layer's weight: "blk.{L}.attn_q.weight" -> "blk.{L}.attn_q.bias" (any
+// name ending in ".weight"; others unchanged).
+std::string bias_name(std::string_view weight);
 
 // "blk.{L}.attn_q.weight", 3 -> "blk.3.attn_q.weight".
 std::string expand_layer(std::string_view pattern, int layer);

@@ -24,6 +24,10 @@ namespace flashnorm {
 
 struct ConsumerAudit {
   std::string tensor;
+  // a bias is added to the output (the description's has_bias, or the file holds
+  // bias_name(tensor)): with deferred normalization it is added after the row scale,
+  // y = rstd * (x W*^T) + b, and it breaks cancellation
+  bool biased = false;
   bool cancellable = false;
   std::string reason;  // e.g. "output renormalized by blk.0.attn_q_norm.weight"
 };
@@ -37,7 +41,8 @@ struct NormAudit {
 };
 
 // Audits one layer (layer < 0: the final norms). `has_tensor` says whether the file holds a
-// tensor (a named renorm gain that is missing makes the consumer not cancellable).
+// tensor (a named renorm gain that is missing makes the consumer not cancellable; a consumer's
+// bias tensor makes it biased).
 std::vector<NormAudit> audit_layer(const ArchDescription& a, int layer,
                                    const std::function<bool(const std::string&)>& has_tensor);
 

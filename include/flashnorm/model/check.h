@@ -35,7 +35,8 @@ void check_vocab_fits(const Tokenizer& tok, int model_vocab, const std::string& 
 //  3. check_finite_weights: every weight finite, dequantized tensor by tensor (a chunk of rows at
 //     a time: the model is never held in fp32);
 //  4. GGUF with a vocabulary: check_vocab_fits against the embedding's rows.
-// A HF directory has no GGUF vocabulary: steps 1 and 4 are skipped.
+// A HF directory has no GGUF vocabulary: steps 1 and 4 are skipped; instead, when it holds a
+// tokenizer.json, load_model_tokenizer reads it and fits it to the embedding's rows.
 // Errors: the Error / FormatError that step throws (the line `generate` prints).
 Model check_model_file(const std::filesystem::path& path);
 

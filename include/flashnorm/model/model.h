@@ -64,7 +64,13 @@ struct ModelConfig {
   std::vector<uint8_t> layer_local;
   RopeFrequencies rope_local;  // sliding layers: rope.local_freq_base / rope_local_base_freq
   float attn_scale = 0;        // 1/sqrt(query_pre_attn_scalar) or 1/sqrt(head_dim)
+  // Final logit soft-capping (Gemma 3 final_logit_softcapping; 0: none): every logit the LM head
+  // produces becomes cap * tanh(logit / cap) (transformers Gemma3ForCausalLM.forward).
+  float final_softcap = 0;
   RopeLayout rope = RopeLayout::Adjacent;
+  // Bias tensors the model has, as patterns ("blk.{L}.attn_q.bias"): the description's `biases`
+  // plus config.json's attention_bias / mlp_bias groups, or (GGUF) the optional ones present.
+  std::vector<std::string> biases;
   GainConvention gains = GainConvention::Plain;
   bool tied_head = false;  // no separate LM head tensor: the embedding is reused
   bool folded = false;     // flashnorm.folded metadata present
@@ -88,10 +94,11 @@ struct Model {
 // Validates hyperparameters against the tensors: every tensor the architecture needs exists
 // with the expected shape; head counts divide; block_count within the tensors present. Every
 // tensor must be one the architecture's forward pass uses: a tensor no layer owns (blk.30.* when
-// block_count is 30, a bias, any unknown name) is refused naming it, instead of being computed
-// without (HF: only rotary `inv_freq` buffers are skipped). HF: config.json vocab_size, when
-// present, must equal the embedding's rows; the flashnorm.folded metadata must be exactly "true"
-// or "false" (see hf_folded_marker). With data, every weight must be finite
+// block_count is 30, a bias the architecture and config do not declare, any unknown name) is
+// refused naming it, instead of being computed without (HF: only rotary `inv_freq` buffers are
+// skipped); a declared bias ([rows of its weight]) must be present in every layer. HF: config.json
+// vocab_size, when present, must equal the embedding's rows; the flashnorm.folded metadata must be
+// exactly "true" or "false" (see hf_folded_marker). With data, every weight must be finite
 // (check_finite_weights). With with_data = false only hyperparameters and shapes are read (tensors
 // keep empty data): the same validation except finiteness, without the cost of dequantizing
 // (check_model_file in flashnorm/model/check.h adds finiteness tensor by tensor).

@@ -1,7 +1,8 @@
 // The CUDA engine's forward pass (internal.h): per layer, the normed q|k|v projection, RoPE /
 // QK-norm / KV write and attention, the o projection and residual add, the normed gate|up
-// projection, the GLU, the down projection and residual add; then the normed LM head and the
-// sampler. The normed projections are where the modes differ (engine/cuda_engine.h).
+// projection, the GLU, the down projection and residual add; then the normed LM head, the final
+// logit soft-capping (Gemma 3, where the config has it) and the sampler. The normed projections are
+// where the modes differ (engine/cuda_engine.h).
 #include "flashnorm/error.h"
 #include "internal.h"
 
@@ -19,18 +20,20 @@ bool Forward::decode_path(int M) const {
   return M <= fk::LinearContext::kAutoDecodeMaxM && opt.launch.plain == PlainGemm::kAuto;
 }
 
-// y[M, N] = x[M, K] W[N, K]^T with no normalization (same kernel in both modes). With
-// add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead (the residual
-// add in the GEMV's epilogue; y, ldy, y_f32 unused). With glu (decode_path(M) only): x is the
-// fp32 gate|up output [M, 2K] and the GLU is applied as the kernel stages it.
+// y[M, N] = x[M, K] W[N, K]^T (+ bias [N] dt when set) with no normalization (same kernel in both
+// modes). With add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead
+// (the residual add in the GEMV's epilogue; y, ldy, y_f32 unused). With glu (decode_path(M) only):
+// x is the fp32 gate|up output [M, 2K] and the GLU is applied as the kernel stages it. A bias
+// outside the decode path needs y_f32 (add_bias after the GEMM).
 void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y, int ldy,
-                    bool y_f32, bool add_residual, bool glu) {
+                    bool y_f32, bool add_residual, bool glu, const void* bias) {
   if (ldy == 0) ldy = N;
   if (decode_path(M)) {
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = glu ? 2 * K : K, a.w = wt;
     a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = w.zero_mask.as<uint8_t>();
     a.y_f32 = y_f32, a.pdl = opt.launch.pdl, a.x_glu = glu, a.glu_kind = glu_kind();
+    a.bias = bias;
     if (add_residual) {
       a.y = ws.x32.get(), a.ldy = d.H, a.y_f32 = true, a.accumulate = true;
       a.y_rounded = ws.xb.get();
@@ -38,7 +41,9 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
     ok(ctx.run(a, fk::LinearImpl::kDecode, s));
   } else {
     if (add_residual || glu) throw Error("internal: fused decode op outside the decode path");
+    if (bias && !y_f32) throw Error("internal: a bias outside the decode path needs fp32 y");
     ok(ctx.gemm(dt, M, N, K, x, K, wt, K, y, ldy, nullptr, s, y_f32));
+    if (bias) ok(fk::add_bias(dt, M, N, static_cast<float*>(y), ldy, bias, s, opt.launch.pdl));
   }
 }
 
@@ -46,9 +51,11 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
 // Standard runs the norm (unless the preceding residual add already wrote xn:
 // StandardNorm::kFusedAdd) then the plain projection; FlashNorm runs flashnorm_linear on raw x with
 // the folded W. keep_gain: FlashNorm mode's tied LM head (TiedHead::kKeepGain), normalized as in
-// Standard mode since its gain is not folded.
+// Standard mode since its gain is not folded. bias ([N] dt, or null) is added last, after the
+// FlashNorm row scale: y = rstd * (x W*^T) + b.
 void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, void* y,
-                     const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain) {
+                     const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain,
+                     const void* bias) {
   if (ldy == 0) ldy = N;
   const void* x = static_cast<const char*>(ws.xb.get()) + size_t(row0) * d.H * 2;
   const void* xnr = static_cast<const char*>(ws.xn.get()) + size_t(row0) * d.H * 2;
@@ -62,14 +69,15 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
       });
     }
     xn_ready = false;
-    prof.op(kNormedProj, s, [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32); });
+    prof.op(kNormedProj, s, [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias); });
     return;
   }
   prof.op(kNormedProj, s, [&] {
-    if (all_unscaled) return plain(x, M, d.H, wt, N, y, ldy, y_f32);  // dropped: no rstd at all
+    if (all_unscaled)  // dropped: no rstd at all
+      return plain(x, M, d.H, wt, N, y, ldy, y_f32, false, false, bias);
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = d.H, a.x = x, a.ldx = d.H, a.w = wt, a.ldw = d.H;
-    a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32;
+    a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32, a.bias = bias;
     a.pdl = opt.launch.pdl && M <= fk::LinearContext::kAutoDecodeMaxM;  // kDecode's option
     const fk::LinearImpl impl = opt.flashnorm.deferred == Deferred::kTwoStream
                                     ? fk::LinearImpl::kTwoStream
@@ -95,7 +103,8 @@ void Forward::layer(int l, int T) {
   const DeviceWeights::Layer& ly = w.layers[l];
   const bool fuse_ops = opt.launch.fuse_decode_ops, pdl = opt.launch.pdl;
   normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), d.nqkv, ws.qkv.get(),
-         w.qkv_masked ? w.qkv_mask.as<uint8_t>() : nullptr, w.qkv_all_unscaled, 0, true);
+         w.qkv_masked ? w.qkv_mask.as<uint8_t>() : nullptr, w.qkv_all_unscaled, 0, true, false,
+         ly.bqkv.get());
   fk::RopeKvArgs ra;
   ra.dt = dt, ra.T = T, ra.n_head = cfg.n_head, ra.n_head_kv = cfg.n_head_kv, ra.D = d.D;
   ra.max_ctx = d.max_ctx, ra.qkv = ws.qkv.as<float>(), ra.ldqkv = d.nqkv;
@@ -125,10 +134,12 @@ void Forward::layer(int l, int T) {
   const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post &&
                         !(mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd);
   prof.op(kOtherProj, s, [&] {
-    plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res);
+    plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res, false,
+          ly.bo.get());
   });
   if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
-  normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true);
+  normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true,
+         false, ly.bgu.get());
   const bool fuse_glu = glu_in_down(T);
   if (!fuse_glu) {
     prof.op(kOther, s,
@@ -136,7 +147,7 @@ void Forward::layer(int l, int T) {
   }
   prof.op(kOtherProj, s, [&] {
     plain(fuse_glu ? ws.gu.get() : ws.act.get(), T, d.F, ly.wdown.get(), d.H, ws.proj.get(), 0,
-          true, fuse_res, fuse_glu);
+          true, fuse_res, fuse_glu, ly.bdown.get());
   });
   if (!fuse_res) {
     residual(T, ly.post_ffn, ly.has_post,
@@ -154,6 +165,12 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
   if (rows > 0) {
     normed(T - rows, rows, w.out_gain.get(), w.head_is_emb ? w.emb.get() : w.head.get(), d.V,
            ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb);
+    if (cfg.final_softcap > 0) {  // Gemma 3's final logit soft-capping, before the sampler
+      prof.op(kOther, s, [&] {
+        ok(fk::softcap_logits(rows, d.V, ws.logits.as<float>(), d.ldv, cfg.final_softcap, s,
+                              opt.launch.pdl));
+      });
+    }
   }
   xn_ready = false;
   if (sample) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <span>
 #include <vector>
@@ -53,7 +54,11 @@ struct DeviceWeights {
     DeviceBuffer attn_gain, ffn_gain;   // dt multipliers (Standard mode)
     DeviceBuffer q_norm, k_norm;        // fp32 multipliers, or empty
     DeviceBuffer post_attn, post_ffn;   // fp32 multipliers, or empty
+    // dt biases (q|k|v and gate|up fused, zeros where a part has none), or empty (null): added
+    // after the row scale
+    DeviceBuffer bqkv, bgu, bo, bdown;
     bool has_q_norm = false, has_k_norm = false, v_renorm = false, has_post = false;
+    std::array<bool, 3> cancels{};  // q, k, v: rstd cancels (LayerPlan::qkv_cancels)
     bool local = false;
   };
   std::vector<Layer> layers;
@@ -140,9 +145,11 @@ struct Forward {
 
  private:
   void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
-             bool y_f32 = false, bool add_residual = false, bool glu = false);
+             bool y_f32 = false, bool add_residual = false, bool glu = false,
+             const void* bias = nullptr);
   void normed(int row0, int M, const void* gain, const void* w, int N, void* y, const uint8_t* mask,
-              bool all_unscaled, int ldy = 0, bool y_f32 = false, bool keep_gain = false);
+              bool all_unscaled, int ldy = 0, bool y_f32 = false, bool keep_gain = false,
+              const void* bias = nullptr);
   void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain);
   void layer(int l, int T);
 };

@@ -1,6 +1,6 @@
 // The CUDA engine's weights on the device (internal.h): dequantized fp32 tensors rounded once to
-// the engine dtype, the FlashNorm mode's gains folded at load (fold/fold_gain.h), the scale masks
-// of the QK-norm-cancelled columns and the RoPE tables.
+// the engine dtype, the FlashNorm mode's gains folded at load (fold/fold_gain.h; biases are not
+// scaled), the scale masks of the QK-norm-cancelled columns and the RoPE tables.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,6 +51,13 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
   auto gain_f32 = [&](const std::vector<double>& g) {
     return upload(std::vector<float>(g.begin(), g.end()));
   };
+  // a bias [rows] rounded once to dt, or an empty buffer (null) for none
+  auto bias_dt = [&](const std::vector<float>& b) {
+    return b.empty() ? DeviceBuffer() : gain_dt(std::vector<double>(b.begin(), b.end()));
+  };
+  auto bias_of = [&](const std::string& name) {
+    return name.empty() ? DeviceBuffer() : bias_dt(m.get(name).data);
+  };
   for (const LayerPlan& p : plan_layers(m)) {
     DeviceWeights::Layer ly;
     const std::vector<double> ag = gain_of(p.attn_norm), fg = gain_of(p.ffn_norm);
@@ -59,6 +66,12 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
     if (!p.q_norm.empty()) ly.q_norm = gain_f32(gain_of(p.q_norm)), ly.has_q_norm = true;
     if (!p.k_norm.empty()) ly.k_norm = gain_f32(gain_of(p.k_norm)), ly.has_k_norm = true;
     ly.v_renorm = p.v_renorm;
+    ly.cancels = p.qkv_cancels;
+    ly.bqkv = bias_dt(fused_bias(
+        m, {{p.qkv[0], p.qkv_bias[0]}, {p.qkv[1], p.qkv_bias[1]}, {p.qkv[2], p.qkv_bias[2]}}));
+    ly.bgu = bias_dt(fused_bias(m, {{p.gate, p.gate_bias}, {p.up, p.up_bias}}));
+    ly.bo = bias_of(p.attn_output_bias);
+    ly.bdown = bias_of(p.down_bias);
     std::vector<uint16_t> w;
     for (const std::string& name : p.qkv) append_rows(t, m.get(name), fold ? &ag : nullptr, w);
     ly.wqkv = upload(w);
@@ -80,13 +93,13 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
     ly.local = p.local;
     e.layers.push_back(std::move(ly));
   }
-  // q|k|v columns whose rstd cancels (QK-norm renormalizes them): scale mask 0 there.
+  // q|k|v columns whose rstd cancels (QK-norm renormalizes them, no bias): scale mask 0 there.
   if (cancel && !e.layers.empty()) {
     const DeviceWeights::Layer& l0 = e.layers[0];
     std::vector<uint8_t> mask(d.nqkv, 1);
-    if (l0.has_q_norm) std::fill(mask.begin(), mask.begin() + d.nq, 0);
-    if (l0.has_k_norm) std::fill(mask.begin() + d.nq, mask.begin() + d.nq + d.nkv, 0);
-    if (l0.v_renorm) std::fill(mask.begin() + d.nq + d.nkv, mask.end(), 0);
+    if (l0.cancels[0]) std::fill(mask.begin(), mask.begin() + d.nq, 0);
+    if (l0.cancels[1]) std::fill(mask.begin() + d.nq, mask.begin() + d.nq + d.nkv, 0);
+    if (l0.cancels[2]) std::fill(mask.begin() + d.nq + d.nkv, mask.end(), 0);
     e.qkv_masked = std::count(mask.begin(), mask.end(), 0) > 0;
     e.qkv_all_unscaled = std::count(mask.begin(), mask.end(), 0) == d.nqkv;
     e.qkv_mask = upload(mask);

@@ -65,6 +65,10 @@ uint64_t StTensorInfo::n_elements() const {
   return n;
 }
 
+uint64_t StTensorOut::byte_size() const {
+  return bytes ? bytes->size() : values.size() * st_dtype_size(dtype);
+}
+
 std::vector<float> st_to_fp32(StDtype dtype, std::span<const uint8_t> bytes) {
   if (dtype != StDtype::F32 && dtype != StDtype::F16 && dtype != StDtype::BF16) {
     throw Error(fmt::format("cannot convert safetensors dtype {} to fp32 (only F32, F16, BF16)",

@@ -12,6 +12,7 @@
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
+#include "flashnorm/io/side_file.h"
 #include "internal.h"
 
 namespace flashnorm::io {
@@ -25,18 +26,9 @@ constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
 std::string read_text(const fs::path& p) {
-  // JSON side files are small: refuse devices, FIFOs and anything over 64 MiB before reading.
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) throw Error(fmt::format("{}: not a regular file", p.string()));
-  if (fs::file_size(p, ec) > (64u << 20)) {
-    throw Error(fmt::format("{}: larger than 64 MiB, not a JSON side file", p.string()));
-  }
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot open {}", p.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("cannot read {}", p.string()));
-  return std::move(ss).str();
+  std::optional<std::string> text = read_side_file(p);
+  if (!text) throw Error(fmt::format("{}: missing", p.string()));
+  return std::move(*text);
 }
 
 // True if `rel` (a shard path from an index) stays inside the directory: relative, not empty,
@@ -286,7 +278,7 @@ void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
     write_safetensors(dir / name, part, metadata, inputs);
     for (const auto& t : part) {
       weight_map[t.name] = name;
-      total_size += t.values.size() * st_dtype_size(t.dtype);
+      total_size += t.byte_size();
     }
   }
   if (n_shards > 1) {

@@ -25,7 +25,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<StTe
   std::set<std::string_view> names;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    if (t.dtype != StDtype::F32 && t.dtype != StDtype::F16 && t.dtype != StDtype::BF16) {
+    if (!t.bytes && t.dtype != StDtype::F32 && t.dtype != StDtype::F16 &&
+        t.dtype != StDtype::BF16) {
       throw Error(fmt::format("{}: tensor {}: cannot write dtype {} (only F32, F16, BF16)",
                               path.string(), quote(t.name), st_dtype_name(t.dtype)));
     }
@@ -40,11 +41,15 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<StTe
             fmt::format("{}: tensor {}: shape product overflows", path.string(), quote(t.name)));
       }
     }
-    if (n != t.values.size()) {
-      throw Error(fmt::format("{}: tensor {}: shape has {} elements but {} values are given",
-                              path.string(), quote(t.name), n, t.values.size()));
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(n, st_dtype_size(t.dtype), &bytes)) {
+      throw Error(fmt::format("{}: tensor {}: byte size overflows", path.string(), quote(t.name)));
     }
-    const uint64_t bytes = n * st_dtype_size(t.dtype);
+    if (t.bytes ? t.bytes->size() != bytes : n != t.values.size()) {
+      throw Error(fmt::format(
+          "{}: tensor {}: shape has {} elements but {} {} are given", path.string(), quote(t.name),
+          n, t.bytes ? t.bytes->size() : t.values.size(), t.bytes ? "bytes" : "values"));
+    }
     header[t.name] = {{"dtype", st_dtype_name(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
@@ -66,6 +71,10 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<StTe
   out.write(len, 8);
   out.write(text.data(), text.size());
   for (const auto& t : tensors) {
+    if (t.bytes) {
+      out.write(t.bytes->data(), t.bytes->size());
+      continue;
+    }
     std::vector<uint8_t> bytes = st_detail::from_fp32(t.dtype, t.values);
     out.write(bytes.data(), bytes.size());
   }

@@ -1,6 +1,7 @@
 // Internal: what every engine op (embedding.cu, residual.cu, rope_kv.cu, attention.cu, glu.cu,
-// sampling.cu, decode_attention.cu's entry) uses: the element types, block reductions, PDL
-// launches and the Status helpers, by their short names in flashnorm::kernels::cuda.
+// bias.cu, logit_softcap.cu, sampling.cu, decode_attention.cu's entry) uses: the element types,
+// block reductions, PDL launches and the Status helpers, by their short names in
+// flashnorm::kernels::cuda.
 #pragma once
 
 #include <cuda_runtime.h>

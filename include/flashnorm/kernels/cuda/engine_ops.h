@@ -1,8 +1,9 @@
 // The CUDA engine's non-GEMM kernels (sm_90a): token embedding, residual add (with Gemma's optional
 // post-norm), RoPE + per-head QK-norm + KV-cache write, causal GQA attention over the KV cache,
-// SwiGLU/GeGLU, and token sampling (greedy argmax or Gumbel-max at a temperature).
-// Source: HF LlamaForCausalLM / Gemma3ForCausalLM forward passes (modeling_llama.py,
-// modeling_gemma3.py); the CPU engine (engine/cpu_engine.h) computes the same functions in fp32.
+// SwiGLU/GeGLU, a projection's bias, Gemma's final logit soft-capping, and token sampling (greedy
+// argmax or Gumbel-max at a temperature). Source: HF LlamaForCausalLM / Gemma3ForCausalLM forward
+// passes (modeling_llama.py, modeling_gemma3.py); the CPU engine (engine/cpu_engine.h) computes the
+// same functions in fp32.
 //
 // Conventions: row-major; `dt` is the dtype (bf16 or fp16) of every tensor typed "dt"; the residual
 // stream, queries and the KV cache are fp32. Positions are read from device memory (`pos`, one
@@ -121,6 +122,19 @@ constexpr int kDecodeAttentionMaxT = 16;
 // (gate columns, then up); act: [T, F] dt.
 Status glu(DType dt, GluKind kind, int T, int F, const float* gu, void* act, cudaStream_t s,
            bool pdl = false);
+
+// Bias of a projection whose GEMM has none (cuBLASLt): y[m, n] += bias[n] for m < M, n < N.
+// y: [M, ldy] fp32 (ldy >= N); bias: [N] dt (as LinearArgs::bias, which the decode and two-stream
+// paths add themselves).
+Status add_bias(DType dt, int M, int N, float* y, int64_t ldy, const void* bias, cudaStream_t s,
+                bool pdl = false);
+
+// Final logit soft-capping in place (Gemma 3 final_logit_softcapping; transformers
+// Gemma3ForCausalLM.forward): y[m, n] = cap * tanh(y[m, n] / cap) for m < M, n < N, in fp32 with
+// IEEE division and tanhf. y: [M, ldy] fp32 (ldy >= N). Errors: M, N >= 1, ldy >= N, y set, cap
+// positive and finite.
+Status softcap_logits(int M, int N, float* y, int64_t ldy, float cap, cudaStream_t s,
+                      bool pdl = false);
 
 // Samples one token from logits [vocab] fp32, as the decode loop's last step: with p = *pos +
 // advance (the position of the sampled token), temperature == 0 gives argmax (lowest id on ties;

@@ -1,0 +1,265 @@
+"""FlashNorm for a loaded Hugging Face `transformers` model, in place.
+
+    fold_(model)   multiplies every foldable RMSNorm gain into the linear layers that read the
+                   norm's output (fp64 product, one rounding: torch.ops.flashnorm.fold_gain) and
+                   sets the gain to the identity in the model's own convention (w = 1; Gemma's
+                   1 + w: w = 0). What `flashnorm fold` does to a directory.
+    apply_(model)  replaces each folded norm and its consumers with modules that call
+                   torch.ops.flashnorm.flashnorm_linear: rstd(x) * (x W*^T), one op call for all
+                   consumers of a norm (q|k|v, gate|up), QK-norm-cancelled columns unscaled.
+    tune_(model)   on a GPU: tunes the kernels for the shapes the model will run (eagerly,
+                   before any CUDA graph capture).
+
+Which norm feeds which projection, the gain convention and which rstd cancels are not written
+here: they come from the C++ architecture descriptions and the cancellation audit
+(src/model/arch.cpp, audit.cpp) through torch.ops.flashnorm.hf_plan, which also refuses a model
+class it does not know; so does whether a consumer has a bias (Qwen2's q/k/v, or a bias the model
+holds, e.g. Llama's attention_bias). Supported: LlamaForCausalLM (SmolLM2), Qwen2ForCausalLM,
+Qwen3ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM.
+"""
+import json
+
+import torch
+from torch import nn
+
+from . import ops
+
+
+def plan(model: nn.Module) -> dict:
+    """The architecture description and cancellation audit of `model` in its parameter names, as
+    torch.ops.flashnorm.hf_plan returns it (format: src/torch/hf_plan.cpp). RuntimeError for a
+    model class no description covers."""
+    names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        raise ValueError(f"flashnorm.hf: {type(model).__name__}.config has no num_hidden_layers")
+    return json.loads(torch.ops.flashnorm.hf_plan(type(model).__name__, layers, names))
+
+
+def _sites(p: dict):
+    """(site, is_final) for every norm site of the plan, layers first."""
+    for layer in p["layers"]:
+        for site in layer:
+            yield site, False
+    for site in p["final"]:
+        yield site, True
+
+
+def _module(model: nn.Module, param: str) -> nn.Module:
+    """The module that owns parameter `param` ("model.layers.0.input_layernorm.weight")."""
+    path, _, leaf = param.rpartition(".")
+    if leaf != "weight":
+        raise ValueError(f"flashnorm.hf: {param} is not a weight")
+    return model.get_submodule(path)
+
+
+def _eps(norm: nn.Module, name: str) -> float:
+    """The eps of a transformers RMSNorm module (Llama/Qwen3: variance_epsilon, Gemma 3: eps)."""
+    for attr in ("variance_epsilon", "eps"):
+        if isinstance(getattr(norm, attr, None), float):
+            return getattr(norm, attr)
+    raise ValueError(f"flashnorm.hf: {name}: {type(norm).__name__} has no eps")
+
+
+def _linear(model: nn.Module, consumer: dict) -> nn.Linear:
+    """The nn.Linear a norm feeds (plan consumer {"tensor", "bias", ...}); its bias must be the one
+    the plan names (the bias is added after the row scale and is not folded): a module with a bias
+    the plan does not know, or without the bias it names, is refused."""
+    name = consumer["tensor"]
+    lin = _module(model, name)
+    if not isinstance(lin, nn.Linear):
+        raise ValueError(f"flashnorm.hf: {name}: expected nn.Linear, got {type(lin).__name__}")
+    has = lin.bias is not None
+    if has != (consumer["bias"] is not None):
+        raise ValueError(f"flashnorm.hf: {name}: the module has {'a' if has else 'no'} bias, the "
+                         f"architecture description {'does not' if has else 'does'} "
+                         f"({consumer['bias'] or 'no bias'})")
+    return lin
+
+
+def _tied(model: nn.Module, p: dict) -> bool:
+    """Whether the LM head shares its weight with the embedding."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    head, source = params.get(p["head"]), params.get(p["tied_source"])
+    return head is not None and head is source
+
+
+@torch.no_grad()
+def fold_(model: nn.Module, tied_head: str = "untie") -> nn.Module:
+    """Folds the model's RMSNorm gains into the linear layers they feed, in place; returns model.
+
+    tied_head: "untie" (default): an LM head tied to the embedding gets its own folded copy and
+    config.tie_word_embeddings becomes False (the embedding lookup stays unfolded); "keep": the
+    head stays tied and the final norm keeps its gain (applied at run time; apply_ leaves that
+    norm and the head as they are). ValueError when already folded, for a consumer that is not a
+    nn.Linear, a bias the architecture description does not name (or a named bias missing) or a
+    norm without eps; RuntimeError (hf_plan) for an unknown class. Biases stay as they are."""
+    if tied_head not in ("untie", "keep"):
+        raise ValueError(
+            f"flashnorm.hf.fold_: tied_head must be 'untie' or 'keep', got {tied_head!r}")
+    if getattr(model, "_flashnorm_folded", False):
+        raise ValueError("flashnorm.hf.fold_: the model is folded already")
+    p = plan(model)
+    one_plus = p["gain_convention"] == "one_plus"
+    tied = _tied(model, p)
+    for site, final in _sites(p):
+        if not site["foldable"] or (final and tied and tied_head == "keep"):
+            continue
+        norm = _module(model, site["norm"])
+        _eps(norm, site["norm"])
+        gain = norm.weight.detach().cpu()
+        for c in site["consumers"]:
+            lin = _linear(model, c)
+            w = lin.weight
+            folded = ops.fold_gain(w.detach().cpu(), gain, one_plus).to(w.device)
+            if final and tied:  # untie: the embedding keeps the unfolded values
+                lin.weight = nn.Parameter(folded, requires_grad=w.requires_grad)
+            else:
+                w.copy_(folded)
+        norm.weight.fill_(0.0 if one_plus else 1.0)
+    if tied and tied_head == "untie":
+        model.config.tie_word_embeddings = False
+    model._flashnorm_folded = True
+    return model
+
+
+class FlashNormProjection(nn.Module):
+    """A folded RMSNorm and the linear layers that read it, as one flashnorm_linear call: replaces
+    the norm module and returns the consumers' outputs side by side, [..., sum(sizes)]; each
+    consumer is replaced by a Columns module that takes its part. weight: the consumers' folded
+    weights stacked [sum(sizes), K]; scale_mask: bool [sum(sizes)] (None: every column scaled);
+    bias: [sum(sizes)], the consumers' biases stacked (zeros for a consumer without one), added
+    after the row scale, or None when no consumer has a bias."""
+
+    def __init__(self, weight: torch.Tensor, eps: float, scale_mask: torch.Tensor | None,
+                 bias: torch.Tensor | None = None):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.eps = eps
+        self.register_buffer("scale_mask", scale_mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.flashnorm.flashnorm_linear(x, self.weight, self.eps, self.scale_mask,
+                                                    self.bias)
+
+
+class Columns(nn.Module):
+    """Columns [start, start + size) of a FlashNormProjection's output (one former consumer).
+    Refuses any other input (a caller reading the consumer with something else than the norm's
+    output would otherwise get wrong numbers)."""
+
+    def __init__(self, start: int, size: int, total: int):
+        super().__init__()
+        self.start, self.size, self.total = start, size, total
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        if y.shape[-1] != self.total:
+            raise ValueError(f"flashnorm.hf.Columns: expected the fused projection's "
+                             f"{self.total} features, got {y.shape[-1]}")
+        return y.narrow(-1, self.start, self.size)
+
+
+class RawInput(nn.Module):
+    """A folded RMSNorm whose only consumer is a FlashNormLinear: passes x through unnormalized
+    (the consumer applies rstd)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class FlashNormLinear(nn.Module):
+    """The single consumer of a folded RMSNorm (the LM head): flashnorm_linear(x, weight, eps,
+    bias=bias) on the raw x that RawInput passes; keeps the Linear's weight and bias Parameters."""
+
+    def __init__(self, weight: nn.Parameter, eps: float, bias: nn.Parameter | None = None):
+        super().__init__()
+        self.weight = weight
+        self.bias = bias
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.flashnorm.flashnorm_linear(x, self.weight, self.eps, None, self.bias)
+
+
+def _replace(model: nn.Module, param: str, module: nn.Module) -> None:
+    path = param.rpartition(".")[0]
+    parent, _, child = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+@torch.no_grad()
+def apply_(model: nn.Module, cancel: bool = True) -> nn.Module:
+    """Replaces every folded RMSNorm and its consumers with flashnorm modules, in place; returns
+    model. A norm with several consumers (q|k|v, gate|up) becomes one FlashNormProjection (one op
+    call) and its consumers Columns; a norm with one consumer (the LM head) becomes RawInput and
+    the consumer FlashNormLinear. cancel: leave the columns whose rstd the audit finds cancelled
+    (QK-norm: q and k, renormalized per head) unscaled; False scales every column.
+
+    The model must be folded: by fold_, or loaded from a directory `flashnorm fold` wrote. A
+    foldable norm whose gain is not the identity is refused (ValueError), except the final norm of
+    a head kept tied (fold_(tied_head="keep")), which stays as it is. Afterwards the model is for
+    inference (generate() works, with transformers' KV caches); the final hidden state it reports
+    is the un-normalized one, and its state dict has the fused names."""
+    if getattr(model, "_flashnorm_applied", False):
+        raise ValueError("flashnorm.hf.apply_: flashnorm modules are applied already")
+    p = plan(model)
+    identity = 0.0 if p["gain_convention"] == "one_plus" else 1.0
+    tied = _tied(model, p)
+    for site, final in _sites(p):
+        if not site["foldable"]:
+            continue
+        norm = _module(model, site["norm"])
+        if not bool(torch.all(norm.weight == identity)):
+            if final and tied:
+                continue
+            raise ValueError(f"flashnorm.hf.apply_: {site['norm']} is not the identity "
+                             f"({identity}): the model is not folded (flashnorm.hf.fold_ first)")
+        eps = _eps(norm, site["norm"])
+        lins = [_linear(model, c) for c in site["consumers"]]
+        if len(lins) == 1:
+            _replace(model, site["norm"], RawInput())
+            _replace(model, site["consumers"][0]["tensor"],
+                     FlashNormLinear(lins[0].weight, eps, lins[0].bias))
+            continue
+        scaled = [not (cancel and c["cancellable"]) for c in site["consumers"]]
+        mask = None
+        if not all(scaled):
+            mask = torch.cat([torch.full((lin.out_features,), s, dtype=torch.bool,
+                                         device=lin.weight.device)
+                              for lin, s in zip(lins, scaled)])
+        weight = torch.cat([lin.weight.detach() for lin in lins])
+        bias = None
+        if any(lin.bias is not None for lin in lins):
+            bias = torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None
+                              else lin.bias.detach() for lin in lins])
+        _replace(model, site["norm"], FlashNormProjection(weight, eps, mask, bias))
+        start = 0
+        for c, lin in zip(site["consumers"], lins):
+            _replace(model, c["tensor"], Columns(start, lin.out_features, weight.shape[0]))
+            start += lin.out_features
+    model._flashnorm_applied = True
+    return model
+
+
+@torch.no_grad()
+def tune_(model: nn.Module, rows: tuple[int, ...] = (1, 8, 32)) -> nn.Module:
+    """Tunes the CUDA kernels of every flashnorm module of an apply_-ed model that lives on a GPU,
+    for inputs of each number of rows in `rows` (decode batch sizes, prefill lengths: the M of
+    flashnorm_linear), once per distinct shape; later calls, and CUDA graphs captured after this,
+    use the tuned configurations. Modules on the CPU are skipped. Never call it while a CUDA graph
+    is being captured (refused). Returns model."""
+    done = set()
+    for m in model.modules():
+        if not isinstance(m, (FlashNormProjection, FlashNormLinear)) or not m.weight.is_cuda:
+            continue
+        mask = getattr(m, "scale_mask", None)
+        for r in rows:
+            key = (r, tuple(m.weight.shape), m.weight.dtype, m.weight.device,
+                   None if mask is None else tuple(mask.tolist()))
+            if key in done:
+                continue
+            done.add(key)
+            x = torch.randn(r, m.weight.shape[1], dtype=m.weight.dtype, device=m.weight.device)
+            ops.tune_linear(x, m.weight, m.eps, mask)
+    return model
