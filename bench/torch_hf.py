@@ -7,10 +7,14 @@ occur here), so no download is needed. Configurations:
   compile            the unmodified model, forward under torch.compile (dynamic shapes)
   flashnorm          flashnorm.hf.fold_ + apply_ (on a GPU also tune_ for the batch sizes)
   flashnorm_compile  the same, forward under torch.compile
+  compile_ro         the unmodified model, forward under torch.compile(mode="reduce-overhead",
+                     fullgraph=True): Inductor plus CUDA graphs (CUDA only)
+  flashnorm_compile_ro  flashnorm.hf.fold_ + apply_ + tune_, the same mode
 Per model, configuration and batch size B: prefill tokens/s = B * P / (time of one forward over
 B x P prompt tokens, no cache), decode tokens/s = B * D / (time of D one-token forwards with
-transformers' DynamicCache after that prompt); each the median of --reps timed runs after one
-warm-up. Results as JSON (bench/results/torch_hf-<device>-<commit>-<date>.json unless --out).
+transformers' DynamicCache after that prompt; under reduce-overhead a StaticCache, the prompt
+prefilled eagerly, the D steps through the compiled forward, so each step replays a CUDA graph);
+each the median of --reps timed runs after one warm-up (which compiles and records the graphs). Results as JSON (bench/results/torch_hf-<device>-<commit>-<date>.json unless --out).
 The JSON's meta holds the load averages at the start and the end (a shared machine's other
 processes). CPU table so far (SmolLM2-135M shapes, a loaded 2-core machine): docs/python.md,
 measured with
@@ -54,7 +58,8 @@ MODELS = {
         num_key_value_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6,
         tie_word_embeddings=True, max_position_embeddings=40960, rope_theta=1000000.0)),
 }
-CONFIGS = ["eager", "compile", "flashnorm", "flashnorm_compile"]
+CONFIGS = ["eager", "compile", "flashnorm", "flashnorm_compile", "compile_ro",
+           "flashnorm_compile_ro"]
 
 
 def build(name, device, dtype):
@@ -92,6 +97,8 @@ def timed(fn, device, reps):
 def measure(model, device, batch, prompt, decode, reps, vocab):
     ids = torch.randint(3, vocab, (batch, prompt), device=device,
                         generator=torch.Generator(device).manual_seed(1))
+    if getattr(model, "graphed_forward", None) is not None:
+        return measure_graphed(model, device, ids, decode, reps)
 
     def prefill():
         with torch.no_grad():
@@ -123,6 +130,48 @@ def measure(model, device, batch, prompt, decode, reps, vocab):
     return batch * prompt / t_prefill, batch * decode / statistics.median(decode_times)
 
 
+def measure_graphed(model, device, ids, decode, reps):
+    """measure() under torch.compile(mode="reduce-overhead"): model.graphed_forward is the compiled
+    forward; prefill runs it over the prompt with no cache, decode prefills a StaticCache eagerly
+    (model.forward) and then runs `decode` one-token steps through it (each a CUDA graph replay;
+    torch.compiler.cudagraph_mark_step_begin() marks every step a new one)."""
+    step = model.graphed_forward
+    batch, prompt = ids.shape
+    params = inspect.signature(type(model).forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def prefill():
+        with torch.no_grad():
+            torch.compiler.cudagraph_mark_step_begin()
+            step(ids, use_cache=False)
+
+    cache = transformers.StaticCache(config=model.config, max_cache_len=prompt + decode + 1)
+
+    def decode_steps():
+        with torch.no_grad():
+            cache.reset()
+            out = model.forward(ids, use_cache=True, cache_position=torch.arange(prompt, device=device),
+                                **{cache_kw: cache})
+            nxt = out.logits[:, -1:].argmax(-1)
+            pos = torch.tensor([prompt], device=device)
+            sync(device)
+            t = time.perf_counter()
+            for i in range(decode):
+                torch.compiler.cudagraph_mark_step_begin()
+                out = step(nxt, use_cache=True, cache_position=pos + i, **{cache_kw: cache})
+                nxt = out.logits[:, -1:].argmax(-1)
+            sync(device)
+            decode_steps.seconds = time.perf_counter() - t
+
+    t_prefill = timed(prefill, device, reps)
+    decode_times = []
+    decode_steps()  # warm-up: compiles and records the step's graph
+    for _ in range(reps):
+        decode_steps()
+        decode_times.append(decode_steps.seconds)
+    return batch * prompt / t_prefill, batch * decode / statistics.median(decode_times)
+
+
 def variant(base, config, device, batches):
     model = copy.deepcopy(base)
     if config.startswith("flashnorm"):
@@ -132,6 +181,14 @@ def variant(base, config, device, batches):
     if config.endswith("compile"):
         torch._dynamo.reset()
         model.forward = torch.compile(model.forward, dynamic=True)
+    if config.endswith("compile_ro"):
+        if device != "cuda":
+            raise SystemExit(f"{config}: CUDA graphs need --device cuda")
+        torch._dynamo.reset()
+        # dynamic=None: the first batch size compiles static shapes, a second one recompiles with
+        # the batch dimension symbolic; every distinct shape records its own CUDA graph
+        model.graphed_forward = torch.compile(model.forward, mode="reduce-overhead",
+                                              fullgraph=True)
     return model
 
 
@@ -166,24 +223,34 @@ def main():
             ap.error(f"unknown configuration {c!r} (known: {', '.join(CONFIGS)})")
     rows = []
     load_start = os.getloadavg()
+    out = Path(a.out or Path(__file__).parent / "results" /
+               f"torch_hf-{a.device}-{commit()}-{datetime.date.today().isoformat()}.json")
     for name in a.models.split(","):
         if name not in MODELS:
             ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)})")
         base = build(name, a.device, dtype)
         for config in configs:
             model = variant(base, config, a.device, a.batch)
+            torch._dynamo.utils.counters.clear()
             for b in a.batch:
                 pre, dec = measure(model, a.device, b, a.prompt, a.decode, a.reps,
                                    base.config.vocab_size)
                 row = dict(model=name, config=config, batch=b, prompt=a.prompt,
                            decode_steps=a.decode, prefill_tok_s=round(pre, 2),
-                           decode_tok_s=round(dec, 2))
+                           decode_tok_s=round(dec, 2),
+                           # dynamo's count so far for this configuration (fullgraph: raises instead)
+                           graph_breaks=sum(torch._dynamo.utils.counters["graph_break"].values()))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                write(out, a, dtype, load_start, rows)  # after every row: a cut-off run keeps them
             del model
+            if a.device == "cuda":
+                torch.cuda.empty_cache()
+    print(f"wrote {out}")
+
+
+def write(out, a, dtype, load_start, rows):
     date = datetime.date.today().isoformat()
-    out = Path(a.out or Path(__file__).parent / "results" /
-               f"torch_hf-{a.device}-{commit()}-{date}.json")
     meta = dict(torch=torch.__version__, transformers=transformers.__version__,
                 device=torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
                 threads=torch.get_num_threads(), dtype=str(dtype), commit=commit(), date=date,
@@ -192,7 +259,6 @@ def main():
                 load_avg_start=[round(x, 2) for x in load_start],
                 load_avg_end=[round(x, 2) for x in os.getloadavg()])
     out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

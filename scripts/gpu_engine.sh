@@ -20,7 +20,8 @@
 # engine_tests.log, race.log (with the --no-join run), verify_gpu_<dtype>.json, model_bench.json,
 # sanitize.log, ncu_<norm>.csv / ncuk_<norm>.csv; stage `archs`: verify_gpu_llama3.json,
 # verify_gpu_qwen3.json, race_qwen3.log; stage `torch` (needs _C.so in the bundle):
-# torch_ops_cuda.log. Stages not in the default list: archs, torch, ncu, ncuk.
+# torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json.
+# Stages not in the default list: archs, torch, torchhf, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -179,15 +180,33 @@ if has archs; then
   grep -vE "^  text:" "$OUT/race_qwen3.log"
 fi
 
-if has torch; then
-  # The PyTorch ops on the GPU (python/flashnorm with the CUDA build of _C.so from the bundle):
-  # opcheck and values of the CUDA ops (tests/python/test_ops_cuda.py), then the CPU-GPU op tests.
-  stamp "PyTorch ops on the GPU"
+if has torch || has torchhf; then
+  # python/flashnorm with the CUDA build of _C.so from the bundle
   rm -rf /tmp/fn_py && cp -r python /tmp/fn_py && cp /tmp/fn/lib/_C.so /tmp/fn_py/flashnorm/
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+fi
+if has torch; then
+  # The PyTorch ops on the GPU: opcheck and values of the CUDA ops (tests/python/test_ops_cuda.py).
+  stamp "PyTorch ops on the GPU"
   PYTHONPATH=/tmp/fn_py python3 -m pytest -q -p no:cacheprovider tests/python/test_ops_cuda.py \
     2>&1 | tee "$OUT/torch_ops_cuda.log" | tail -30
   check "pytest test_ops_cuda" "${PIPESTATUS[0]}"
+fi
+if has torchhf; then
+  # flashnorm.hf on transformers models at real shapes (issue "On the H200 (1)", item 2): bf16
+  # teacher-forced top-1 agreement with the unmodified model over 1024 GPL-3 positions, then
+  # bench/torch_hf.py (TORCH_HF_MODELS, TORCH_HF_CONFIGS; reduce-overhead = CUDA graphs).
+  stamp "flashnorm.hf: top-1 agreement at real shapes"
+  PYTHONPATH=/tmp/fn_py python3 bench/torch_hf_agreement.py --text /tmp/fn/data/GPL-3 \
+    --models "${TORCH_AGREE_MODELS:-smollm2-135m,qwen3-0.6b,llama-3.2-1b,llama-3-8b}" \
+    --out "$OUT/torch_hf_agreement.json" 2>&1 | grep -v "Warning\|warn("
+  check "torch_hf_agreement" "${PIPESTATUS[0]}"
+  stamp "bench/torch_hf.py"
+  PYTHONPATH=/tmp/fn_py python3 bench/torch_hf.py --device cuda \
+    --models "${TORCH_HF_MODELS:-smollm2-135m,qwen3-0.6b}" \
+    --configs "${TORCH_HF_CONFIGS:-eager,flashnorm,compile_ro,flashnorm_compile_ro}" \
+    --batch 1 8 32 --out "$OUT/torch_hf.json" 2>&1 | grep -v "Warning\|warn("
+  check "torch_hf" "${PIPESTATUS[0]}"
 fi
 
 # last: the slowest stage (a sanitizer timeout must not cost the other results)
