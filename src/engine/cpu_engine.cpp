@@ -150,15 +150,63 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
         "{:.1f} GB: give a smaller --ctx",
         max_ctx_, c.n_layer, c.n_head_kv, c.head_dim, (kv_bytes + rope_bytes) / 1e9, phys / 1e9));
   }
-  k_cache_.assign(size_t(c.n_layer) * max_ctx_ * kv, 0.0f);
-  v_cache_.assign(k_cache_.size(), 0.0f);
+  // caches (forward()'s included) grow on demand: reserve()
   rope_tables(max_ctx_, c.head_dim, c.rope_global, rope_cos_, rope_sin_);
   if (!c.layer_local.empty()) {
     rope_tables(max_ctx_, c.head_dim, c.rope_local, rope_cos_local_, rope_sin_local_);
   }
 }
 
-void CpuEngine::reset() { pos_ = 0; }
+void CpuEngine::reset() { single_.pos = 0; }
+
+void CpuEngine::reserve(Sequence& s, int need) const {
+  if (need <= s.cap) return;
+  const size_t nkv = size_t(m_.cfg.n_head_kv) * m_.cfg.head_dim;
+  const int blocks = (need + kKvBlock - 1) / kKvBlock;
+  const int cap = std::min(max_ctx_, std::max(blocks * kKvBlock, 2 * s.cap));
+  s.k.resize(m_.cfg.n_layer);
+  s.v.resize(m_.cfg.n_layer);
+  for (int l = 0; l < m_.cfg.n_layer; ++l) {
+    s.k[l].resize(size_t(cap) * nkv);
+    s.v[l].resize(size_t(cap) * nkv);
+  }
+  s.cap = cap;
+}
+
+int CpuEngine::open_sequence() {
+  const int id = next_seq_++;
+  seqs_.emplace(id, Sequence{});
+  return id;
+}
+
+void CpuEngine::close_sequence(int seq) {
+  if (seqs_.erase(seq) == 0) throw Error(fmt::format("sequence {} is not open", seq));
+}
+
+int CpuEngine::sequence_position(int seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) throw Error(fmt::format("sequence {} is not open", seq));
+  return it->second.pos;
+}
+
+int CpuEngine::kv_blocks_in_use() const {
+  int n = 0;
+  for (const auto& [id, s] : seqs_) n += s.cap / kKvBlock + (s.cap % kKvBlock != 0);
+  return n;
+}
+
+std::vector<float> CpuEngine::forward_batch(std::span<const SequenceChunk> chunks) {
+  std::vector<Sequence*> seqs;
+  for (const SequenceChunk& ch : chunks) {
+    auto it = seqs_.find(ch.seq);
+    if (it == seqs_.end()) throw Error(fmt::format("sequence {} is not open", ch.seq));
+    if (std::find(seqs.begin(), seqs.end(), &it->second) != seqs.end()) {
+      throw Error(fmt::format("sequence {} appears twice in one batch", ch.seq));
+    }
+    seqs.push_back(&it->second);
+  }
+  return run(chunks, seqs, false);
+}
 
 std::string CpuEngine::describe() const {
   return fmt::format("fp32, norm {}", mode_ == NormMode::Standard ? "standard" : "flashnorm");
@@ -200,13 +248,15 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
   add_bias(y, T, n, bias);
 }
 
-void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, float* out) {
+void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rstd_x, int T,
+                          float* out) {
   const ModelConfig& c = m_.cfg;
   const Layer& L = layers_[layer];
   const int D = c.head_dim, half = D / 2, nq = c.n_head * D, nkv = c.n_head_kv * D;
   const int row = nq + 2 * nkv, group = c.n_head / c.n_head_kv;
-  float* kc = k_cache_.data() + size_t(layer) * max_ctx_ * nkv;
-  float* vc = v_cache_.data() + size_t(layer) * max_ctx_ * nkv;
+  float* kc = seq.k[layer].data();
+  float* vc = seq.v[layer].data();
+  const int pos0 = seq.pos;
   const std::vector<float>& cos_t = L.local ? rope_cos_local_ : rope_cos_;
   const std::vector<float>& sin_t = L.local ? rope_sin_local_ : rope_sin_;
   std::vector<float> q(size_t(T) * nq);
@@ -232,7 +282,7 @@ void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, flo
   };
   for (int t = 0; t < T; ++t) {
     float* r = qkv + size_t(t) * row;
-    const int p = pos_ + t;
+    const int p = pos0 + t;
     for (int h = 0; h < c.n_head; ++h) {
       if (L.q_norm) renorm(r + h * D, L.q_norm, t);
     }
@@ -246,17 +296,17 @@ void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, flo
     for (int h = 0; h < c.n_head; ++h) rope(&q[size_t(t) * nq + h * D], p);
     for (int h = 0; h < c.n_head_kv; ++h) rope(kc + size_t(p) * nkv + h * D, p);
   }
-  const int P = pos_ + T;  // keys visible to the last query
+  const int P = pos0 + T;  // keys visible to the last query
   std::vector<float> s(size_t(T) * P);
   for (int h = 0; h < c.n_head; ++h) {
     const int kh = h / group;
-    // S[T, P] = Q_h K_h^T * scale; causal (query t sees keys 0..pos_+t), and on sliding-window
+    // S[T, P] = Q_h K_h^T * scale; causal (query t sees keys 0..pos0+t), and on sliding-window
     // layers only the last `sliding_window` of them.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, P, D, c.attn_scale, &q[h * D], nq,
                 kc + kh * D, nkv, 0.0f, s.data(), P);
     for (int t = 0; t < T; ++t) {
       float* sr = &s[size_t(t) * P];
-      const int visible = pos_ + t + 1;
+      const int visible = pos0 + t + 1;
       const int first = L.local ? std::max(0, visible - c.sliding_window) : 0;
       float mx = *std::max_element(sr + first, sr + visible);
       double sum = 0;
@@ -273,23 +323,43 @@ void CpuEngine::attention(int layer, float* qkv, const float* rstd_x, int T, flo
 }
 
 std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_logits) {
+  const SequenceChunk chunk{0, tokens};
+  Sequence* seq = &single_;
+  return run(std::span(&chunk, 1), std::span(&seq, 1), all_logits);
+}
+
+std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
+                                  std::span<Sequence* const> seqs, bool all_logits) {
   const ModelConfig& c = m_.cfg;
   const ArchHooks& hk = m_.arch->hooks;
-  const int T = static_cast<int>(tokens.size());
-  if (T == 0) throw Error("forward: no tokens");
-  if (pos_ + T > max_ctx_) {
-    throw Error(
-        fmt::format("context full: {} + {} tokens exceed the KV cache of {}", pos_, T, max_ctx_));
+  if (chunks.empty()) throw Error("forward: no sequences");
+  int T = 0;  // rows of all chunks, stacked
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int n = static_cast<int>(chunks[i].tokens.size());
+    if (n == 0) throw Error("forward: no tokens");
+    if (seqs[i]->pos + n > max_ctx_) {
+      throw Error(fmt::format("context full: {} + {} tokens exceed the KV cache of {}",
+                              seqs[i]->pos, n, max_ctx_));
+    }
+    for (int32_t id : chunks[i].tokens) {
+      if (id < 0 || id >= c.vocab) {
+        throw Error(fmt::format("token id {} is outside the vocabulary of {}", id, c.vocab));
+      }
+    }
+    T += n;
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    reserve(*seqs[i], seqs[i]->pos + static_cast<int>(chunks[i].tokens.size()));
   }
   const int H = c.hidden, F = c.ffn, nq = c.n_head * c.head_dim;
   const int nkv = c.n_head_kv * c.head_dim, nqkv = nq + 2 * nkv;
   const Tensor& emb = m_.get(m_.arch->tied_source);
   const float emb_scale = hk.embed_scale_sqrt_hidden ? std::sqrt(float(H)) : 1.0f;
   std::vector<float> x(size_t(T) * H);
+  std::vector<int32_t> tokens;
+  for (const SequenceChunk& ch : chunks)
+    tokens.insert(tokens.end(), ch.tokens.begin(), ch.tokens.end());
   for (int t = 0; t < T; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= c.vocab) {
-      throw Error(fmt::format("token id {} is outside the vocabulary of {}", tokens[t], c.vocab));
-    }
     for (int i = 0; i < H; ++i)
       x[size_t(t) * H + i] = emb.data[size_t(tokens[t]) * H + i] * emb_scale;
   }
@@ -312,7 +382,10 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
     }
     normed_projection(x.data(), T, L.attn_gain, L.wqkv.data(), nqkv, qkv.data(),
                       L.bqkv.empty() ? nullptr : L.bqkv.data(), unscaled);
-    attention(l, qkv.data(), track, T, att.data());
+    for (size_t i = 0, r = 0; i < chunks.size(); r += chunks[i].tokens.size(), ++i) {
+      attention(l, *seqs[i], &qkv[r * nqkv], track ? track + r : nullptr,
+                static_cast<int>(chunks[i].tokens.size()), &att[r * nq]);
+    }
     matmul(att.data(), T, L.wo, H, nq, proj.data());
     add_bias(proj.data(), T, H, L.bo);
     if (L.post_attn) {
@@ -338,10 +411,19 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
-  pos_ += T;
-  const int first = all_logits ? 0 : T - 1, n = T - first;
+  for (size_t i = 0; i < chunks.size(); ++i) seqs[i]->pos += chunks[i].tokens.size();
+  // The rows whose logits are returned: every row, or each chunk's last (moved together).
+  int n = T;
+  if (!all_logits) {
+    n = 0;
+    for (size_t i = 0, r = 0; i < chunks.size(); ++i) {
+      r += chunks[i].tokens.size();
+      if (size_t(n) != r - 1) std::copy_n(&x[(r - 1) * H], H, &x[size_t(n) * H]);
+      ++n;
+    }
+  }
   std::vector<float> logits(size_t(n) * c.vocab);
-  normed_projection(&x[size_t(first) * H], n, out_gain_, head_.data(), c.vocab, logits.data());
+  normed_projection(x.data(), n, out_gain_, head_.data(), c.vocab, logits.data());
   softcap(logits, c.final_softcap);
   return logits;
 }

@@ -20,4 +20,16 @@ StepProfile Engine::profile_decode_step(int) {
   throw Error(fmt::format("the {} engine has no decode step profile", device()));
 }
 
+namespace {
+[[noreturn]] void no_batching(const char* device) {
+  throw Error(fmt::format("the {} engine does not batch sequences yet (serve needs the cpu engine)",
+                          device));
+}
+}  // namespace
+
+int Engine::open_sequence() { no_batching(device()); }
+void Engine::close_sequence(int) { no_batching(device()); }
+int Engine::sequence_position(int) const { no_batching(device()); }
+std::vector<float> Engine::forward_batch(std::span<const SequenceChunk>) { no_batching(device()); }
+
 }  // namespace flashnorm

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,7 +42,7 @@ class CpuEngine final : public Engine {
 
   // Clears the KV cache (position back to 0).
   void reset() override;
-  int position() const override { return pos_; }
+  int position() const override { return single_.pos; }
   int max_context() const override { return max_ctx_; }
   const ModelConfig& config() const override { return m_.cfg; }
   NormMode mode() const override { return mode_; }
@@ -59,7 +60,21 @@ class CpuEngine final : public Engine {
   // Errors: Error if a token id is outside [0, vocab) or the KV cache would overflow.
   std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
 
+  // Batched sequences (engine/engine.h): forward() is the batch of one chunk of its own sequence.
+  bool batches() const override { return true; }
+  int open_sequence() override;
+  void close_sequence(int seq) override;
+  int sequence_position(int seq) const override;
+  std::vector<float> forward_batch(std::span<const SequenceChunk> chunks) override;
+  int kv_blocks_in_use() const override;
+
  private:
+  // One sequence's KV cache, grown in whole kKvBlock blocks up to max_ctx_ positions.
+  struct Sequence {
+    int pos = 0;                           // tokens in the cache
+    int cap = 0;                           // positions allocated
+    std::vector<std::vector<float>> k, v;  // [layer][pos][n_kv * D]
+  };
   struct Layer {
     const float* attn_gain;         // [H] (Standard mode)
     std::vector<float> wqkv;        // [q + 2 kv, H], rows of q, then k, then v
@@ -83,17 +98,25 @@ class CpuEngine final : public Engine {
   void normed_projection(const float* x, int T, const float* gain, const float* w, int n, float* y,
                          const float* bias = nullptr,
                          std::span<const std::pair<int, int>> unscaled = {});
-  void attention(int layer, float* qkv, const float* rstd_x, int T, float* out);
+  // Attention of T new rows (qkv [T, q + 2 kv], out [T, q]) of sequence s at positions s.pos...
+  void attention(int layer, Sequence& s, float* qkv, const float* rstd_x, int T, float* out);
+  // Grows s's cache to hold `need` positions.
+  void reserve(Sequence& s, int need) const;
+  // The forward pass of chunks (tokens of seqs[i] in chunks[i]); logits of every token when
+  // all_logits, else of each chunk's last token.
+  std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<Sequence* const> seqs,
+                         bool all_logits);
 
   Model m_;
   NormMode mode_;
   bool cancel_ = true, track_ = false, skip_attn_rstd_ = false;
   double max_cancel_err_ = 0;
-  int max_ctx_ = 0, pos_ = 0;
+  int max_ctx_ = 0, next_seq_ = 1;
   std::vector<Layer> layers_;
   std::vector<float> head_;  // [vocab, H]: the LM head (folded in FlashNorm mode)
   const float* out_gain_ = nullptr;
-  std::vector<float> k_cache_, v_cache_;                // [layer][pos][n_kv * D]
+  Sequence single_;                                     // forward()'s sequence
+  std::map<int, Sequence> seqs_;                        // open sequences by id
   std::vector<float> rope_cos_, rope_sin_;              // [pos][D/2], global base
   std::vector<float> rope_cos_local_, rope_sin_local_;  // local base (sliding-window layers)
 };

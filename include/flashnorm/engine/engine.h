@@ -34,6 +34,16 @@ struct StepProfile {
   }
 };
 
+// One sequence's new tokens in a batched step (Engine::forward_batch): the sequence id from
+// open_sequence() and the tokens appended at its positions sequence_position(seq)...
+struct SequenceChunk {
+  int seq = 0;
+  std::span<const int32_t> tokens;
+};
+
+// Positions per KV cache block: open sequences' caches grow in whole blocks (kv_blocks_in_use).
+inline constexpr int kKvBlock = 16;
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -72,6 +82,27 @@ class Engine {
   // The decode step split by kernel class (median over reps); advances the position by reps + 1.
   // Errors: as time_decode_steps.
   virtual StepProfile profile_decode_step(int reps);
+
+  // Batched sequences (continuous batching; `flashnorm serve`). Each open sequence has its own KV
+  // cache of at most max_context() positions, separate from the one forward() appends to.
+  // Backends without them (the CUDA engine for now) refuse every call with Error.
+  // True when the backend batches sequences (the CPU engine).
+  virtual bool batches() const { return false; }
+  // Opens an empty sequence and returns its id (>= 1, never reused by this engine).
+  virtual int open_sequence();
+  // Frees the sequence's KV cache. Errors: Error for an id that is not open.
+  virtual void close_sequence(int seq);
+  // Tokens in the sequence's KV cache. Errors: Error for an id that is not open.
+  virtual int sequence_position(int seq) const;
+  // One forward pass over every chunk (at most one per sequence): each chunk's tokens are
+  // appended to its sequence, the rows of all chunks stacked into every projection GEMM
+  // (M = total tokens), attention per sequence over its own cache. Returns fp32 logits, row-major
+  // [chunks, vocab], of each chunk's last token. Errors (nothing is appended): Error for no chunks,
+  // an empty chunk, an id not open or given twice, a token outside [0, vocab), or a sequence
+  // whose cache would pass max_context().
+  virtual std::vector<float> forward_batch(std::span<const SequenceChunk> chunks);
+  // KV cache blocks (kKvBlock positions of every layer's K and V) held by open sequences.
+  virtual int kv_blocks_in_use() const { return 0; }
 };
 
 }  // namespace flashnorm
