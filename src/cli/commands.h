@@ -12,5 +12,6 @@ void register_inspect(CLI::App& app);
 void register_verify(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace flashnorm::cli

@@ -1,4 +1,4 @@
-// flashnorm: fold, inspect, verify, generate, bench. See README.md.
+// flashnorm: fold, inspect, verify, generate, bench, serve. See README.md.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   flashnorm::cli::register_verify(app);
   flashnorm::cli::register_generate(app);
   flashnorm::cli::register_bench(app);
+  flashnorm::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,126 @@
+// `flashnorm serve --model NAME=PATH ...`: an OpenAI-compatible HTTP server (cpp-httplib) with
+// continuous batching on the CPU engine, several models in one process (src/serve/). SIGTERM or
+// SIGINT: stop accepting, refuse queued requests (503), let running ones finish, exit 0.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "../serve/routes.h"
+#include "../serve/served_model.h"
+#include "commands.h"
+#include "flashnorm/error.h"
+
+namespace flashnorm::cli {
+namespace {
+
+int g_signal_pipe = -1;
+
+// Async-signal-safe: one byte, the signal number, to the pipe serve's signal thread reads.
+void on_signal(int sig) {
+  const int saved = errno;
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe, &b, 1);
+  errno = saved;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server with continuous batching");
+  struct Args {
+    std::vector<std::string> models;
+    std::string host = "127.0.0.1", api_key;
+    int port = 8080, max_concurrent = 8, max_queued = 64, ctx = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("-m,--model", a->models,
+                  "NAME=PATH[,norm=flashnorm|standard][,ctx=N][,max-concurrent=N][,max-queued=N]"
+                  "[,chat-format=F] (repeat for several models; PATH: GGUF file or Hugging Face "
+                  "directory)")
+      ->required();
+  cmd->add_option("--host", a->host, "address to listen on");
+  cmd->add_option("--port", a->port, "port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", a->api_key,
+                  "require 'Authorization: Bearer KEY' on /v1/* (default: none)");
+  cmd->add_option("--max-concurrent", a->max_concurrent, "sequences batched per model")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-queued", a->max_queued,
+                  "requests waiting per model beyond those (more: HTTP 429)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--ctx", a->ctx,
+                  "KV cache positions per sequence (0: model context, at most 8192)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->callback([a] {
+    // SIGTERM/SIGINT: the handler writes the signal number to a pipe a thread waits on (BLAS
+    // threads exist before this point, so blocking the signals in new threads would not do).
+    int fds[2];
+    if (::pipe(fds) != 0) throw Error("serve: cannot create a pipe for signal handling");
+    g_signal_pipe = fds[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGINT, &sa, nullptr);
+    serve::ModelSpec defaults;
+    defaults.ctx = a->ctx;
+    defaults.limits.max_concurrent = a->max_concurrent;
+    defaults.limits.max_queued = a->max_queued;
+    serve::ModelMap models;
+    int threads = 8;
+    for (const std::string& v : a->models) {
+      serve::ModelSpec spec = serve::parse_model_spec(v, defaults);
+      if (models.count(spec.name))
+        throw Error("--model: the name '" + spec.name + "' is given twice");
+      std::fprintf(stderr, "loading %s from %s (norm %s)\n", spec.name.c_str(), spec.path.c_str(),
+                   spec.norm.c_str());
+      threads += 2 * (spec.limits.max_concurrent + spec.limits.max_queued);
+      models.emplace(spec.name, serve::load_served_model(spec));
+    }
+    std::atomic<bool> draining{false};
+    httplib::Server svr;
+    // A thread per connection: streaming clients hold theirs for the whole generation.
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    serve::install_routes(svr, models, a->api_key, draining);
+    const int port = a->port == 0 ? svr.bind_to_any_port(a->host)
+                                  : (svr.bind_to_port(a->host, a->port) ? a->port : -1);
+    if (port < 0) {
+      throw Error("cannot listen on " + a->host + ":" + std::to_string(a->port));
+    }
+    std::atomic<bool> listening_ended{false}, got_signal{false};
+    std::thread signals([&] {
+      unsigned char sig = 0;
+      while (::read(fds[0], &sig, 1) < 0 && errno == EINTR) {
+      }
+      got_signal = true;
+      if (listening_ended) return;
+      std::fprintf(stderr, "signal %d: finishing running requests, then exiting\n", sig);
+      draining = true;
+      // stop() before listen has started would be lost
+      while (!svr.is_running() && !listening_ended) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      svr.stop();
+    });
+    std::fprintf(stderr, "listening on http://%s:%d\n", a->host.c_str(), port);
+    std::fflush(stderr);
+    svr.listen_after_bind();
+    listening_ended = true;
+    draining = true;
+    for (auto& [name, m] : models) m->scheduler->shutdown();
+    // Wakes the signal thread if the server stopped for another reason.
+    if (!got_signal) {
+      const unsigned char zero = 0;
+      (void)!::write(fds[1], &zero, 1);
+    }
+    signals.join();
+  });
+}
+
+}  // namespace flashnorm::cli

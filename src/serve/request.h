@@ -1,0 +1,37 @@
+// OpenAI request bodies of POST /v1/completions and /v1/chat/completions, parsed and validated.
+// Fields: model (string), prompt (completions: a non-empty string) or messages (chat: an optional
+// {"role": "system"} message then one {"role": "user"} message, string contents: flashnorm's
+// chat formatting writes one exchange, tokenizer/chat.h), max_tokens / max_completion_tokens
+// (integer >= 1; default 16 for completions, the rest of the context for chat), temperature
+// (0 to 100; default 1), top_p ((0, 1]; default 1), top_k (integer >= 0, 0 = all; default 0; an
+// extension), seed (integer 0 to 2^64 - 1; default random), stop (a string or up to 4 non-empty
+// strings), n (1 only), stream (bool). Any other field is refused, naming it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashnorm/engine/sampler.h"
+
+namespace flashnorm::serve {
+
+struct CompletionRequest {
+  std::string model;
+  bool chat = false;
+  std::string prompt;                 // completions
+  std::optional<std::string> system;  // chat
+  std::string user;                   // chat
+  std::optional<int> max_tokens;      // absent: the endpoint's default
+  SamplerOptions sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+};
+
+// Errors: ApiError 400 naming the field (param) for malformed JSON (invalid UTF-8 included), a
+// body that is not an object, a missing or mistyped field, a value out of range, or an
+// unsupported field.
+CompletionRequest parse_request(std::string_view body, bool chat);
+
+}  // namespace flashnorm::serve

@@ -1,0 +1,248 @@
+#include "scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "api_error.h"
+#include "flashnorm/error.h"
+#include "text_stream.h"
+
+namespace flashnorm::serve {
+
+using clk = std::chrono::steady_clock;
+
+std::string Generation::take(bool& done, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return done_ || !text_.empty(); });
+  std::string out = std::move(text_);
+  text_.clear();
+  done = done_;
+  return out;
+}
+
+struct Scheduler::Active {
+  std::shared_ptr<Generation> g;
+  int seq = 0;
+  size_t fed = 0;  // prompt tokens in the cache
+  int32_t last = -1;
+  int produced = 0;
+  Sampler sampler;
+  TextStream text;
+  clk::time_point last_token{};
+};
+
+Scheduler::Scheduler(std::unique_ptr<Engine> engine, const Tokenizer& tok, Limits limits,
+                     ModelMetrics& metrics)
+    : engine_(std::move(engine)), tok_(tok), limits_(limits), metrics_(metrics) {
+  if (!engine_->batches()) {
+    throw Error(
+        fmt::format("the {} engine does not batch sequences yet: serve runs on the cpu "
+                    "engine (device=cpu)",
+                    engine_->device()));
+  }
+  max_ctx_ = engine_->max_context();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::submit(const std::shared_ptr<Generation>& g) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) throw ApiError(503, "the server is shutting down", "", "server_error");
+    if (running_ + int(waiting_.size()) >= limits_.max_concurrent + limits_.max_queued) {
+      throw ApiError(
+          429,
+          fmt::format("too many requests: {} running and {} queued (--max-concurrent "
+                      "{}, --max-queued {})",
+                      running_, waiting_.size(), limits_.max_concurrent, limits_.max_queued),
+          "", "rate_limit_exceeded");
+    }
+    waiting_.push_back(g);
+    metrics_.queue_depth = int(waiting_.size());
+  }
+  cv_.notify_one();
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
+}
+
+// Ends a generation: its last text, reason ("" = cancelled; error set = failed), its cache freed.
+void Scheduler::finish(Active& a, const std::string& reason) {
+  engine_->close_sequence(a.seq);
+  Generation& g = *a.g;
+  {
+    std::lock_guard lock(g.mu_);
+    if (!reason.empty()) g.text_ += a.text.flush();
+    g.finish_reason = reason;
+    g.completion_tokens = a.produced;
+    g.done_ = true;
+  }
+  g.cv_.notify_all();
+  metrics_.count(!g.error.empty() ? Outcome::kError
+                 : reason.empty() ? Outcome::kCancelled
+                                  : Outcome::kOk);
+  std::lock_guard lock(mu_);
+  --running_;
+}
+
+void Scheduler::loop() {
+  std::vector<Active> active;
+  auto fail_waiting = [&](std::shared_ptr<Generation> g, int status, const std::string& msg) {
+    {
+      std::lock_guard lock(g->mu_);
+      g->error = msg;
+      g->error_status = status;
+      g->done_ = true;
+    }
+    g->cv_.notify_all();
+    metrics_.count(status == 503 ? Outcome::kRejected : Outcome::kCancelled);
+  };
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !active.empty(); });
+      if (stopping_) {
+        for (auto& g : waiting_) fail_waiting(g, 503, "the server is shutting down");
+        waiting_.clear();
+        if (active.empty()) {
+          metrics_.queue_depth = 0;
+          break;
+        }
+      }
+      // Admission at the step boundary.
+      while (int(active.size()) < limits_.max_concurrent && !waiting_.empty()) {
+        std::shared_ptr<Generation> g = std::move(waiting_.front());
+        waiting_.pop_front();
+        if (g->cancel) {
+          fail_waiting(g, 499, "cancelled");
+          continue;
+        }
+        ++running_;
+        active.push_back(Active{
+            g, engine_->open_sequence(), 0, -1, 0, Sampler(g->sampling), TextStream(g->stop), {}});
+      }
+      metrics_.queue_depth = int(waiting_.size());
+    }
+    // Cancelled sequences leave before the step (their cache freed now).
+    for (size_t i = 0; i < active.size();) {
+      if (active[i].g->cancel) {
+        finish(active[i], "");
+        active.erase(active.begin() + i);
+      } else {
+        ++i;
+      }
+    }
+    metrics_.active = int(active.size());
+    metrics_.kv_blocks = engine_->kv_blocks_in_use();
+    if (active.empty()) {
+      metrics_.batch = 0;
+      continue;
+    }
+    // One pass over every running sequence: a prefill chunk or the last sampled token.
+    std::vector<std::vector<int32_t>> toks(active.size());
+    std::vector<SequenceChunk> chunks;
+    for (size_t i = 0; i < active.size(); ++i) {
+      Active& a = active[i];
+      const auto& p = a.g->prompt;
+      if (a.fed < p.size()) {
+        const size_t k = std::min<size_t>(limits_.prefill_chunk, p.size() - a.fed);
+        toks[i].assign(p.begin() + a.fed, p.begin() + a.fed + k);
+      } else {
+        toks[i] = {a.last};
+      }
+      chunks.push_back({a.seq, toks[i]});
+    }
+    std::vector<float> logits;
+    std::vector<bool> failed(active.size(), false);
+    try {
+      logits = engine_->forward_batch(chunks);
+    } catch (const std::exception&) {
+      // Find the request(s) at fault: each alone; the others' logits from their own pass.
+      const size_t V = engine_->config().vocab;
+      logits.assign(active.size() * V, 0.0f);
+      for (size_t i = 0; i < active.size(); ++i) {
+        try {
+          std::vector<float> one = engine_->forward_batch(std::span(&chunks[i], 1));
+          std::copy(one.begin(), one.end(), logits.begin() + i * V);
+        } catch (const std::exception& e) {
+          failed[i] = true;
+          active[i].g->error = e.what();
+          active[i].g->error_status = 500;
+        }
+      }
+    }
+    ++metrics_.steps;
+    metrics_.batch = int(active.size());
+    metrics_.batch_max = std::max(metrics_.batch_max.load(), int(active.size()));
+    metrics_.batch_size.observe(double(active.size()));
+    const size_t V = engine_->config().vocab;
+    const clk::time_point now = clk::now();
+    std::vector<bool> ended(active.size(), false);
+    for (size_t i = 0; i < active.size(); ++i) {
+      Active& a = active[i];
+      if (failed[i]) {
+        finish(a, "");
+        ended[i] = true;
+        continue;
+      }
+      if (a.fed < a.g->prompt.size()) {
+        a.fed += toks[i].size();
+        metrics_.prompt_tokens += toks[i].size();
+        if (a.fed < a.g->prompt.size()) continue;  // mid-prompt
+      }
+      const int32_t next = a.sampler.sample(std::span(&logits[i * V], V));
+      if (a.produced == 0) {
+        metrics_.ttft.observe(std::chrono::duration<double>(now - a.g->arrived).count());
+      } else {
+        metrics_.tpot.observe(std::chrono::duration<double>(now - a.last_token).count());
+      }
+      a.last_token = now;
+      std::string reason;
+      if (tok_.is_eog(next)) {
+        reason = "stop";
+      } else {
+        ++a.produced;
+        ++metrics_.completion_tokens;
+        a.last = next;
+        std::string t = a.text.push(tok_.piece(next));
+        {
+          std::lock_guard lock(a.g->mu_);
+          a.g->text_ += t;
+          a.g->completion_tokens = a.produced;
+        }
+        a.g->cv_.notify_all();
+        if (a.text.stopped()) {
+          reason = "stop";
+        } else if (a.produced >= a.g->max_tokens || engine_->sequence_position(a.seq) >= max_ctx_) {
+          reason = "length";
+        }
+      }
+      if (!reason.empty()) {
+        finish(a, reason);
+        ended[i] = true;
+      }
+    }
+    for (size_t i = active.size(); i-- > 0;) {
+      if (ended[i]) active.erase(active.begin() + i);
+    }
+    metrics_.active = int(active.size());
+    metrics_.kv_blocks = engine_->kv_blocks_in_use();
+  }
+  metrics_.active = 0;
+  metrics_.batch = 0;
+  metrics_.kv_blocks = engine_->kv_blocks_in_use();
+}
+
+}  // namespace flashnorm::serve

@@ -1,0 +1,97 @@
+// Continuous batching for one served model: requests wait in a queue, are admitted at step
+// boundaries while fewer than max_concurrent sequences run, and every step is one
+// Engine::forward_batch over all running sequences (a decode token each, or the next prefill chunk
+// of at most prefill_chunk prompt tokens, so that a long prompt does not stall running decodes).
+// Tokens are sampled per request (engine/sampler.h) and turned into text as `flashnorm generate`
+// does (text_stream.h); a request ends at an end-of-generation token or a stop string
+// (finish_reason "stop"), at max_tokens ("length"), or when cancelled (its client went away), and
+// its sequence's KV cache is freed at that step. A request the engine fails on fails alone.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flashnorm/engine/engine.h"
+#include "flashnorm/engine/sampler.h"
+#include "flashnorm/tokenizer/tokenizer.h"
+#include "metrics.h"
+
+namespace flashnorm::serve {
+
+// One request's generation, shared by the HTTP handler waiting on it and the scheduler.
+struct Generation {
+  // Set before Scheduler::submit.
+  std::vector<int32_t> prompt;  // token ids, BOS included
+  int max_tokens = 16;
+  SamplerOptions sampling;
+  std::vector<std::string> stop;
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  // Set by the HTTP side: stop at the next step (the client disconnected).
+  std::atomic<bool> cancel{false};
+
+  // Waits up to `timeout` for new text or the end; returns the text released since the last call
+  // and sets `done` once the generation has ended (all its text then returned).
+  std::string take(bool& done, std::chrono::milliseconds timeout);
+  // After the end: "stop" or "length" ("" when it failed or was cancelled), the error message
+  // when it failed, and the tokens generated.
+  std::string finish_reason, error;
+  int error_status = 500;
+  int completion_tokens = 0;
+
+ private:
+  friend class Scheduler;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;  // released, not yet taken
+  bool done_ = false;
+};
+
+class Scheduler {
+ public:
+  struct Limits {
+    int max_concurrent = 8;  // sequences in the batch
+    int max_queued = 64;     // requests waiting beyond those
+    int prefill_chunk = 64;  // prompt tokens per sequence per step
+  };
+  // Starts the scheduling thread. `engine` must batch (Engine::batches); `tok` must outlive this.
+  // Errors: Error when the engine does not batch.
+  Scheduler(std::unique_ptr<Engine> engine, const Tokenizer& tok, Limits limits,
+            ModelMetrics& metrics);
+  // shutdown() and join.
+  ~Scheduler();
+  // Queues a generation. Errors: ApiError 429 when max_concurrent + max_queued requests are
+  // already running or waiting; 503 after shutdown().
+  void submit(const std::shared_ptr<Generation>& g);
+  // Stops admitting: waiting requests fail with 503, running ones run to their end; returns once
+  // the scheduling thread has finished them.
+  void shutdown();
+  // The KV cache length of every sequence (immutable).
+  int max_context() const { return max_ctx_; }
+
+ private:
+  struct Active;
+  void loop();
+  void finish(Active& a, const std::string& reason);
+
+  std::unique_ptr<Engine> engine_;
+  const Tokenizer& tok_;
+  Limits limits_;
+  ModelMetrics& metrics_;
+  int max_ctx_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Generation>> waiting_;
+  int running_ = 0;  // admitted, not finished (guarded by mu_)
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace flashnorm::serve

@@ -1,0 +1,86 @@
+#include "served_model.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "../cli/model_args.h"
+#include "flashnorm/engine/make_engine.h"
+#include "flashnorm/error.h"
+#include "flashnorm/model/check.h"
+#include "flashnorm/tokenizer/chat.h"
+
+namespace flashnorm::serve {
+namespace {
+
+int positive(const std::string& key, const std::string& v, int lo) {
+  int x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size() || x < lo) {
+    throw Error(fmt::format("--model: {}={} is not an integer >= {}", key, v, lo));
+  }
+  return x;
+}
+
+}  // namespace
+
+ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) {
+  ModelSpec s = defaults;
+  const size_t eq = value.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw Error(fmt::format("--model {}: expected NAME=PATH[,key=value...]", value));
+  }
+  s.name = value.substr(0, eq);
+  std::string rest = value.substr(eq + 1);
+  size_t comma = rest.find(',');
+  s.path = rest.substr(0, comma);
+  if (s.path.empty()) throw Error(fmt::format("--model {}: no PATH after '='", value));
+  while (comma != std::string::npos) {
+    const size_t next = rest.find(',', comma + 1);
+    const std::string kv = rest.substr(comma + 1, next - comma - 1);
+    comma = next;
+    const size_t e = kv.find('=');
+    const std::string key = kv.substr(0, e), v = e == std::string::npos ? "" : kv.substr(e + 1);
+    if (key == "norm" && (v == "flashnorm" || v == "standard")) {
+      s.norm = v;
+    } else if (key == "ctx") {
+      s.ctx = positive(key, v, 0);
+    } else if (key == "max-concurrent") {
+      s.limits.max_concurrent = positive(key, v, 1);
+    } else if (key == "max-queued") {
+      s.limits.max_queued = positive(key, v, 0);
+    } else if (key == "chat-format") {
+      chat_style_from_name(v);  // refuses an unknown family
+      s.chat_format = v;
+    } else if (key == "device" && (v == "cpu" || v == "cuda")) {
+      s.device = v;
+    } else if (key == "norm" || key == "device") {
+      throw Error(fmt::format("--model {}: {}={} is not one of {}", s.name, key, v,
+                              key == "norm" ? "flashnorm, standard" : "cpu, cuda"));
+    } else {
+      throw Error(
+          fmt::format("--model {}: unknown key '{}' (norm, ctx, max-concurrent, "
+                      "max-queued, chat-format, device)",
+                      s.name, key));
+    }
+  }
+  return s;
+}
+
+std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
+  auto m = std::make_unique<ServedModel>();
+  m->spec = spec;
+  m->created = std::time(nullptr);
+  Model model = load_model(spec.path);
+  m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
+  EngineOptions o;
+  o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;
+  o.max_context = spec.ctx;
+  std::unique_ptr<Engine> engine =
+      make_engine(std::move(model), cli::parse_norm_mode(spec.norm), o);
+  m->scheduler =
+      std::make_unique<Scheduler>(std::move(engine), m->vocab->tok, spec.limits, m->metrics);
+  return m;
+}
+
+}  // namespace flashnorm::serve

@@ -1,0 +1,42 @@
+// A model `flashnorm serve` holds: what `--model NAME=PATH[,key=value...]` names, loaded with its
+// tokenizer, engine and scheduler. Keys (each optional): norm=flashnorm|standard (default
+// flashnorm), ctx=N (KV cache positions per sequence; default --ctx), max-concurrent=N and
+// max-queued=N (default the flags of the same name), chat-format=chatml|gemma|llama3 (default:
+// recognised from the model's template), device=cpu (the CUDA engine does not batch yet).
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "flashnorm/tokenizer/model_tokenizer.h"
+#include "metrics.h"
+#include "scheduler.h"
+
+namespace flashnorm::serve {
+
+struct ModelSpec {
+  std::string name, path, norm = "flashnorm", chat_format, device = "cpu";
+  int ctx = 0;
+  Scheduler::Limits limits;
+};
+
+// Parses one --model value; `defaults` gives ctx and limits not set in it.
+// Errors: Error (one line naming the key) for a missing NAME or PATH, an unknown key, or a bad
+// value.
+ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults);
+
+struct ServedModel {
+  ModelSpec spec;
+  std::time_t created = 0;
+  std::optional<ModelTokenizer> vocab;  // set by load_served_model
+  ModelMetrics metrics;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+// Loads the model file or directory, its tokenizer and a CPU engine, and starts its scheduler.
+// Errors: the loaders' and engine's Error, and Error for device=cuda (no batching there yet).
+std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec);
+
+}  // namespace flashnorm::serve
