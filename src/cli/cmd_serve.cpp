@@ -87,6 +87,7 @@ void register_serve(CLI::App& app) {
     httplib::Server svr;
     // A thread per connection: streaming clients hold theirs for the whole generation.
     svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    svr.set_keep_alive_timeout(2);  // idle keep-alive connections delay a shutdown this long
     serve::install_routes(svr, models, a->api_key, draining);
     const int port = a->port == 0 ? svr.bind_to_any_port(a->host)
                                   : (svr.bind_to_port(a->host, a->port) ? a->port : -1);

@@ -81,6 +81,11 @@ void Scheduler::shutdown() {
 // Ends a generation: its last text, reason ("" = cancelled; error set = failed), its cache freed.
 void Scheduler::finish(Active& a, const std::string& reason) {
   engine_->close_sequence(a.seq);
+  {
+    // Before the client hears of the end: its next request must find the slot free.
+    std::lock_guard lock(mu_);
+    --running_;
+  }
   Generation& g = *a.g;
   {
     std::lock_guard lock(g.mu_);
@@ -93,8 +98,6 @@ void Scheduler::finish(Active& a, const std::string& reason) {
   metrics_.count(!g.error.empty() ? Outcome::kError
                  : reason.empty() ? Outcome::kCancelled
                                   : Outcome::kOk);
-  std::lock_guard lock(mu_);
-  --running_;
 }
 
 void Scheduler::loop() {
