@@ -5,6 +5,9 @@
 // norms, residual adds, final norm and LM head, and Gemma 3's final logit soft-capping
 // (ModelConfig::final_softcap). What differs between architectures comes from
 // the ArchDescription (consumers, renorms, hooks), not from per-architecture code paths.
+// Batched sequences (continuous batching, engine/engine.h): each open sequence has its own KV
+// cache; forward_batch stacks the new rows of every sequence into each projection GEMM and runs
+// attention per sequence; forward() is the batch of one chunk of the engine's own sequence.
 // Two normalization modes over one code path (docs/design.md sections 1-2):
 //   Standard:  z = (x * rstd(x) * g) W^T         — RMSNorm with gain, then the projection.
 //   FlashNorm: z = rstd(x) * (x W*^T), W* = W diag(g) — folded weights (folded at load when the
@@ -31,10 +34,10 @@ namespace flashnorm {
 
 class CpuEngine final : public Engine {
  public:
-  // Takes the model's weights. `max_context` caps the KV cache (0: the model's context length,
-  // at most 8192). `cancel` (FlashNorm mode only): drop the rstd that renormalization cancels.
-  // `track_cancellation`: also compute, for every cancelled row, the eps bound of
-  // model/audit.h (costs the reduction the cancellation saves; for measurements only).
+  // Takes the model's weights. `max_context` caps each sequence's KV cache, allocated as it fills
+  // (0: the model's context length, at most 8192). `cancel` (FlashNorm mode only): drop the rstd
+  // that renormalization cancels. `track_cancellation`: also compute, for every cancelled row, the
+  // eps bound of model/audit.h (costs the reduction the cancellation saves; for measurements only).
   // Errors: throws Error if the model lacks a tensor its architecture needs, or max_context
   // exceeds the model's context length.
   CpuEngine(Model model, NormMode mode, int max_context = 0, bool cancel = true,

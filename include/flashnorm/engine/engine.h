@@ -1,6 +1,7 @@
 // What every inference backend offers (CPU fp32 engine, CUDA bf16 engine): append tokens to the
 // KV cache and get fp32 logits, describe itself, and (where the backend has them) generate with
-// sampling on the device and time its decode step. Used by `generate`, `verify`, `bench --model`
+// sampling on the device and time its decode step, and (the CPU engine) run many sequences in one
+// batched forward pass. Used by `generate`, `verify`, `bench --model`
 // and the equivalence tests so that the same code drives either backend; engines are made by
 // make_engine (engine/make_engine.h).
 #pragma once
