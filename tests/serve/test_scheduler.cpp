@@ -1,0 +1,155 @@
+// serve::Scheduler on a scripted engine (greedy next token = last token + 1 mod 9; any chunk
+// holding token 9 makes forward_batch throw): a request the engine fails on fails alone while the
+// others finish; a cancelled request ends with its sequence closed; a full queue answers 429;
+// every finished request's sequence is closed.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "flashnorm/error.h"
+#include "serve/api_error.h"
+#include "serve/scheduler.h"
+
+namespace flashnorm::serve {
+namespace {
+
+constexpr int kVocab = 11;  // "t0".."t9", eos 10
+
+class ScriptedEngine final : public Engine {
+ public:
+  explicit ScriptedEngine(int step_ms) : step_ms_(step_ms) { cfg_.vocab = kVocab; }
+  void reset() override {}
+  int position() const override { return 0; }
+  int max_context() const override { return 4096; }
+  const ModelConfig& config() const override { return cfg_; }
+  NormMode mode() const override { return NormMode::FlashNorm; }
+  std::vector<float> forward(std::span<const int32_t>, bool) override { return {}; }
+  const char* device() const override { return "cpu"; }
+  std::string describe() const override { return "scripted"; }
+  bool batches() const override { return true; }
+  int open_sequence() override {
+    open_.insert(next_);
+    pos_[next_] = 0;
+    return next_++;
+  }
+  void close_sequence(int seq) override {
+    if (!open_.erase(seq)) throw Error("not open");
+  }
+  int sequence_position(int seq) const override { return pos_.at(seq); }
+  int kv_blocks_in_use() const override { return static_cast<int>(open_.size()); }
+  std::vector<float> forward_batch(std::span<const SequenceChunk> chunks) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms_));
+    for (const auto& c : chunks) {
+      if (!open_.count(c.seq)) throw Error("sequence not open");
+      for (int32_t t : c.tokens) {
+        if (t == 9) throw Error("poisoned token");
+      }
+    }
+    std::vector<float> logits(chunks.size() * kVocab, 0.0f);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      pos_[chunks[i].seq] += static_cast<int>(chunks[i].tokens.size());
+      logits[i * kVocab + (chunks[i].tokens.back() + 1) % 9] = 1.0f;
+    }
+    return logits;
+  }
+  size_t open() const { return open_.size(); }
+
+ private:
+  int step_ms_, next_ = 1;
+  ModelConfig cfg_;
+  std::set<int> open_;
+  std::map<int, int> pos_;
+};
+
+Tokenizer tiny_tokenizer() {
+  TokenizerVocab v;
+  for (int i = 0; i < 10; ++i) v.tokens.push_back("t" + std::to_string(i));
+  v.tokens.push_back("<eos>");
+  v.types.assign(10, 1);
+  v.types.push_back(3);  // control
+  v.eos = 10;
+  return Tokenizer::from_vocab(std::move(v));
+}
+
+std::shared_ptr<Generation> request(std::vector<int32_t> prompt, int max_tokens) {
+  auto g = std::make_shared<Generation>();
+  g->prompt = std::move(prompt);
+  g->max_tokens = max_tokens;
+  return g;
+}
+
+// The status submit() refuses g with, or 0 when it accepts it.
+int submit_status(Scheduler& s, const std::shared_ptr<Generation>& g) {
+  try {
+    s.submit(g);
+  } catch (const ApiError& err) {
+    return err.status;
+  }
+  return 0;
+}
+
+std::string wait_text(Generation& g) {
+  std::string text;
+  bool done = false;
+  while (!done) text += g.take(done, std::chrono::milliseconds(100));
+  return text;
+}
+
+// A scheduler on a ScriptedEngine (e) with metrics m; the tokenizer and metrics outlive it.
+class SchedulerTest : public ::testing::Test {
+ protected:
+  Scheduler& start(int step_ms, Scheduler::Limits limits) {
+    auto engine = std::make_unique<ScriptedEngine>(step_ms);
+    e = engine.get();
+    sched = std::make_unique<Scheduler>(std::move(engine), tok, limits, m);
+    return *sched;
+  }
+  const Tokenizer tok = tiny_tokenizer();
+  ModelMetrics m;
+  ScriptedEngine* e = nullptr;
+  std::unique_ptr<Scheduler> sched;
+};
+
+TEST_F(SchedulerTest, EngineFailureFailsOnlyThatRequest) {
+  Scheduler& s = start(0, {4, 8, 64});
+  auto a = request({1, 2}, 4), bad = request({9}, 4), c = request({5}, 3);
+  s.submit(a);
+  s.submit(bad);
+  s.submit(c);
+  EXPECT_EQ(wait_text(*a), "t3t4t5t6");
+  EXPECT_EQ(a->finish_reason, "length");
+  EXPECT_EQ(a->completion_tokens, 4);
+  EXPECT_EQ(wait_text(*bad), "");
+  EXPECT_EQ(bad->error, "poisoned token");
+  EXPECT_EQ(bad->error_status, 500);
+  EXPECT_EQ(wait_text(*c), "t6t7t8");
+  s.shutdown();
+  EXPECT_EQ(e->open(), 0u) << "every sequence closed";
+  EXPECT_EQ(m.requests[int(Outcome::kOk)], 2u);
+  EXPECT_EQ(m.requests[int(Outcome::kError)], 1u);
+  EXPECT_EQ(m.completion_tokens, 7u);
+}
+
+TEST_F(SchedulerTest, CancelClosesTheSequenceAndFullQueueAnswers429) {
+  Scheduler& s = start(2, {1, 1, 64});
+  auto running = request({1}, 4000), queued = request({2}, 2), extra = request({3}, 2);
+  s.submit(running);
+  bool done = false;
+  while (running->take(done, std::chrono::milliseconds(100)).empty()) {
+  }
+  s.submit(queued);  // one running + one queued: the limit
+  EXPECT_EQ(submit_status(s, extra), 429) << "a full queue accepted a request";
+  running->cancel = true;
+  wait_text(*running);
+  EXPECT_EQ(running->finish_reason, "");
+  EXPECT_LT(running->completion_tokens, 4000);
+  EXPECT_EQ(wait_text(*queued), "t3t4");
+  s.shutdown();
+  EXPECT_EQ(e->open(), 0u);
+  EXPECT_EQ(m.requests[int(Outcome::kCancelled)], 1u);
+  EXPECT_EQ(submit_status(s, extra), 503) << "accepted after shutdown";
+}
+
+}  // namespace
+}  // namespace flashnorm::serve
