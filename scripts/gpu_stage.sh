@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares what the CUDA engine's device calls carry (issue 4), under the ignored folder
 # .cache/device: the device machine's image lacks this project's libraries (fmt, OpenBLAS, PCRE2,
-# CLI11, GoogleTest) and a call carries at most 64 MiB, while the SmolLM2 GGUF is ~94 MiB. So:
+# CLI11, GoogleTest, cpp-httplib for `serve`) and a call carries at most 64 MiB, while the SmolLM2 GGUF is ~94 MiB. So:
 #   .cache/device/bundle/fn_bundle.tar.xz  the release build's flashnorm CLI and GPU test programs
 #       (built here with nvcc for sm_90a, stripped), the C ABI's libflashnorm_capi.so (ctypes, for
 #       bench/torch_peers.py), the shared libraries they need beyond glibc and CUDA, and the GPL-3
@@ -30,7 +30,8 @@ cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/eng
 strip $S/fn/bin/*
 cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
 for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0 \
-  libicuuc.so.72 libicudata.so.72; do
+  libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11 libssl.so.3 libcrypto.so.3 libz.so.1 \
+  libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
   cp -L /lib/x86_64-linux-gnu/$l $S/fn/lib/
 done
 cp /usr/share/common-licenses/GPL-3 $S/fn/data/GPL-3

@@ -1,6 +1,10 @@
 // `flashnorm serve --model NAME=PATH ...`: an OpenAI-compatible HTTP server (cpp-httplib) with
 // continuous batching on the CPU engine, several models in one process (src/serve/). SIGTERM or
 // SIGINT: stop accepting, refuse queued requests (503), let running ones finish, exit 0.
+#include "commands.h"
+#include "flashnorm/error.h"
+
+#if defined(FLASHNORM_HAVE_SERVE)
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,8 +17,6 @@
 
 #include "../serve/routes.h"
 #include "../serve/served_model.h"
-#include "commands.h"
-#include "flashnorm/error.h"
 
 namespace flashnorm::cli {
 namespace {
@@ -125,3 +127,19 @@ void register_serve(CLI::App& app) {
 }
 
 }  // namespace flashnorm::cli
+#else
+namespace flashnorm::cli {
+
+// A build without cpp-httplib: the subcommand exists and says why it cannot run.
+void register_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server (not in this build)");
+  cmd->allow_extras();
+  cmd->callback([] {
+    throw Error(
+        "this flashnorm was built without cpp-httplib (apt install libcpp-httplib-dev, then "
+        "rebuild): `serve` is unavailable");
+  });
+}
+
+}  // namespace flashnorm::cli
+#endif
