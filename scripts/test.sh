@@ -2,7 +2,7 @@
 # The whole test suite: the release build's tests (on the real SmolLM2 and Gemma 3 checkpoints, and
 # the CPU engine against PyTorch + transformers on random checkpoints), then the parsers'
 # hostile-input tests again under AddressSanitizer + UndefinedBehaviorSanitizer (clang, in the same
-# build as the libFuzzer targets), then a 60-second run of each libFuzzer target (scripts/fuzz.sh). The GPU tests (ctest label `gpu`) build wherever
+# build as the libFuzzer targets), then a 20-second run of each libFuzzer target (scripts/fuzz.sh). The GPU tests (ctest label `gpu`) build wherever
 # nvcc exists and report "skipped" on a machine without a GPU; on the H200 they run through
 # scripts/gpu_kernels.sh and scripts/gpu_engine.sh.
 set -euo pipefail
@@ -33,6 +33,6 @@ FLASHNORM_CLI="$PWD/build/release/src/cli/flashnorm" .venv/bin/python3 -m pytest
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$(nproc)"
 ctest --preset fuzz -j 2
-# Fuzzing smoke run: each libFuzzer target for 60 s from its committed corpus (fuzz/corpus); any
+# Fuzzing smoke run: each libFuzzer target for 20 s from its committed corpus (fuzz/corpus); any
 # crash, sanitizer report, leak or timeout fails the suite (docs/fuzzing.md).
-FUZZ_BUILD=0 scripts/fuzz.sh 60
+FUZZ_BUILD=0 scripts/fuzz.sh 20
