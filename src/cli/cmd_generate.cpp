@@ -82,7 +82,7 @@ void register_generate(CLI::App& app) {
     const std::string text_in = file->count() ? read_prompt_file(a->file) : a->prompt;
     require_utf8(text_in, file->count() ? "--file " + a->file : "the prompt");
     require_utf8(a->system, "--system");
-    Model model = load_model(a->model);
+    Model model = load_model_for(a->model, a->dev);
     const ModelTokenizer vocab = load_model_tokenizer(a->model, a->tokenizer, model.cfg.vocab);
     const Tokenizer& tok = vocab.tok;
     std::string text = text_in;

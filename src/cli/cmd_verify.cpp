@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -163,6 +164,66 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   return out;
 }
 
+// --weights native on the CPU: the native engines (standard, flashnorm) against the fp32 engine
+// in standard mode (`ref`, the exact reference), and native flashnorm against native standard,
+// teacher-forced over `text`. The native engines run every chunk through the integer path that
+// decode takes (16-bit activations; CpuEngine::set_quant_gemm_rows): prefill's tiled sgemm path
+// computes in fp32 and would only measure itself. Prints a table; returns the JSON results.
+nlohmann::json verify_native(const std::string& original, CpuEngine& ref,
+                             const std::vector<int32_t>& text, int ctx, int max_ctx,
+                             std::optional<int32_t> bos, bool cancel) {
+  DeviceArgs d;
+  d.device = "cpu";
+  d.weights = "native";
+  CpuEngine nstd(load_model_for(original, d), NormMode::Standard, max_ctx);
+  CpuEngine nfn(load_model_for(original, d), NormMode::FlashNorm, max_ctx, cancel);
+  CpuEngine ffn(load_model(original), NormMode::FlashNorm, max_ctx, cancel);
+  nstd.set_quant_gemm_rows(std::numeric_limits<int>::max());
+  nfn.set_quant_gemm_rows(std::numeric_limits<int>::max());
+  std::vector<Engine*> engines = {&nstd, &nfn, &ffn};
+  const std::vector<std::string> names = {"native (int), standard", "native (int), flashnorm",
+                                          "fp32, flashnorm"};
+  std::vector<ComparisonStats> vs_ref;
+  {
+    Progress pr("teacher-forced vs fp32 standard (chunks)");
+    vs_ref = compare_teacher_forced(ref, engines, text, ctx, std::ref(pr), bos);
+  }
+  ComparisonStats modes;
+  {
+    Progress pr("teacher-forced native flashnorm vs native standard (chunks)");
+    modes = compare_teacher_forced(nstd, &nfn, text, ctx, std::ref(pr), bos);
+  }
+  fmt::print("\nreference: {} ({}), {} positions\n", original, ref.describe(), vs_ref[0].positions);
+  fmt::print("{:<24} {:>10} {:>10} {:>10} {:>12}\n", "engine", "ppl", "ppl/ref-1", "top-1/ref",
+             "rel.logit");
+  fmt::print("{:<24} {:>10.4f}\n", "fp32, standard", vs_ref[0].ppl_a());
+  nlohmann::json out = {{"reference", ref.describe()},
+                        {"positions", vs_ref[0].positions},
+                        {"ppl_reference", vs_ref[0].ppl_a()},
+                        {"engines", nlohmann::json::array()}};
+  for (size_t k = 0; k < engines.size(); ++k) {
+    const ComparisonStats& c = vs_ref[k];
+    const double t1 = double(c.top1_agree) / c.positions;
+    const double rel = c.ppl_b() / c.ppl_a() - 1;
+    fmt::print("{:<24} {:>10.4f} {:>+10.3e} {:>10.4f} {:>12.3e}\n", names[k], c.ppl_b(), rel, t1,
+               c.max_rel_logit_diff);
+    out["engines"].push_back({{"engine", names[k]},
+                              {"describe", engines[k]->describe()},
+                              {"ppl", c.ppl_b()},
+                              {"ppl_rel_to_reference", rel},
+                              {"top1_vs_reference", t1},
+                              {"max_rel_logit_diff_vs_reference", c.max_rel_logit_diff}});
+  }
+  const double t1m = double(modes.top1_agree) / modes.positions;
+  fmt::print(
+      "native flashnorm vs native standard: top-1 {:.4f}, largest relative logit "
+      "difference {:.3e}\n",
+      t1m, modes.max_rel_logit_diff);
+  out["native_flashnorm_vs_native_standard"] = {{"top1", t1m},
+                                                {"max_rel_logit_diff", modes.max_rel_logit_diff}};
+  return out;
+}
+
 }  // namespace
 
 void register_verify(CLI::App& app) {
@@ -206,10 +267,15 @@ void register_verify(CLI::App& app) {
   add_device_options(cmd, a->dev);
   cmd->callback([a] {
     const std::string device = resolve_device(a->dev.device);
-    if (device == "cpu" && a->folded.empty()) {
+    const bool native = weight_storage(a->dev) == WeightStorage::kNative;
+    if (device == "cpu" && a->folded.empty() && !native) {
       throw Error(
           "verify: give at least one folded model (or --device cuda to compare the CUDA "
-          "engine's modes with the CPU engine)");
+          "engine's modes with the CPU engine, or --weights native to compare the native "
+          "engine with the fp32 one)");
+    }
+    if (native && !a->folded.empty()) {
+      throw Error("verify --weights native compares the original's engines: give no folded model");
     }
     // Inputs are never overwritten: refuse a --json path that names one, before any work.
     std::vector<std::filesystem::path> inputs = {a->original, a->text};
@@ -255,6 +321,15 @@ void register_verify(CLI::App& app) {
       return;
     }
     CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
+    if (native) {
+      nlohmann::json out =
+          verify_native(a->original, orig, text, a->ctx, max_ctx, bos, !a->no_cancel);
+      out["text"] = a->text;
+      out["original"] = a->original;
+      out["ctx"] = a->ctx;
+      write_json(json_out, out);
+      return;
+    }
     if (orig.config().folded) {
       std::fprintf(stderr, "note: %s is itself folded: this compares folded with folded\n",
                    a->original.c_str());

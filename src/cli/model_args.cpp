@@ -35,6 +35,25 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
                 "cuda, flashnorm mode, LM head tied to the embedding: fold the final norm's gain "
                 "into an untied copy of the head (vocab x hidden more weights) instead of running "
                 "that one RMSNorm with its gain");
+  cmd->add_option("--weights", d.weights,
+                  "cpu: f32 dequantizes every weight at load (BLAS, the exact reference); native "
+                  "computes from the GGUF file's quantized blocks (the file's bytes unchanged, no "
+                  "fp32 copy; decode quantizes activations to 16 bits per block of 32, prefill "
+                  "dequantizes tiles of rows for sgemm)")
+      ->check(CLI::IsMember({"f32", "native"}))
+      ->capture_default_str();
+}
+
+WeightStorage weight_storage(const DeviceArgs& d) {
+  if (d.weights != "native") return WeightStorage::kF32;
+  if (resolve_device(d.device) != "cpu") {
+    throw Error("--weights native runs on the CPU engine only: add --device cpu");
+  }
+  return WeightStorage::kNative;
+}
+
+Model load_model_for(const std::string& path, const DeviceArgs& d) {
+  return load_model(path, /*with_data=*/true, weight_storage(d));
 }
 
 namespace {
@@ -53,7 +72,7 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
   if (dev == "cpu" && (d.dtype != "bf16" || d.deferred != "fused" || d.eager || d.fold_tied_head)) {
     std::fprintf(stderr,
                  "note: --dtype, --deferred, --eager and --fold-tied-head apply to the CUDA engine "
-                 "only; the CPU engine runs fp32\n");
+                 "only; the CPU engine runs fp32 or native weights (--weights)\n");
   } else if (mode == NormMode::Standard && (d.deferred != "fused" || d.fold_tied_head)) {
     std::fprintf(stderr, "note: --deferred and --fold-tied-head apply to --norm flashnorm only\n");
   } else if (d.fold_tied_head && !model.cfg.tied_head) {

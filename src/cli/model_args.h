@@ -23,13 +23,19 @@ struct DeviceArgs {
   std::string deferred = "fused";  // cuda flashnorm mode: fused or two-stream
   bool eager = false;              // cuda: no CUDA graph for decode steps
   bool fold_tied_head = false;     // cuda flashnorm mode: CudaEngineOptions::fold_tied_head
+  std::string weights = "f32";     // cpu: f32 (dequantized at load) or native (GGUF blocks)
 };
 void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.
 std::string resolve_device(const std::string& device);
-// An engine on the resolved device (flashnorm::make_engine, engine/make_engine.h). ctx: KV cache length (0: default); cancel / track as in
-// CpuEngine (track: CPU only). Options that do not apply (CUDA-only flags on the CPU, --deferred
-// in standard mode) get a one-line note on stderr.
+// WeightStorage for --weights (native: the CPU engine computes from the GGUF file's blocks).
+// Errors: Error when --weights native meets a device that resolves to cuda.
+WeightStorage weight_storage(const DeviceArgs& d);
+// load_model(path, true, weight_storage(d)).
+Model load_model_for(const std::string& path, const DeviceArgs& d);
+// An engine on the resolved device (flashnorm::make_engine, engine/make_engine.h). ctx: KV cache
+// length (0: default); cancel / track as in CpuEngine (track: CPU only). Options that do not apply
+// (CUDA-only flags on the CPU, --deferred in standard mode) get a one-line note on stderr.
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track = false);
 // One line describing the engine: "<device>, <Engine::describe()>" (e.g. "cpu, fp32, norm

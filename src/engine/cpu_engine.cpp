@@ -10,6 +10,7 @@
 #include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/error.h"
 #include "flashnorm/fold/fold_gain.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/model/audit.h"
 
 namespace flashnorm {
@@ -72,6 +73,11 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }
 
+// The native view of a tensor loaded with WeightStorage::kNative.
+kernels::cpu::QuantMatrix native_view(const Tensor& t) {
+  return {t.type, t.raw.data(), static_cast<int>(t.rows()), static_cast<int>(t.cols())};
+}
+
 }  // namespace
 
 CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
@@ -87,7 +93,13 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
     throw Error(fmt::format("a KV cache of {} positions exceeds the model's context length {}",
                             max_ctx_, c.context));
   }
-  const bool fold = mode == NormMode::FlashNorm;
+  native_ = m_.has(a.tied_source) && !m_.get(a.tied_source).raw.empty();
+  if (native_) {
+    isa_ = kernels::cpu::best_quant_isa();
+    pool_ = std::make_unique<kernels::cpu::ThreadPool>();
+  }
+  // Native weights are never folded: the gain multiplies x instead.
+  const bool fold = mode == NormMode::FlashNorm && !native_;
   // Gains stay owned by the model, replaced by their multiplier form (1 + w for OnePlus files).
   auto gains = [&](const std::string& name) {
     Tensor& t = m_.get(name);
@@ -118,10 +130,17 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
     L.bgu = fused_bias(m_, {{p.gate, p.gate_bias}, {p.up, p.up_bias}});
     if (!p.attn_output_bias.empty()) L.bo = m_.get(p.attn_output_bias).data.data();
     if (!p.down_bias.empty()) L.bdown = m_.get(p.down_bias).data.data();
-    L.wqkv = fuse({p.qkv[0], p.qkv[1], p.qkv[2]}, L.attn_gain);
-    L.wgu = fuse({p.gate, p.up}, L.ffn_gain);
-    L.wo = m_.get(p.attn_output).data.data();
-    L.wdown = m_.get(p.down).data.data();
+    if (native_) {
+      for (const auto& n : p.qkv) L.qkv_q.push_back(native_view(m_.get(n)));
+      L.gu_q = {native_view(m_.get(p.gate)), native_view(m_.get(p.up))};
+      L.wo_q = native_view(m_.get(p.attn_output));
+      L.wdown_q = native_view(m_.get(p.down));
+    } else {
+      L.wqkv = fuse({p.qkv[0], p.qkv[1], p.qkv[2]}, L.attn_gain);
+      L.wgu = fuse({p.gate, p.up}, L.ffn_gain);
+      L.wo = m_.get(p.attn_output).data.data();
+      L.wdown = m_.get(p.down).data.data();
+    }
     if (!p.post_attn.empty()) L.post_attn = gains(p.post_attn);
     if (!p.post_ffn.empty()) L.post_ffn = gains(p.post_ffn);
     L.local = p.local;
@@ -132,8 +151,12 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
                     layers_[0].cancels[2];
   out_gain_ = gains("output_norm.weight");
   // The LM head: in FlashNorm mode a folded copy, so the (tied) embedding lookup stays unfolded.
-  head_ = fold_columns(m_.head(), fold ? out_gain_ : nullptr);
-  if (m_.has(a.head)) m_.tensors.erase(a.head);
+  if (native_) {
+    head_q_ = native_view(m_.head());  // tied or not, read in place; the gain goes on x
+  } else {
+    head_ = fold_columns(m_.head(), fold ? out_gain_ : nullptr);
+    if (m_.has(a.head)) m_.tensors.erase(a.head);
+  }
 
   const size_t kv = size_t(c.n_head_kv) * c.head_dim;
   // The KV cache and RoPE tables grow with the context and head_dim read from the file: refuse
@@ -209,7 +232,17 @@ std::vector<float> CpuEngine::forward_batch(std::span<const SequenceChunk> chunk
 }
 
 std::string CpuEngine::describe() const {
-  return fmt::format("fp32, norm {}", mode_ == NormMode::Standard ? "standard" : "flashnorm");
+  const char* norm = mode_ == NormMode::Standard ? "standard" : "flashnorm";
+  if (native_) {
+    return fmt::format("native weights ({}, {} threads), norm {}",
+                       kernels::cpu::quant_isa_name(isa_), pool_->size(), norm);
+  }
+  return fmt::format("fp32, norm {}", norm);
+}
+
+void CpuEngine::native_matmul(const float* x, int T, const QuantMatrix& w, float* y) {
+  acts_.prepare(x, T, w.cols);
+  kernels::cpu::quant_matmul(w, acts_, y, w.rows, isa_, pool_.get(), gemm_rows_);
 }
 
 // Standard: y = (x * rstd * g) W^T + b. FlashNorm: y = rstd * (x W*^T) + b with W* folded at
@@ -218,10 +251,28 @@ std::string CpuEngine::describe() const {
 // downstream).
 void CpuEngine::normed_projection(const float* x, int T, const float* gain, const float* w, int n,
                                   float* y, const float* bias,
-                                  std::span<const std::pair<int, int>> unscaled) {
+                                  std::span<const std::pair<int, int>> unscaled,
+                                  std::span<const QuantMatrix> q) {
   const int k = m_.cfg.hidden;
   const float eps = m_.cfg.eps;
-  if (mode_ == NormMode::Standard) {
+  if (!q.empty()) {
+    // Native: x' = x * g (Standard: x * rstd * g) quantized once for every part.
+    std::vector<float> r;
+    if (mode_ == NormMode::Standard) {
+      r.resize(T);
+      for (int t = 0; t < T; ++t) r[t] = rstd(x + size_t(t) * k, k, eps);
+    }
+    acts_.prepare(x, T, k, gain, r.empty() ? nullptr : r.data());
+    int col = 0;
+    for (const QuantMatrix& part : q) {
+      kernels::cpu::quant_matmul(part, acts_, y + col, n, isa_, pool_.get(), gemm_rows_);
+      col += part.rows;
+    }
+    if (mode_ == NormMode::Standard) {
+      add_bias(y, T, n, bias);
+      return;
+    }
+  } else if (mode_ == NormMode::Standard) {
     std::vector<float> xn(size_t(T) * k);
     for (int t = 0; t < T; ++t) {
       const float r = rstd(x + size_t(t) * k, k, eps);
@@ -231,7 +282,7 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
     add_bias(y, T, n, bias);
     return;
   }
-  matmul(x, T, w, n, k, y);
+  if (q.empty()) matmul(x, T, w, n, k, y);
   int scaled_cols = n;
   for (const auto& [b, e] : unscaled) scaled_cols -= e - b;
   // every consumer renormalizes: no reduction at all
@@ -360,8 +411,14 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
   for (const SequenceChunk& ch : chunks)
     tokens.insert(tokens.end(), ch.tokens.begin(), ch.tokens.end());
   for (int t = 0; t < T; ++t) {
-    for (int i = 0; i < H; ++i)
-      x[size_t(t) * H + i] = emb.data[size_t(tokens[t]) * H + i] * emb_scale;
+    float* row = &x[size_t(t) * H];
+    if (native_) {
+      const size_t rb = native_view(emb).row_bytes();
+      io::dequantize(emb.type, emb.raw.subspan(size_t(tokens[t]) * rb, rb), {row, size_t(H)});
+    } else {
+      std::copy_n(&emb.data[size_t(tokens[t]) * H], H, row);
+    }
+    for (int i = 0; i < H; ++i) row[i] *= emb_scale;
   }
   std::vector<float> qkv(size_t(T) * nqkv), att(size_t(T) * nq), proj(size_t(T) * H);
   std::vector<float> gu(size_t(T) * 2 * F), act(size_t(T) * F), rstd_x;
@@ -381,19 +438,23 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
       track = rstd_x.data();
     }
     normed_projection(x.data(), T, L.attn_gain, L.wqkv.data(), nqkv, qkv.data(),
-                      L.bqkv.empty() ? nullptr : L.bqkv.data(), unscaled);
+                      L.bqkv.empty() ? nullptr : L.bqkv.data(), unscaled, L.qkv_q);
     for (size_t i = 0, r = 0; i < chunks.size(); r += chunks[i].tokens.size(), ++i) {
       attention(l, *seqs[i], &qkv[r * nqkv], track ? track + r : nullptr,
                 static_cast<int>(chunks[i].tokens.size()), &att[r * nq]);
     }
-    matmul(att.data(), T, L.wo, H, nq, proj.data());
+    if (native_) {
+      native_matmul(att.data(), T, L.wo_q, proj.data());
+    } else {
+      matmul(att.data(), T, L.wo, H, nq, proj.data());
+    }
     add_bias(proj.data(), T, H, L.bo);
     if (L.post_attn) {
       for (int t = 0; t < T; ++t) rms_norm_row(&proj[size_t(t) * H], H, L.post_attn, c.eps);
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     normed_projection(x.data(), T, L.ffn_gain, L.wgu.data(), 2 * F, gu.data(),
-                      L.bgu.empty() ? nullptr : L.bgu.data());
+                      L.bgu.empty() ? nullptr : L.bgu.data(), {}, L.gu_q);
     for (int t = 0; t < T; ++t) {
       const float* g = &gu[size_t(t) * 2 * F];
       const float* u = g + F;
@@ -404,7 +465,11 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
         for (int i = 0; i < F; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SiLU
       }
     }
-    matmul(act.data(), T, L.wdown, H, F, proj.data());
+    if (native_) {
+      native_matmul(act.data(), T, L.wdown_q, proj.data());
+    } else {
+      matmul(act.data(), T, L.wdown, H, F, proj.data());
+    }
     add_bias(proj.data(), T, H, L.bdown);
     if (L.post_ffn) {
       for (int t = 0; t < T; ++t) rms_norm_row(&proj[size_t(t) * H], H, L.post_ffn, c.eps);
@@ -423,7 +488,8 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
     }
   }
   std::vector<float> logits(size_t(n) * c.vocab);
-  normed_projection(x.data(), n, out_gain_, head_.data(), c.vocab, logits.data());
+  normed_projection(x.data(), n, out_gain_, head_.data(), c.vocab, logits.data(), nullptr, {},
+                    std::span<const QuantMatrix>(&head_q_, native_ ? 1 : 0));
   softcap(logits, c.final_softcap);
   return logits;
 }

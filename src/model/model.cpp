@@ -13,6 +13,7 @@
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
+#include "flashnorm/kernels/cpu/quant_matmul.h"
 
 namespace flashnorm {
 namespace fs = std::filesystem;
@@ -93,8 +94,9 @@ void check_finite_span(const Model& m, bool hf, const std::string& canonical, ui
   if (bad != v.end()) refuse_non_finite(m, hf, canonical, base + (bad - v.begin()), *bad);
 }
 
-Model load_gguf(const fs::path& path, bool with_data) {
-  io::GgufFile f = io::GgufFile::open(path);
+Model load_gguf(const fs::path& path, bool with_data, WeightStorage storage) {
+  auto file = std::make_shared<io::GgufFile>(io::GgufFile::open(path));
+  const io::GgufFile& f = *file;
   Model m;
   m.source = path;
   m.cfg.arch = f.get_string("general.architecture");
@@ -117,7 +119,17 @@ Model load_gguf(const fs::path& path, bool with_data) {
     }
     Tensor x;
     x.shape.assign(t.dims.rbegin(), t.dims.rend());
-    if (with_data) {
+    x.type = t.type;
+    if (storage == WeightStorage::kNative && t.dims.size() == 2) {
+      if (!kernels::cpu::quant_matmul_supported(t.type)) {
+        throw Error(fmt::format(
+            "{}: tensor '{}' has type {}, which --weights native cannot compute from (use "
+            "--weights f32)",
+            path.string(), t.name, io::ggml_type_name(uint32_t(t.type))));
+      }
+      x.raw = f.tensor_data(t);
+      m.file = file;
+    } else if (with_data) {
       x.data.resize(t.n_elements);
       io::dequantize(t.type, f.tensor_data(t), x.data);
     }
@@ -299,10 +311,17 @@ void validate(Model& m) {
 
 }  // namespace
 
-Model load_model(const fs::path& path, bool with_data) {
+Model load_model(const fs::path& path, bool with_data, WeightStorage storage) {
   Model m;
+  const bool dir = fs::is_directory(path);
+  if (dir && storage == WeightStorage::kNative) {
+    throw Error(
+        fmt::format("{}: --weights native needs a GGUF file (a Hugging Face directory "
+                    "runs with --weights f32)",
+                    path.string()));
+  }
   try {
-    m = fs::is_directory(path) ? load_hf(path, with_data) : load_gguf(path, with_data);
+    m = dir ? load_hf(path, with_data) : load_gguf(path, with_data, storage);
   } catch (const nlohmann::json::exception& e) {
     // A config.json field of the wrong type (nlohmann's message names the expected type).
     throw Error(fmt::format("{}/config.json: {}", path.string(), e.what()));
@@ -348,11 +367,12 @@ void check_finite_weights(const Model& m) {
       }
       continue;
     }
-    if (!gguf) gguf = io::GgufFile::open(m.source);
-    const io::GgufTensorInfo* info = gguf->find_tensor(name);
+    if (!m.file && !gguf) gguf = io::GgufFile::open(m.source);
+    const io::GgufFile& gf = m.file ? *m.file : *gguf;  // the model's own mapping when it has one
+    const io::GgufTensorInfo* info = gf.find_tensor(name);
     if (!info) throw Error(fmt::format("{}: missing tensor '{}'", m.source.string(), name));
     const auto traits = io::ggml_type_traits(uint32_t(info->type));
-    const std::span<const uint8_t> bytes = gguf->tensor_data(*info);
+    const std::span<const uint8_t> bytes = gf.tensor_data(*info);
     const uint64_t row = info->dims.empty() ? n : info->dims[0];
     if (!traits || row == 0 || row % traits->block_elems != 0 || n % row != 0) {
       scratch.resize(n);  // not in whole rows of blocks: at once (dequantize names the fault)

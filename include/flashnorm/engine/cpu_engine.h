@@ -17,17 +17,25 @@
 //              reduction is skipped when no column needs it (dropped redundant normalization).
 // Linear biases (Qwen2's q/k/v, attention_bias, mlp_bias) are added after the row scale:
 // y = rstd * (x W*^T) + b (paper Proposition 2), and a biased output never has its rstd dropped.
+// Native weights (a model loaded with WeightStorage::kNative): every projection, the LM head
+// included, computes from the file's GGML blocks (kernels/cpu/quant_matmul.h, rows spread over a
+// thread pool) and nothing is folded: the gain multiplies x as x is quantized for the dot
+// products (both modes), the rstd either joins it (Standard) or scales the output rows after the
+// matmul (FlashNorm, with the same cancelled columns left unscaled), so the weights stay
+// bit-identical to the file and a tied head stays tied. Embedding rows are dequantized per token.
 // Source: HF LlamaForCausalLM (modeling_llama.py) for the forward pass.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "flashnorm/engine/engine.h"
+#include "flashnorm/kernels/cpu/quant_matmul.h"
 #include "flashnorm/model/model.h"
 
 namespace flashnorm {
@@ -50,11 +58,16 @@ class CpuEngine final : public Engine {
   const ModelConfig& config() const override { return m_.cfg; }
   NormMode mode() const override { return mode_; }
   const char* device() const override { return "cpu"; }
-  // "fp32, norm standard" or "fp32, norm flashnorm".
+  // "fp32, norm standard", "fp32, norm flashnorm", or with native weights
+  // "native weights (avx2), norm ...".
   std::string describe() const override;
   // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
   // factor of model/audit.h's bound); 0 unless track_cancellation.
   double max_cancellation_error() const { return max_cancel_err_; }
+  // Native weights: passes of this many tokens or more take quant_matmul's tiled sgemm path
+  // (kernels::cpu::kQuantGemmRows by default); INT_MAX: every pass the integer path decode
+  // takes (verify uses it to measure that path teacher-forced). No effect on fp32 weights.
+  void set_quant_gemm_rows(int rows) { gemm_rows_ = rows; }
   // True when the attention norm's whole rstd reduction is skipped (every consumer cancels).
   bool skips_attn_reduction() const { return skip_attn_rstd_; }
 
@@ -78,6 +91,7 @@ class CpuEngine final : public Engine {
     int cap = 0;                           // positions allocated
     std::vector<std::vector<float>> k, v;  // [layer][pos][n_kv * D]
   };
+  using QuantMatrix = kernels::cpu::QuantMatrix;
   struct Layer {
     const float* attn_gain;         // [H] (Standard mode)
     std::vector<float> wqkv;        // [q + 2 kv, H], rows of q, then k, then v
@@ -95,12 +109,19 @@ class CpuEngine final : public Engine {
     const float* wdown;                // [H, F]
     const float* post_ffn = nullptr;   // [H]
     bool local = false;                // sliding-window layer
+    // native weights: q, k, v parts / gate, up parts in row order, o and down (fp32 fields unused)
+    std::vector<QuantMatrix> qkv_q, gu_q;
+    QuantMatrix wo_q, wdown_q;
   };
   // y[T, n] = normed(x) W^T + bias (bias [n] or null, added after the FlashNorm row scale).
   // `unscaled` marks column ranges [begin, end) that get no rstd in FlashNorm mode.
+  // With native weights `w` is unused and `q` holds the matrix's row blocks in order.
   void normed_projection(const float* x, int T, const float* gain, const float* w, int n, float* y,
                          const float* bias = nullptr,
-                         std::span<const std::pair<int, int>> unscaled = {});
+                         std::span<const std::pair<int, int>> unscaled = {},
+                         std::span<const QuantMatrix> q = {});
+  // y[T, w.rows] = x[T, w.cols] W^T from native weights.
+  void native_matmul(const float* x, int T, const QuantMatrix& w, float* y);
   // Attention of T new rows (qkv [T, q + 2 kv], out [T, q]) of sequence s at positions s.pos...
   void attention(int layer, Sequence& s, float* qkv, const float* rstd_x, int T, float* out);
   // Grows s's cache to hold `need` positions.
@@ -120,6 +141,12 @@ class CpuEngine final : public Engine {
   const float* out_gain_ = nullptr;
   Sequence single_;                                     // forward()'s sequence
   std::map<int, Sequence> seqs_;                        // open sequences by id
+  bool native_ = false;  // the model's matrices are native (Tensor::raw)
+  kernels::cpu::QuantIsa isa_ = kernels::cpu::QuantIsa::kScalar;
+  std::unique_ptr<kernels::cpu::ThreadPool> pool_;
+  kernels::cpu::PreparedActs acts_;
+  QuantMatrix head_q_;
+  int gemm_rows_ = kernels::cpu::kQuantGemmRows;
   std::vector<float> rope_cos_, rope_sin_;              // [pos][D/2], global base
   std::vector<float> rope_cos_local_, rope_sin_local_;  // local base (sliding-window layers)
 };

@@ -6,20 +6,28 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "flashnorm/io/ggml_types.h"
 #include "flashnorm/model/arch.h"
 
 namespace flashnorm {
 namespace io {
 class HfModelDir;
-}
+class GgufFile;
+}  // namespace io
 
 // Row-major fp32 tensor. Matrices are [N, K] = [out, in] (a GGUF tensor with dims {K, N}).
+// A matrix loaded with WeightStorage::kNative keeps its file bytes instead: `raw` (rows of whole
+// GGML blocks of `type`, inside Model::file's mapping) and empty `data`.
 struct Tensor {
   std::vector<uint64_t> shape;
   std::vector<float> data;
+  io::GgmlType type = io::GgmlType::F32;  // the file's type (raw's type when raw is set)
+  std::span<const uint8_t> raw;           // native weights, or empty
   uint64_t rows() const { return shape.size() == 2 ? shape[0] : 1; }
   uint64_t cols() const { return shape.empty() ? 0 : shape.back(); }
 };
@@ -81,6 +89,8 @@ struct Model {
   const ArchDescription* arch = nullptr;
   std::map<std::string, Tensor, std::less<>> tensors;
   std::filesystem::path source;
+  // The mapped GGUF file that native tensors' `raw` bytes point into (WeightStorage::kNative).
+  std::shared_ptr<const io::GgufFile> file;
 
   // Errors: throws Error naming the tensor when it is absent.
   const Tensor& get(std::string_view name) const;
@@ -103,7 +113,15 @@ struct Model {
 // keep empty data): the same validation except finiteness, without the cost of dequantizing
 // (check_model_file in flashnorm/model/check.h adds finiteness tensor by tensor).
 // Errors: flashnorm::Error / FormatError with the tensor or key name.
-Model load_model(const std::filesystem::path& path, bool with_data = true);
+// How load_model holds matrices. kF32: every tensor dequantized to fp32 `data`. kNative (GGUF
+// only): every 2-D tensor keeps its file bytes (Tensor::raw, the file mapped for the model's
+// life) for kernels/cpu/quant_matmul.h; 1-D tensors (gains, biases) are still fp32. Errors
+// (kNative): Error for a Hugging Face directory, or naming the first 2-D tensor whose type
+// quant_matmul cannot read.
+enum class WeightStorage { kF32, kNative };
+
+Model load_model(const std::filesystem::path& path, bool with_data = true,
+                 WeightStorage storage = WeightStorage::kF32);
 
 // Refuses a non-finite weight: throws Error naming the model, the tensor (its name in the file)
 // and the first NaN or infinite element ("m.gguf: tensor 'blk.0.attn_q.weight' element 17 is

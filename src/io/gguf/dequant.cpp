@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "flashnorm/error.h"
+#include "flashnorm/io/ggml_blocks.h"
 #include "gguf_internal.h"
 
 namespace flashnorm::io {
@@ -28,17 +29,6 @@ const HalfTable& half_table() {
     return t;
   }();
   return *table;
-}
-
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 // block_q4_0 {fp16 d; uint8 qs[16]}: x = (q - 8) * d; low nibbles are elements 0..15.
@@ -106,17 +96,6 @@ void deq_q8_0(const uint8_t* b, size_t nb, float* y, const HalfTable& h) {
   }
 }
 
-// 6-bit scale and min number j (0..7) of a Q4_K/Q5_K super-block (ggml get_scale_min_k4).
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // The head of a Q4_K/Q5_K super-block: fp16 d, fp16 dmin, then 12 bytes of packed 6-bit scales
 // and mins.
 struct KHead {
@@ -134,9 +113,9 @@ struct SubBlockScales {
 };
 inline SubBlockScales sub_block_scales(const KHead& k, int is) {
   uint8_t sc, m;
-  scale_min_k4(is, k.scales, &sc, &m);
+  k_scale_min(is, k.scales, &sc, &m);
   const float d1 = k.d * static_cast<float>(sc), m1 = k.dmin * static_cast<float>(m);
-  scale_min_k4(is + 1, k.scales, &sc, &m);
+  k_scale_min(is + 1, k.scales, &sc, &m);
   return {d1, m1, k.d * static_cast<float>(sc), k.dmin * static_cast<float>(m)};
 }
 

@@ -1,0 +1,32 @@
+// A fixed set of worker threads that runs the tasks 0..n-1 of one parallel loop at a time (the
+// calling thread takes part), for the CPU engine's row-parallel quantized matmuls. Workers wait
+// on a condition variable between loops, after a short spin (decode loops are tens of
+// microseconds apart).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+namespace flashnorm::kernels::cpu {
+
+class ThreadPool {
+ public:
+  // `threads` >= 1 threads in all, the caller included (1: everything runs on the caller);
+  // 0: std::thread::hardware_concurrency().
+  explicit ThreadPool(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const;
+  // Calls task(i) once for every i in [0, n), spread over the threads; returns when all are done.
+  // The first exception a task throws is rethrown here (after the loop has drained).
+  // Not reentrant: one loop at a time, from one calling thread.
+  void run(int n, const std::function<void(int)>& task);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace flashnorm::kernels::cpu

@@ -1,0 +1,221 @@
+// AVX2 + FMA + F16C dot products of one weight row in GGML blocks with one activation row
+// (quant_dot.h); built with -mavx2 -mfma -mf16c for this file only and called only when the CPU
+// has all three (quant_isa_available). Same arithmetic as quant_dot_scalar.cpp: each block's
+// codes widened to 16 bits and multiplied with the 16-bit activations by vpmaddwd (exact: at most
+// 2 * 128 * 32767 per pair), scales in fp32.
+#include <immintrin.h>
+
+#include "quant_dot.h"
+
+namespace flashnorm::kernels::cpu::detail {
+namespace {
+
+constexpr int QK = 32;
+constexpr int QK_K = 256;
+
+float f16(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 bytes, 0x10 where bit j of qh is set (byte j), else 0.
+__m256i fifth_bits(uint32_t qh) {
+  const __m256i pick = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), pick);
+  b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bits), bits);
+  return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+__m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 8 int32 partial sums of 32 signed 8-bit codes (byte j = element j) times a block's activations.
+__m256i block_isum(__m256i q8, const int16_t* x) {
+  const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q8));
+  const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q8, 1));
+  return _mm256_add_epi32(_mm256_madd_epi16(lo, load32(x)), _mm256_madd_epi16(hi, load32(x + 16)));
+}
+
+float dot_f32(const uint8_t* w, const void* act, int k) {
+  const float* x = static_cast<const float*>(act);
+  const float* wf = reinterpret_cast<const float*>(w);
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= k; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(x + i), acc);
+  float s = hsum(acc);
+  for (; i < k; ++i) s += wf[i] * x[i];
+  return s;
+}
+
+float dot_f16(const uint8_t* w, const void* act, int k) {
+  const float* x = static_cast<const float*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+    acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), acc);
+  }
+  float s = hsum(acc);
+  for (; i < k; ++i) s += f16(w + 2 * i) * x[i];
+  return s;
+}
+
+float dot_bf16(const uint8_t* w, const void* act, int k) {
+  const float* x = static_cast<const float*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256i h =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+    acc =
+        _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(x + i), acc);
+  }
+  float s = hsum(acc);
+  for (; i < k; ++i) {
+    const uint32_t b = static_cast<uint32_t>(load_u16(w + 2 * i)) << 16;
+    float v;
+    std::memcpy(&v, &b, 4);
+    s += v * x[i];
+  }
+  return s;
+}
+
+// The 32-element types: acc += d_w a.d sum((q - zero) qs) per block; for the types with a min,
+// m a.s summed beside it.
+template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero>
+float dot_nibbles(const uint8_t* w, const void* act, int k) {
+  const ActBlock* a = static_cast<const ActBlock*>(act);
+  const __m256i m4 = _mm256_set1_epi16(0x0f);
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0;
+  for (int b = 0; b < k / QK; ++b, w += kBytes, ++a) {
+    // byte j -> 16-bit lane j: its low nibble is element j, its high nibble element j + 16
+    const __m256i v =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQsOff)));
+    __m256i lo = _mm256_and_si256(v, m4);
+    __m256i hi = _mm256_srli_epi16(v, 4);
+    if constexpr (kQhOff > 0) {
+      const __m256i h = fifth_bits(load_u32(w + kQhOff));
+      lo = _mm256_or_si256(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(h)));
+      hi = _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(h, 1)));
+    }
+    if constexpr (kZero != 0) {
+      lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(kZero));
+      hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(kZero));
+    }
+    const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(lo, load32(a->qs)),
+                                          _mm256_madd_epi16(hi, load32(a->qs + 16)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w) * a->d), _mm256_cvtepi32_ps(isum), acc);
+    if constexpr (kHasMin) off += f16(w + 2) * a->s;
+  }
+  return hsum(acc) + off;
+}
+
+float dot_q8_0(const uint8_t* w, const void* act, int k) {
+  const ActBlock* a = static_cast<const ActBlock*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < k / QK; ++b, w += 34, ++a) {
+    const __m256 p = _mm256_cvtepi32_ps(block_isum(load32(w + 2), a->qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w) * a->d), p, acc);
+  }
+  return hsum(acc);
+}
+
+// Q4_K / Q5_K (scalar k_superblock in quant_dot_scalar.cpp): per 64 elements, the low nibbles are
+// sub-block 2c and the high nibbles sub-block 2c + 1, each one activation block.
+template <bool kQ5>
+float dot_k45(const uint8_t* w, const void* act, int k) {
+  const ActBlock* a = static_cast<const ActBlock*>(act);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0;
+  for (int b = 0; b < k / QK_K; ++b, w += kQ5 ? 176 : 144) {
+    const float d = f16(w), dmin = f16(w + 2);
+    const uint8_t* ql = w + (kQ5 ? 48 : 16);
+    const __m256i qh = kQ5 ? load32(w + 16) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c, ql += 32, a += 2) {
+      int sc0, m0, sc1, m1;
+      k_scale_min(2 * c, w + 4, &sc0, &m0);
+      k_scale_min(2 * c + 1, w + 4, &sc1, &m1);
+      const __m256i q = load32(ql);
+      __m256i lo = _mm256_and_si256(q, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (kQ5) {
+        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+      }
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc0) * a[0].d),
+                            _mm256_cvtepi32_ps(block_isum(lo, a[0].qs)), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc1) * a[1].d),
+                            _mm256_cvtepi32_ps(block_isum(hi, a[1].qs)), acc);
+      off -= dmin * static_cast<float>(m0) * a[0].s + dmin * static_cast<float>(m1) * a[1].s;
+    }
+  }
+  return hsum(acc) + off;
+}
+
+float dot_q6_k(const uint8_t* w, const void* act, int k) {
+  const ActBlock* a = static_cast<const ActBlock*>(act);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m3 = _mm256_set1_epi8(0x03);
+  const __m256i z32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int b = 0; b < k / QK_K; ++b, w += 210, a += 8) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const float d = f16(w + 208);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load32(w + 64 * h);
+      const __m256i ql1 = load32(w + 64 * h + 32);
+      const __m256i qh = load32(w + 128 + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4))};
+      for (int i = 0; i < 4; ++i) {
+        const ActBlock& x = a[4 * h + i];
+        const int g = 8 * h + 2 * i;  // the two 16-element groups of these 32 elements
+        const __m256i qs = _mm256_sub_epi8(q[i], z32);
+        const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qs));
+        const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(qs, 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[g]) * x.d),
+                              _mm256_cvtepi32_ps(_mm256_madd_epi16(lo, load32(x.qs))), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc[g + 1]) * x.d),
+                              _mm256_cvtepi32_ps(_mm256_madd_epi16(hi, load32(x.qs + 16))), acc);
+      }
+    }
+  }
+  return hsum(acc);
+}
+
+}  // namespace
+
+const QuantDots& avx2_dots() {
+  static const QuantDots t{dot_f32,
+                           dot_f16,
+                           dot_bf16,
+                           dot_nibbles<18, 2, 0, false, 8>,
+                           dot_nibbles<20, 4, 0, true, 0>,
+                           dot_nibbles<22, 6, 2, false, 16>,
+                           dot_nibbles<24, 8, 4, true, 0>,
+                           dot_q8_0,
+                           dot_k45<false>,
+                           dot_k45<true>,
+                           dot_q6_k};
+  return t;
+}
+
+}  // namespace flashnorm::kernels::cpu::detail

@@ -1,0 +1,174 @@
+#include "flashnorm/kernels/cpu/quant_matmul.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
+#include "quant_dot.h"
+
+namespace flashnorm::kernels::cpu {
+namespace {
+
+bool f32_acts(io::GgmlType t) {
+  return t == io::GgmlType::F32 || t == io::GgmlType::F16 || t == io::GgmlType::BF16;
+}
+
+// Output rows per task: enough work per task to amortize scheduling, enough tasks to balance.
+constexpr int kRowsPerTask = 16;
+// Rows of W dequantized per tile in the prefill path (kQuantGemmRows).
+constexpr int kTileRows = 256;
+
+// The prefill path: y = x' W^T with W dequantized kTileRows rows at a time (the tile's rows spread
+// over the pool) and each tile multiplied by sgemm.
+void tiled_gemm(const QuantMatrix& w, size_t rb, const PreparedActs& a, float* y, int ldy,
+                ThreadPool* pool) {
+  const int M = a.rows(), N = w.rows, K = w.cols;
+  std::vector<float> tile(size_t(std::min(N, kTileRows)) * K);
+  for (int n0 = 0; n0 < N; n0 += kTileRows) {
+    const int nt = std::min(kTileRows, N - n0);
+    const int tasks = (nt + kRowsPerTask - 1) / kRowsPerTask;
+    auto task = [&](int t) {
+      const int r0 = t * kRowsPerTask, r1 = std::min(nt, r0 + kRowsPerTask);
+      io::dequantize(w.type,
+                     std::span<const uint8_t>(w.data + size_t(n0 + r0) * rb, size_t(r1 - r0) * rb),
+                     std::span<float>(&tile[size_t(r0) * K], size_t(r1 - r0) * K));
+    };
+    if (pool) {
+      pool->run(tasks, task);
+    } else {
+      for (int t = 0; t < tasks; ++t) task(t);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, a.f32(), K, tile.data(), K,
+                0.0f, y + n0, ldy);
+  }
+}
+
+}  // namespace
+
+bool quant_isa_available(QuantIsa isa) {
+  if (isa == QuantIsa::kScalar) return true;
+#if defined(FLASHNORM_HAVE_AVX2_KERNELS)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+QuantIsa best_quant_isa() {
+  return quant_isa_available(QuantIsa::kAvx2) ? QuantIsa::kAvx2 : QuantIsa::kScalar;
+}
+
+const char* quant_isa_name(QuantIsa isa) { return isa == QuantIsa::kAvx2 ? "avx2" : "scalar"; }
+
+bool quant_matmul_supported(io::GgmlType type) {
+  return detail::dot_for(detail::scalar_dots(), type) != nullptr;
+}
+
+void quantize_act_row(const float* x, int k, ActBlock* out) {
+  for (int b = 0; b < k / 32; ++b, x += 32, ++out) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 32767.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float v = std::clamp(std::nearbyint(x[i] * id), -32767.0f, 32767.0f);
+      out->qs[i] = static_cast<int16_t>(v);
+      sum += out->qs[i];
+    }
+    out->d = d;
+    out->s = d * static_cast<float>(sum);
+  }
+}
+
+size_t QuantMatrix::row_bytes() const {
+  const auto tr = io::ggml_type_traits(static_cast<uint32_t>(type));
+  if (!tr) throw Error(fmt::format("quant_matmul: unknown weight type id {}", uint32_t(type)));
+  if (cols <= 0 || cols % tr->block_elems != 0) {
+    throw Error(fmt::format("quant_matmul: {} rows of {} elements are not whole blocks of {}",
+                            tr->name, cols, tr->block_elems));
+  }
+  return size_t(cols) / tr->block_elems * tr->block_bytes;
+}
+
+void PreparedActs::prepare(const float* x, int M, int K, const float* gain,
+                           const float* row_scale) {
+  m_ = M;
+  k_ = K;
+  x_.resize(size_t(M) * K);
+  for (int m = 0; m < M; ++m) {
+    const float r = row_scale ? row_scale[m] : 1.0f;
+    const float* xr = x + size_t(m) * K;
+    float* o = &x_[size_t(m) * K];
+    if (gain) {
+      for (int i = 0; i < K; ++i) o[i] = xr[i] * r * gain[i];
+    } else {
+      for (int i = 0; i < K; ++i) o[i] = xr[i] * r;
+    }
+  }
+  have_q_ = false;
+}
+
+const ActBlock* PreparedActs::q(int m) {
+  if (!have_q_) {
+    const int nb = k_ / 32;
+    q_.resize(size_t(m_) * nb);
+    for (int r = 0; r < m_; ++r) quantize_act_row(&x_[size_t(r) * k_], k_, &q_[size_t(r) * nb]);
+    have_q_ = true;
+  }
+  return &q_[size_t(m) * (k_ / 32)];
+}
+
+void quant_matmul(const QuantMatrix& w, PreparedActs& a, float* y, int ldy, QuantIsa isa,
+                  ThreadPool* pool, int gemm_rows) {
+  if (!quant_isa_available(isa)) {
+    throw Error(fmt::format("quant_matmul: this CPU or build lacks {}", quant_isa_name(isa)));
+  }
+#if defined(FLASHNORM_HAVE_AVX2_KERNELS)
+  const detail::QuantDots& table =
+      isa == QuantIsa::kAvx2 ? detail::avx2_dots() : detail::scalar_dots();
+#else
+  const detail::QuantDots& table = detail::scalar_dots();
+#endif
+  const detail::QuantDotFn dot = detail::dot_for(table, w.type);
+  if (!dot) {
+    throw Error(fmt::format("quant_matmul: weight type {} is not supported",
+                            io::ggml_type_name(uint32_t(w.type))));
+  }
+  if (a.cols() != w.cols) {
+    throw Error(fmt::format("quant_matmul: x has {} columns, the weight {}", a.cols(), w.cols));
+  }
+  const size_t rb = w.row_bytes();
+  const bool f32 = f32_acts(w.type);
+  const int M = a.rows(), N = w.rows, K = w.cols;
+  if (M >= gemm_rows) {
+    tiled_gemm(w, rb, a, y, ldy, pool);
+    return;
+  }
+  std::vector<const void*> acts(M);
+  for (int m = 0; m < M; ++m) {
+    acts[m] =
+        f32 ? static_cast<const void*>(a.f32() + size_t(m) * K) : static_cast<const void*>(a.q(m));
+  }
+  const int tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
+  auto task = [&](int t) {
+    const int n0 = t * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
+    for (int n = n0; n < n1; ++n) {
+      const uint8_t* row = w.data + size_t(n) * rb;
+      for (int m = 0; m < M; ++m) y[size_t(m) * ldy + n] = dot(row, acts[m], K);
+    }
+  };
+  if (pool) {
+    pool->run(tasks, task);
+  } else {
+    for (int t = 0; t < tasks; ++t) task(t);
+  }
+}
+
+}  // namespace flashnorm::kernels::cpu

@@ -1,0 +1,270 @@
+// quant_matmul (kernels/cpu/quant_matmul.h) against fp64 references built from io::dequantize
+// (itself bit-identical to the gguf package's dequantizers, tests/io/test_dequant*), on random
+// but valid blocks of every supported type and odd shapes, for the portable and the AVX2 path:
+//  (a) exact check: the reference uses x quantized per block by the header's rule, re-derived
+//      here; the kernel's block sums are exact integers, so only fp32 rounding of the scales and
+//      the running sum remains: |y - ref| <= gamma(K + 8) * sum |w| |xq|, gamma(n) = n u / (1 - n
+//      u), u = 2^-24 (Higham's bound for a recursive sum of K + a few rounded terms).
+//  (b) accuracy against the unquantized x: each element of x is off by at most d_b / 2 (d_b the
+//      block's scale), so |y - ref| <= sum_b (d_b / 2) sum_{k in b} |w_k| + the bound of (a);
+//      1% is added to d_b / 2 for the rounding of x * (1 / d).
+// From kQuantGemmRows rows of x on, W is dequantized in tiles and x stays fp32: check (a) then
+// uses the unquantized x (M = 33 covers it).
+// Negative control: one flipped weight byte must break check (a) for its row.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashnorm/error.h"
+#include "flashnorm/half.h"
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/kernels/cpu/quant_matmul.h"
+
+namespace fc = flashnorm::kernels::cpu;
+namespace io = flashnorm::io;
+using io::GgmlType;
+
+namespace {
+
+// The f16 scale fields of a block (byte offsets) and the byte a negative control flips.
+struct Layout {
+  std::vector<int> f16_scales;
+  int code_byte;
+  uint8_t flip;
+};
+
+Layout layout(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      return {{0}, 2, 0x88};
+    case GgmlType::Q4_1:
+      return {{0, 2}, 4, 0x88};
+    case GgmlType::Q5_0:
+      return {{0}, 6, 0x88};
+    case GgmlType::Q5_1:
+      return {{0, 2}, 8, 0x88};
+    case GgmlType::Q8_0:
+      return {{0}, 2, 0x80};
+    case GgmlType::Q4_K:
+      return {{0, 2}, 16, 0x88};
+    case GgmlType::Q5_K:
+      return {{0, 2}, 48, 0x88};
+    case GgmlType::Q6_K:
+      return {{208}, 0, 0x88};
+    case GgmlType::F32:
+      return {{}, 3, 0x80};  // sign bit of element 0
+    default:
+      return {{}, 1, 0x80};  // F16 / BF16: sign bit of element 0
+  }
+}
+
+// Random rows of `type`: random code bytes (every pattern is a valid code), scales set to finite
+// f16 values of a plausible size, plain types filled with random values.
+std::vector<uint8_t> random_weights(GgmlType t, int N, int K, std::mt19937& rng) {
+  const auto tr = *io::ggml_type_traits(uint32_t(t));
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::uniform_real_distribution<float> ud(0.002f, 0.02f);
+  const size_t blocks = size_t(N) * K / tr.block_elems;
+  std::vector<uint8_t> w(blocks * tr.block_bytes);
+  if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
+    std::vector<float> v(size_t(N) * K);
+    for (float& x : v) x = nd(rng);
+    return io::quantize(t, v);
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < blocks; ++b) {
+    for (int off : layout(t).f16_scales) {
+      const uint16_t h = flashnorm::half::f32_to_f16(ud(rng));
+      std::memcpy(&w[b * tr.block_bytes + off], &h, 2);
+    }
+  }
+  return w;
+}
+
+// The header's activation rule, re-derived: d = amax / 32767, q = nearbyint(x * (1 / d)); returns
+// xq = d q and the per-element scale d.
+void quantize_reference(const std::vector<float>& x, int M, int K, int block,
+                        std::vector<double>& xq, std::vector<double>& dscale) {
+  xq.assign(x.size(), 0);
+  dscale.assign(x.size(), 0);
+  for (int m = 0; m < M; ++m) {
+    for (int b = 0; b < K; b += block) {
+      const float* xb = &x[size_t(m) * K + b];
+      float amax = 0;
+      for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 32767.0f;
+      const float id = d != 0 ? 1.0f / d : 0.0f;
+      for (int i = 0; i < block; ++i) {
+        xq[size_t(m) * K + b + i] = double(d) * std::nearbyint(xb[i] * id);
+        dscale[size_t(m) * K + b + i] = d;
+      }
+    }
+  }
+}
+
+int act_block(GgmlType t) {
+  if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) return 0;
+  return 32;
+}
+
+double gamma(int n) {
+  const double u = std::ldexp(1.0, -24);
+  return n * u / (1 - n * u);
+}
+
+struct Case {
+  GgmlType type;
+  fc::QuantIsa isa;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& p) {
+  return io::ggml_type_name(uint32_t(p.param.type)) + "_" + fc::quant_isa_name(p.param.isa);
+}
+
+class QuantMatmul : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!fc::quant_isa_available(GetParam().isa)) {
+      GTEST_SKIP() << "this CPU (or build) lacks " << fc::quant_isa_name(GetParam().isa)
+                   << " (AVX2 + FMA + F16C)";
+    }
+  }
+
+  // Runs one shape; returns the number of rows that break check (a) (0 expected) after checking
+  // (b) too. `corrupt` flips the negative control's byte in row 0 after the reference is built.
+  int run_shape(int M, int N, int K, bool corrupt, bool with_gain) {
+    const GgmlType t = GetParam().type;
+    std::mt19937 rng(1234 + M * 7 + K);
+    std::vector<uint8_t> w = random_weights(t, N, K, rng);
+    std::vector<float> wf(size_t(N) * K);
+    io::dequantize(t, w, wf);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(M) * K), gain(K), rs(M);
+    for (float& v : x) v = nd(rng);
+    for (float& v : gain) v = 0.5f + std::fabs(nd(rng));
+    for (float& v : rs) v = 0.25f + std::fabs(nd(rng));
+    // x' = x * row_scale * gain in fp32, as PreparedActs forms it
+    std::vector<float> xs(x);
+    if (with_gain) {
+      for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k) xs[size_t(m) * K + k] = x[size_t(m) * K + k] * rs[m] * gain[k];
+    }
+    // from kQuantGemmRows rows on, x is not quantized (dequantized tiles and sgemm)
+    const int blk = M >= fc::kQuantGemmRows ? 0 : act_block(t);
+    std::vector<double> xq, dsc;
+    if (blk) {
+      quantize_reference(xs, M, K, blk, xq, dsc);
+    } else {
+      xq.assign(xs.begin(), xs.end());
+      dsc.assign(xs.size(), 0);
+    }
+    if (corrupt) w[layout(t).code_byte] ^= layout(t).flip;
+    fc::QuantMatrix qm{t, w.data(), N, K};
+    fc::PreparedActs a;
+    a.prepare(x.data(), M, K, with_gain ? gain.data() : nullptr, with_gain ? rs.data() : nullptr);
+    const int ldy = N + 3;  // a row stride wider than N
+    std::vector<float> y(size_t(M) * ldy, -1.0f);
+    fc::ThreadPool pool(2);
+    fc::quant_matmul(qm, a, y.data(), ldy, GetParam().isa, &pool);
+    int bad = 0;
+    for (int m = 0; m < M; ++m) {
+      for (int n = 0; n < N; ++n) {
+        double ref_a = 0, abs_a = 0, ref_b = 0, act_err = 0;
+        for (int k = 0; k < K; ++k) {
+          const double wv = wf[size_t(n) * K + k];
+          const size_t i = size_t(m) * K + k;
+          ref_a += wv * xq[i];
+          abs_a += std::fabs(wv * xq[i]);
+          ref_b += wv * double(xs[i]);
+          act_err += 0.51 * dsc[i] * std::fabs(wv);
+        }
+        const double got = y[size_t(m) * ldy + n];
+        const double tol_a = gamma(K + 8) * abs_a + 1e-30;
+        if (std::fabs(got - ref_a) > tol_a) {
+          ++bad;
+          if (!corrupt) {
+            ADD_FAILURE() << "(a) m " << m << " n " << n << ": " << got << " vs " << ref_a
+                          << " (tolerance " << tol_a << ")";
+          }
+        }
+        if (!corrupt) {
+          EXPECT_LE(std::fabs(got - ref_b), act_err + 2 * tol_a)
+              << "(b) m " << m << " n " << n << ": " << got << " vs " << ref_b;
+        }
+      }
+      // the padding between rows is never written
+      for (int n = N; n < ldy; ++n) EXPECT_EQ(y[size_t(m) * ldy + n], -1.0f);
+    }
+    return bad;
+  }
+
+  bool k_quant() const {
+    const GgmlType t = GetParam().type;
+    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+  }
+  int k_small() const { return k_quant() ? 256 : 96; }
+  int k_large() const { return k_quant() ? 768 : 544; }
+};
+
+TEST_P(QuantMatmul, MatchesFp64ReferenceOnOddShapes) {
+  for (int M : {1, 3, 33}) {
+    EXPECT_EQ(run_shape(M, 37, k_small(), false, false), 0) << "M " << M;
+    EXPECT_EQ(run_shape(M, 37, k_large(), false, M == 3), 0) << "M " << M;
+  }
+  EXPECT_EQ(run_shape(2, 1, k_small(), false, true), 0);  // one output row
+}
+
+TEST_P(QuantMatmul, FlippedWeightByteIsCaught) {
+  EXPECT_GE(run_shape(3, 37, k_small(), true, false), 1);
+  EXPECT_GE(run_shape(fc::kQuantGemmRows, 37, k_small(), true, false), 1);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> v;
+  for (fc::QuantIsa isa : {fc::QuantIsa::kScalar, fc::QuantIsa::kAvx2}) {
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+                       GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                       GgmlType::Q5_K, GgmlType::Q6_K}) {
+      v.push_back({t, isa});
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantMatmul, testing::ValuesIn(all_cases()), case_name);
+
+TEST(QuantMatmulArgs, RefusesUnsupportedTypeAndShapes) {
+  std::vector<uint8_t> w(1024);
+  fc::PreparedActs a;
+  std::vector<float> x(64, 1.0f);
+  a.prepare(x.data(), 1, 64);
+  std::vector<float> y(4);
+  fc::QuantMatrix q2k{GgmlType::Q2_K, w.data(), 1, 256};
+  EXPECT_FALSE(fc::quant_matmul_supported(GgmlType::Q2_K));
+  EXPECT_THROW(fc::quant_matmul(q2k, a, y.data(), 1, fc::QuantIsa::kScalar), flashnorm::Error);
+  fc::QuantMatrix cols{GgmlType::Q8_0, w.data(), 1, 96};  // 96 != 64 columns of x
+  EXPECT_THROW(fc::quant_matmul(cols, a, y.data(), 1, fc::QuantIsa::kScalar), flashnorm::Error);
+  fc::QuantMatrix part{GgmlType::Q8_0, w.data(), 1, 48};  // not whole blocks
+  EXPECT_THROW((void)part.row_bytes(), flashnorm::Error);
+}
+
+TEST(ThreadPoolTest, RunsEveryTaskOnceAndRethrows) {
+  fc::ThreadPool pool(2);
+  for (int rep = 0; rep < 50; ++rep) {
+    std::vector<std::atomic<int>> hits(97);
+    pool.run(97, [&](int i) { hits[i].fetch_add(1); });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  EXPECT_THROW(pool.run(8,
+                        [](int i) {
+                          if (i == 5) throw std::runtime_error("x");
+                        }),
+               std::runtime_error);
+}
+
+}  // namespace
