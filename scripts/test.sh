@@ -21,7 +21,8 @@ scripts/build.sh release
 wait "$torch_pid" || { cat .cache/torch-install.log >&2; echo "test.sh: installing PyTorch failed" >&2; exit 1; }
 # The test presets set OPENBLAS_NUM_THREADS=1: with two tests at a time on 2 cores, OpenBLAS's
 # spinning worker threads starved each other (the two `verify` tests took 36 and 45 min).
-ctest --preset release -j 2
+# The hostile-input tests (label `hostile`) run once, below, under ASan + UBSan.
+ctest --preset release -j 2 -LE hostile
 # The Python package (pyproject.toml: the PyTorch extension target only, CPU) and its tests
 # (tests/python, docs/python.md); pytest prints its summary line and its exit code fails the suite.
 .venv/bin/python3 -m pip install -q --disable-pip-version-check --no-build-isolation . \

@@ -10,6 +10,10 @@
 #include "flashnorm/io/dequant.h"
 #include "quant_dot.h"
 
+#if defined(FLASHNORM_HAVE_AVX2_KERNELS)
+#include <cpuid.h>
+#endif
+
 namespace flashnorm::kernels::cpu {
 namespace {
 
@@ -52,8 +56,12 @@ void tiled_gemm(const QuantMatrix& w, size_t rb, const PreparedActs& a, float* y
 bool quant_isa_available(QuantIsa isa) {
   if (isa == QuantIsa::kScalar) return true;
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c"
+  static const bool avx2 = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  }();
   return avx2;
 #else
   return false;
