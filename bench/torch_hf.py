@@ -10,6 +10,9 @@ occur here), so no download is needed. Configurations:
   compile_ro         the unmodified model, forward under torch.compile(mode="reduce-overhead",
                      fullgraph=True): Inductor plus CUDA graphs (CUDA only)
   flashnorm_compile_ro  flashnorm.hf.fold_ + apply_ + tune_, the same mode
+  flashnorm_mask_compile_ro  the same with apply_(cancel_columns=True): the q/k columns that
+                     QK-norm renormalizes left unscaled by a per-column mask (Qwen3), which the
+                     CUDA op runs on its two-stream path above 16 rows
 Per model, configuration and batch size B: prefill tokens/s = B * P / (time of one forward over
 B x P prompt tokens, no cache), decode tokens/s = B * D / (time of D one-token forwards with
 transformers' DynamicCache after that prompt; under reduce-overhead a StaticCache, the prompt
@@ -59,7 +62,7 @@ MODELS = {
         tie_word_embeddings=True, max_position_embeddings=40960, rope_theta=1000000.0)),
 }
 CONFIGS = ["eager", "compile", "flashnorm", "flashnorm_compile", "compile_ro",
-           "flashnorm_compile_ro"]
+           "flashnorm_compile_ro", "flashnorm_mask_compile_ro"]
 
 
 def build(name, device, dtype):
@@ -67,6 +70,15 @@ def build(name, device, dtype):
     torch.manual_seed(0)
     with torch.device(device):
         model = cls(cfg_cls(**kw)).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 1.0 if "embed" in pname else p.shape[1] ** -0.5)
+            else:
+                p.normal_(1.0, 0.1)
+    return model.to(dtype)
+    if init != "unit":
+        raise ValueError(f"init must be 'unit' or 'hf', got {init!r}")
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if p.dim() == 2:
@@ -175,7 +187,7 @@ def measure_graphed(model, device, ids, decode, reps):
 def variant(base, config, device, batches):
     model = copy.deepcopy(base)
     if config.startswith("flashnorm"):
-        fh.apply_(fh.fold_(model))
+        fh.apply_(fh.fold_(model), cancel_columns="mask" in config)
         if device == "cuda":
             fh.tune_(model, rows=tuple(batches))
     if config.endswith("compile"):

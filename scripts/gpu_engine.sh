@@ -20,8 +20,9 @@
 # engine_tests.log, race.log (with the --no-join run), verify_gpu_<dtype>.json, model_bench.json,
 # sanitize.log, ncu_<norm>.csv / ncuk_<norm>.csv; stage `archs`: verify_gpu_llama3.json,
 # verify_gpu_qwen3.json, race_qwen3.log; stage `torch` (needs _C.so in the bundle):
-# torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json.
-# Stages not in the default list: archs, torch, torchhf, ncu, ncuk.
+# torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json;
+# stage `torchprof` (needs _C.so): torch_hf_profile.log.
+# Stages not in the default list: archs, torch, torchhf, torchprof, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -61,7 +62,7 @@ if [[ $needs_model == 1 ]]; then
   ( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send every part"; exit 3; }
 fi
 # the CLI, except for the PyTorch-only stages (a bundle of _C.so alone serves those)
-if [[ -n $(echo " $STAGES " | sed 's/ torch / /g; s/ torchhf / /g' | tr -d ' ') ]]; then
+if [[ -n $(echo " $STAGES " | sed 's/ torch / /g; s/ torchhf / /g; s/ torchprof / /g' | tr -d ' ') ]]; then
   "$BIN/flashnorm" --help > /dev/null || { echo "flashnorm does not start here"; ldd "$BIN/flashnorm"; exit 4; }
 fi
 
@@ -183,7 +184,7 @@ if has archs; then
   grep -vE "^  text:" "$OUT/race_qwen3.log"
 fi
 
-if has torch || has torchhf; then
+if has torch || has torchhf || has torchprof; then
   # python/flashnorm with the CUDA build of _C.so from the bundle
   rm -rf /tmp/fn_py && cp -r python /tmp/fn_py && cp /tmp/fn/lib/_C.so /tmp/fn_py/flashnorm/
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -199,17 +200,29 @@ if has torchhf; then
   # flashnorm.hf on transformers models at real shapes (issue "On the H200 (1)", item 2): bf16
   # teacher-forced top-1 agreement with the unmodified model over 1024 GPL-3 positions, then
   # bench/torch_hf.py (TORCH_HF_MODELS, TORCH_HF_CONFIGS; reduce-overhead = CUDA graphs).
-  stamp "flashnorm.hf: top-1 agreement at real shapes"
-  PYTHONPATH=/tmp/fn_py python3 bench/torch_hf_agreement.py --text /tmp/fn/data/GPL-3 \
-    --models "${TORCH_AGREE_MODELS:-smollm2-135m,qwen3-0.6b,llama-3.2-1b,llama-3-8b}" \
-    --out "$OUT/torch_hf_agreement.json" 2>&1 | grep -v "Warning\|warn("
-  check "torch_hf_agreement" "${PIPESTATUS[0]}"
+  # TORCH_AGREE_MODELS="" skips the agreement
+  if [[ -n ${TORCH_AGREE_MODELS-all} ]]; then
+    stamp "flashnorm.hf: top-1 agreement at real shapes"
+    PYTHONPATH=/tmp/fn_py python3 bench/torch_hf_agreement.py --text /tmp/fn/data/GPL-3 \
+      --models "${TORCH_AGREE_MODELS:-smollm2-135m,qwen3-0.6b,llama-3.2-1b,llama-3-8b}" \
+      --out "$OUT/torch_hf_agreement.json" 2>&1 | grep -v "Warning\|warn("
+    check "torch_hf_agreement" "${PIPESTATUS[0]}"
+  fi
   stamp "bench/torch_hf.py"
   PYTHONPATH=/tmp/fn_py python3 bench/torch_hf.py --device cuda \
     --models "${TORCH_HF_MODELS:-smollm2-135m,qwen3-0.6b}" \
     --configs "${TORCH_HF_CONFIGS:-eager,flashnorm,compile_ro,flashnorm_compile_ro}" \
     --batch 1 8 32 --out "$OUT/torch_hf.json" 2>&1 | grep -v "Warning\|warn("
   check "torch_hf" "${PIPESTATUS[0]}"
+fi
+if has torchprof; then
+  # Where eager forwards spend their time, unmodified vs flashnorm (with and without the q/k
+  # column mask): bench/probes/torch_hf_profile.py on TORCH_PROF_MODEL (default Qwen3-0.6B shapes).
+  stamp "torch.profiler: eager forwards"
+  PYTHONPATH=/tmp/fn_py python3 bench/probes/torch_hf_profile.py \
+    --model "${TORCH_PROF_MODEL:-qwen3-0.6b}" > "$OUT/torch_hf_profile.log" 2>&1
+  check "torch_hf_profile" $?
+  grep "^==" "$OUT/torch_hf_profile.log"
 fi
 
 # last: the slowest stage (a sanitizer timeout must not cost the other results)

