@@ -5,7 +5,8 @@ Models are transformers' own classes at the real shapes of public checkpoints, w
 occur here), so no download is needed. Configurations:
   eager              the unmodified model
   compile            the unmodified model, forward under torch.compile (dynamic shapes)
-  flashnorm          flashnorm.hf.fold_ + apply_ (on a GPU also tune_ for the batch sizes)
+  flashnorm          flashnorm.hf.fold_ + apply_ (on a GPU also tune_ for the decode and
+                     prefill row counts, B and B x P)
   flashnorm_compile  the same, forward under torch.compile
   compile_ro         the unmodified model, forward under torch.compile(mode="reduce-overhead",
                      fullgraph=True): Inductor plus CUDA graphs (CUDA only)
@@ -184,12 +185,12 @@ def measure_graphed(model, device, ids, decode, reps):
     return batch * prompt / t_prefill, batch * decode / statistics.median(decode_times)
 
 
-def variant(base, config, device, batches):
+def variant(base, config, device, batches, prompt):
     model = copy.deepcopy(base)
     if config.startswith("flashnorm"):
         fh.apply_(fh.fold_(model), cancel_columns="mask" in config)
-        if device == "cuda":
-            fh.tune_(model, rows=tuple(batches))
+        if device == "cuda":  # every M the run uses: decode (B rows) and prefill (B x prompt)
+            fh.tune_(model, rows=tuple(batches) + tuple(b * prompt for b in batches))
     if config.endswith("compile"):
         torch._dynamo.reset()
         model.forward = torch.compile(model.forward, dynamic=True)
@@ -242,7 +243,7 @@ def main():
             ap.error(f"unknown model {name!r} (known: {', '.join(MODELS)})")
         base = build(name, a.device, dtype)
         for config in configs:
-            model = variant(base, config, a.device, a.batch)
+            model = variant(base, config, a.device, a.batch, a.prompt)
             torch._dynamo.utils.counters.clear()
             for b in a.batch:
                 pre, dec = measure(model, a.device, b, a.prompt, a.decode, a.reps,
