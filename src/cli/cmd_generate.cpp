@@ -21,7 +21,7 @@ namespace flashnorm::cli {
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text (CPU or CUDA engine)");
   struct Args {
-    std::string model, prompt, file, norm = "flashnorm", tokenizer, system, chat_format;
+    std::string model, prompt, file, messages, norm = "flashnorm", tokenizer, system, chat_format;
     int n = 128, ctx = 0;
     SamplerOptions s;
     bool chat = false, no_cancel = false;
@@ -58,11 +58,19 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", a->s.top_p, "nucleus sampling threshold in (0, 1]");
   auto* chat = cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   auto* system = cmd->add_option("--system", a->system, "system message for --chat")->needs(chat);
-  cmd->add_option("--chat-format", a->chat_format,
-                  "chat template family for --chat: chatml, gemma or llama3 (default: recognised "
-                  "from the model's template, which is never executed)")
-      ->check(CLI::IsMember({"chatml", "gemma", "llama3"}))
-      ->needs(chat);
+  auto* messages =
+      cmd->add_option("--messages", a->messages,
+                      "a conversation as an OpenAI-style JSON array of {\"role\", \"content\"} "
+                      "(system, then user and assistant alternating, ending with user) in FILE "
+                      "(- : standard input), formatted by the model's chat template")
+          ->excludes(prompt)
+          ->excludes(file)
+          ->excludes(chat);
+  auto* chat_format =
+      cmd->add_option("--chat-format", a->chat_format,
+                      "chat template family for --chat or --messages: chatml, gemma or llama3 "
+                      "(default: recognised from the model's template, which is never executed)")
+          ->check(CLI::IsMember({"chatml", "gemma", "llama3"}));
   cmd->add_flag("--no-cancel", a->no_cancel,
                 "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
   cmd->add_option("--ctx", a->ctx, "KV cache length (0: model context, at most 8192)")
@@ -71,28 +79,41 @@ void register_generate(CLI::App& app) {
                   "GGUF file or directory with tokenizer.json (default: the model's own)")
       ->check(CLI::ExistingPath);
   add_device_options(cmd, a->dev);
-  cmd->callback([a, prompt, file, system] {
+  cmd->callback([a, prompt, file, system, messages, chat_format] {
     using clk = std::chrono::steady_clock;
-    if (prompt->count() == 0 && file->count() == 0) {
-      throw Error("give the prompt with -p TEXT or -f FILE (- : standard input)");
+    const bool conversation = messages->count() > 0;
+    if (prompt->count() == 0 && file->count() == 0 && !conversation) {
+      throw Error(
+          "give the prompt with -p TEXT or -f FILE (- : standard input), or a conversation with "
+          "--messages FILE");
+    }
+    if (chat_format->count() && !a->chat && !conversation) {
+      throw Error("--chat-format applies to --chat or --messages");
     }
     if (a->no_cancel && a->norm != "flashnorm") {
       throw Error("--no-cancel applies to --norm flashnorm only (standard mode cancels nothing)");
     }
-    const std::string text_in = file->count() ? read_prompt_file(a->file) : a->prompt;
+    std::vector<ChatMessage> turns;
+    if (conversation) turns = read_chat_messages(a->messages);
+    const std::string text_in = conversation     ? std::string()
+                                : file->count() ? read_prompt_file(a->file)
+                                                : a->prompt;
     require_utf8(text_in, file->count() ? "--file " + a->file : "the prompt");
     require_utf8(a->system, "--system");
     Model model = load_model_for(a->model, a->dev);
     const ModelTokenizer vocab = load_model_tokenizer(a->model, a->tokenizer, model.cfg.vocab);
     const Tokenizer& tok = vocab.tok;
     std::string text = text_in;
-    if (a->chat) {
+    if (conversation) {
+      text = model_chat_prompt(vocab, a->chat_format, turns);
+    } else if (a->chat) {
       // --system '' is an empty system message (templates still write its turn), not none
       text = model_chat_prompt(
           vocab, a->chat_format, text_in,
           system->count() ? std::optional<std::string_view>(a->system) : std::nullopt);
     }
-    std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/a->chat);
+    const bool chat_prompt = a->chat || conversation;
+    std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/chat_prompt);
     if (tok.add_bos() && tok.bos()) ids.insert(ids.begin(), *tok.bos());
     if (ids.empty()) throw Error("the prompt encodes to no tokens");
     Sampler sampler(a->s);
@@ -104,7 +125,7 @@ void register_generate(CLI::App& app) {
     }
     std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
                  ids.size());
-    if (!a->chat) std::fwrite(text_in.data(), 1, text_in.size(), stdout);
+    if (!chat_prompt) std::fwrite(text_in.data(), 1, text_in.size(), stdout);
     std::string pending;
     int produced = 0;
     // Streams one token; false at an end-of-generation token.

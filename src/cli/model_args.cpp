@@ -162,10 +162,11 @@ void require_utf8(std::string_view s, const std::string& what) {
   }
 }
 
-std::string read_prompt_file(const std::string& path) {
+std::string read_prompt_file(const std::string& path, std::string_view option) {
   constexpr size_t kMaxPrompt = size_t(256) << 20;  // as verify's --text
   const bool is_stdin = path == "-";
-  const std::string what = is_stdin ? "--file - (standard input)" : "--file " + path;
+  const std::string what = is_stdin ? fmt::format("{} - (standard input)", option)
+                                    : fmt::format("{} {}", option, path);
   int fd = STDIN_FILENO;
   if (!is_stdin) {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -205,6 +206,38 @@ nlohmann::json gpu_run_stamp(std::time_t when, const std::string& commit,
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&when));
   return {{"gpu", gpu}, {"date", date}, {"commit", commit}, {"driver", driver}};
+}
+
+std::vector<ChatMessage> read_chat_messages(const std::string& path) {
+  const std::string what = "--messages " + path;
+  const std::string text = read_prompt_file(path, "--messages");
+  require_utf8(text, what);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("{}: malformed JSON at byte {}", what, e.byte));
+  }
+  if (!j.is_array() || j.empty()) {
+    throw Error(fmt::format("{}: expected a non-empty JSON array of {{\"role\", \"content\"}}", what));
+  }
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& m = j[i];
+    if (!m.is_object()) throw Error(fmt::format("{}: messages[{}] is not an object", what, i));
+    for (const auto& [key, v] : m.items()) {
+      if (key != "role" && key != "content") {
+        throw Error(fmt::format("{}: messages[{}].{}: unsupported field", what, i, key));
+      }
+    }
+    for (const char* key : {"role", "content"}) {
+      if (!m.contains(key) || !m[key].is_string()) {
+        throw Error(fmt::format("{}: messages[{}].{} must be a string", what, i, key));
+      }
+    }
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
 }
 
 }  // namespace flashnorm::cli

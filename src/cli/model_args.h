@@ -8,9 +8,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/io/gguf.h"
+#include "flashnorm/tokenizer/chat.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 
 namespace flashnorm::cli {
@@ -57,9 +59,16 @@ std::optional<size_t> first_invalid_utf8(std::string_view s);
 // is not well-formed UTF-8: text is refused rather than silently losing bytes in the tokenizer.
 void require_utf8(std::string_view s, const std::string& what);
 
-// The bytes of a prompt file; "-" reads standard input. Throws Error (one line naming the file)
-// for a missing, unreadable or directory path.
-std::string read_prompt_file(const std::string& path);
+// The bytes of a prompt file; "-" reads standard input. Throws Error (one line naming `option`
+// and the file) for a missing, unreadable or directory path.
+std::string read_prompt_file(const std::string& path, std::string_view option = "--file");
+
+// The conversation of `generate --messages FILE` ("-": standard input): a JSON array of
+// {"role": string, "content": string} objects (OpenAI's chat messages; no other field). Throws
+// Error (one line naming --messages, the file and the byte offset or messages[i].field) for
+// malformed JSON or UTF-8, another shape, or a field of the wrong type; the order of the turns is
+// checked where they are formatted (model_chat_prompt).
+std::vector<ChatMessage> read_chat_messages(const std::string& path);
 
 // The provenance every GPU result JSON carries: {"gpu": the current CUDA device's name (or "none"
 // without CUDA), "date": `when` in UTC, ISO 8601, "commit", "driver": as given (the scripts pass

@@ -20,9 +20,7 @@ std::vector<int32_t> prompt_ids(const ServedModel& m, const CompletionRequest& r
   std::string text = r.prompt;
   if (r.chat) {
     try {
-      text =
-          model_chat_prompt(*m.vocab, m.spec.chat_format, r.user,
-                            r.system ? std::optional<std::string_view>(*r.system) : std::nullopt);
+      text = model_chat_prompt(*m.vocab, m.spec.chat_format, r.messages);
     } catch (const Error& e) {
       throw ApiError(400, fmt::format("model {}: {}", m.spec.name, e.what()), "messages");
     }

@@ -43,8 +43,7 @@ int64_t integer_field(const json& v, const std::string& name, int64_t lo, int64_
 
 void parse_messages(const json& m, CompletionRequest& r) {
   if (!m.is_array() || m.empty()) bad("messages", "must be a non-empty array of messages");
-  size_t i = 0;
-  auto role_content = [&](size_t k) {
+  for (size_t k = 0; k < m.size(); ++k) {
     const std::string at = fmt::format("messages[{}]", k);
     if (!m[k].is_object()) bad(at, "must be an object with role and content");
     for (const auto& [key, v] : m[k].items()) {
@@ -52,28 +51,16 @@ void parse_messages(const json& m, CompletionRequest& r) {
     }
     if (!m[k].contains("role")) bad(at + ".role", "is required");
     if (!m[k].contains("content")) bad(at + ".content", "is required");
-    return std::pair(string_field(m[k]["role"], at + ".role"),
-                     string_field(m[k]["content"], at + ".content"));
-  };
-  auto [role, content] = role_content(0);
-  if (role == "system") {
-    r.system = content;
-    if (m.size() < 2) bad("messages", "a system message must be followed by a user message");
-    std::tie(role, content) = role_content(1);
-    i = 1;
+    r.messages.push_back(
+        {string_field(m[k]["role"], at + ".role"), string_field(m[k]["content"], at + ".content")});
   }
-  if (role != "user") {
-    bad(fmt::format("messages[{}].role", i),
-        fmt::format("is \"{}\": expected \"user\" (flashnorm formats one system + user exchange)",
-                    role));
+  if (auto p = chat_order_problem(r.messages)) {
+    bad(p->index < r.messages.size() ? fmt::format("messages[{}].role", p->index) : "messages",
+        p->message);
   }
-  if (m.size() != i + 1) {
-    bad("messages",
-        "flashnorm formats one exchange: an optional system message and one user "
-        "message, nothing after it");
+  if (r.messages.back().content.empty()) {
+    bad(fmt::format("messages[{}].content", r.messages.size() - 1), "is empty");
   }
-  if (content.empty()) bad(fmt::format("messages[{}].content", i), "is empty");
-  r.user = content;
 }
 
 }  // namespace

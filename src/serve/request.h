@@ -1,7 +1,8 @@
 // OpenAI request bodies of POST /v1/completions and /v1/chat/completions, parsed and validated.
-// Fields: model (string), prompt (completions: a non-empty string) or messages (chat: an optional
-// {"role": "system"} message then one {"role": "user"} message, string contents: flashnorm's
-// chat formatting writes one exchange, tokenizer/chat.h), max_tokens / max_completion_tokens
+// Fields: model (string), prompt (completions: a non-empty string) or messages (chat: {"role",
+// "content"} objects with string contents: an optional "system" message, then "user" and
+// "assistant" turns alternating, ending with a non-empty "user" message; tokenizer/chat.h formats
+// them), max_tokens / max_completion_tokens
 // (integer >= 1; default 16 for completions, the rest of the context for chat), temperature
 // (0 to 100; default 1), top_p ((0, 1]; default 1), top_k (integer >= 0, 0 = all; default 0; an
 // extension), seed (integer 0 to 2^64 - 1; default random), stop (a string or up to 4 non-empty
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "flashnorm/engine/sampler.h"
+#include "flashnorm/tokenizer/chat.h"
 
 namespace flashnorm::serve {
 
@@ -21,8 +23,7 @@ struct CompletionRequest {
   std::string model;
   bool chat = false;
   std::string prompt;                 // completions
-  std::optional<std::string> system;  // chat
-  std::string user;                   // chat
+  std::vector<ChatMessage> messages;  // chat
   std::optional<int> max_tokens;      // absent: the endpoint's default
   SamplerOptions sampling;
   std::vector<std::string> stop;

@@ -54,15 +54,22 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
       s.chat_format = v;
     } else if (key == "device" && (v == "cpu" || v == "cuda")) {
       s.device = v;
-    } else if (key == "norm" || key == "device") {
+    } else if (key == "weights" && (v == "f32" || v == "native")) {
+      s.weights = v;
+    } else if (key == "norm" || key == "device" || key == "weights") {
       throw Error(fmt::format("--model {}: {}={} is not one of {}", s.name, key, v,
-                              key == "norm" ? "flashnorm, standard" : "cpu, cuda"));
+                              key == "norm"     ? "flashnorm, standard"
+                              : key == "device" ? "cpu, cuda"
+                                                : "f32, native"));
     } else {
       throw Error(
           fmt::format("--model {}: unknown key '{}' (norm, ctx, max-concurrent, "
-                      "max-queued, chat-format, device)",
+                      "max-queued, chat-format, device, weights)",
                       s.name, key));
     }
+  }
+  if (s.weights == "native" && s.device != "cpu") {
+    throw Error(fmt::format("--model {}: weights=native runs on the CPU engine only", s.name));
   }
   return s;
 }
@@ -71,7 +78,8 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   auto m = std::make_unique<ServedModel>();
   m->spec = spec;
   m->created = std::time(nullptr);
-  Model model = load_model(spec.path);
+  Model model = load_model(spec.path, /*with_data=*/true,
+                           spec.weights == "native" ? WeightStorage::kNative : WeightStorage::kF32);
   m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
   EngineOptions o;
   o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;

@@ -18,6 +18,7 @@ namespace flashnorm::serve {
 
 struct ModelSpec {
   std::string name, path, norm = "flashnorm", chat_format, device = "cpu";
+  std::string weights = "f32";  // cpu: f32 (dequantized at load) or native (the GGUF's blocks)
   int ctx = 0;
   Scheduler::Limits limits;
 };

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <ctime>
+#include <vector>
 
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
@@ -157,8 +158,40 @@ std::string llama3_turn(std::string_view role, std::string_view content) {
 
 }  // namespace
 
-std::string format_chat(ChatStyle style, std::string_view tmpl, std::string_view user,
-                        std::optional<std::string_view> system, std::string_view today) {
+std::optional<ChatOrderProblem> chat_order_problem(std::span<const ChatMessage> messages) {
+  if (messages.empty()) return ChatOrderProblem{0, "no messages: a user message is required"};
+  size_t first = messages[0].role == "system" ? 1 : 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    const char* want = i < first ? "system" : ((i - first) % 2 == 0 ? "user" : "assistant");
+    if (role != want) {
+      return ChatOrderProblem{
+          i, fmt::format("role is \"{}\": expected \"{}\" (an optional system message, then user "
+                         "and assistant turns alternating, ending with a user turn)",
+                         role, want)};
+    }
+  }
+  if (messages.size() == first) {
+    return ChatOrderProblem{first, "a system message must be followed by a user message"};
+  }
+  if (messages.back().role != "user") {
+    return ChatOrderProblem{messages.size() - 1,
+                            "the conversation must end with a user message (the assistant's turn "
+                            "is what is generated)"};
+  }
+  return std::nullopt;
+}
+
+std::string format_chat(ChatStyle style, std::string_view tmpl,
+                        std::span<const ChatMessage> messages, std::string_view today) {
+  if (auto p = chat_order_problem(messages)) {
+    throw Error(fmt::format("messages[{}]: {}", p->index, p->message));
+  }
+  std::optional<std::string_view> system;
+  if (messages[0].role == "system") {
+    system = messages[0].content;
+    messages = messages.subspan(1);
+  }
   std::string out;
   switch (style) {
     case ChatStyle::kChatML: {
@@ -169,17 +202,23 @@ std::string format_chat(ChatStyle style, std::string_view tmpl, std::string_view
         sys = chatml_default_system(tmpl);
       }
       if (sys) out += fmt::format("{}system\n{}{}\n", kImStart, *sys, kImEnd);
-      out += fmt::format("{}user\n{}{}\n", kImStart, user, kImEnd);
+      for (const ChatMessage& m : messages) {
+        out += fmt::format("{}{}\n{}{}\n", kImStart, m.role, m.content, kImEnd);
+      }
       out += fmt::format("{}assistant\n", kImStart);
       break;
     }
     case ChatStyle::kGemma: {
-      // Gemma templates render the message content through Jinja's `trim` filter; the system
-      // text is prepended untrimmed.
-      std::string_view trimmed = python_strip(user);
-      out += fmt::format("{}user\n", kStartOfTurn);
-      if (system) out += fmt::format("{}\n\n", *system);
-      out += fmt::format("{}<end_of_turn>\n{}model\n", trimmed, kStartOfTurn);
+      // Gemma templates render every message's content through Jinja's `trim` filter and write
+      // the assistant's turns as "model"; the system text is prepended, untrimmed, to the first
+      // user turn.
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const bool user = messages[i].role == "user";
+        out += fmt::format("{}{}\n", kStartOfTurn, user ? "user" : "model");
+        if (i == 0 && system) out += fmt::format("{}\n\n", *system);
+        out += fmt::format("{}<end_of_turn>\n", python_strip(messages[i].content));
+      }
+      out += fmt::format("{}model\n", kStartOfTurn);
       break;
     }
     case ChatStyle::kLlama3: {
@@ -192,12 +231,20 @@ std::string format_chat(ChatStyle style, std::string_view tmpl, std::string_view
       } else if (system) {
         out += llama3_turn("system", python_strip(*system));
       }
-      out += llama3_turn("user", python_strip(user));
+      for (const ChatMessage& m : messages) out += llama3_turn(m.role, python_strip(m.content));
       out += fmt::format("{}assistant{}\n\n", kHeaderStart, kHeaderEnd);
       break;
     }
   }
   return out;
+}
+
+std::string format_chat(ChatStyle style, std::string_view tmpl, std::string_view user,
+                        std::optional<std::string_view> system, std::string_view today) {
+  std::vector<ChatMessage> messages;
+  if (system) messages.push_back({"system", std::string(*system)});
+  messages.push_back({"user", std::string(user)});
+  return format_chat(style, tmpl, messages, today);
 }
 
 std::string apply_chat_template(std::string_view tmpl, std::string_view user,

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/model/check.h"
@@ -55,7 +57,7 @@ ModelTokenizer load_model_tokenizer(const fs::path& model, const fs::path& token
 }
 
 std::string model_chat_prompt(const ModelTokenizer& t, std::string_view chat_format,
-                              std::string_view user, std::optional<std::string_view> system) {
+                              std::span<const ChatMessage> messages) {
   const std::string_view tmpl = t.chat_template ? std::string_view(*t.chat_template) : "";
   ChatStyle style;
   if (!chat_format.empty()) {
@@ -72,11 +74,22 @@ std::string model_chat_prompt(const ModelTokenizer& t, std::string_view chat_for
     throw Error(
         fmt::format("{} has no chat template: name its family with {}", t.source, kFormats));
   }
+  if (auto p = chat_order_problem(messages)) {
+    throw Error(fmt::format("messages[{}]: {}", p->index, p->message));
+  }
   try {
-    return format_chat(style, tmpl, user, system, chat_today());
+    return format_chat(style, tmpl, messages, chat_today());
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}; name another family with {}", t.source, e.what(), kFormats));
   }
+}
+
+std::string model_chat_prompt(const ModelTokenizer& t, std::string_view chat_format,
+                              std::string_view user, std::optional<std::string_view> system) {
+  std::vector<ChatMessage> messages;
+  if (system) messages.push_back({"system", std::string(*system)});
+  messages.push_back({"user", std::string(user)});
+  return model_chat_prompt(t, chat_format, messages);
 }
 
 }  // namespace flashnorm

@@ -3,15 +3,19 @@
 One server on a free loopback port (--port 0; the port read from its "listening on" line) with an
 API key and two models: SmolLM2 ("smol", flashnorm mode, 32 sequences) and Gemma 3 270M
 ("gemma", standard mode, one sequence and no queue):
-  * completions and chat, streaming and not, greedy and sampled: the text equals what
-    `flashnorm generate` prints for the same prompt, seed and settings (the CLI, the reference
-    outside the server's code path: its own tokenization, decode loop and sampler calls);
+  * completions and chat, streaming and not, greedy and sampled, and a conversation with an earlier
+    assistant turn: the text equals what `flashnorm generate` prints for the same prompt (or
+    --messages), seed and settings (the CLI, the reference outside the server's code path: its own
+    tokenization, decode loop and sampler calls);
   * 32 concurrent streaming clients with different prompts and lengths: all complete, each greedy
     text equals the same request run alone, /metrics shows a batch of more than one sequence
     while they ran and 0 active sequences and 0 KV blocks afterwards;
   * the two models interleaved; a second request to "gemma" while one runs -> 429;
+  * a bounded load test: 200 requests from 16 clients within a time limit: every one answered
+    200 with its tokens, requests/s, tokens/s and p50/p99 latencies printed, the server's resident
+    memory back to its level before the load (within 8 MiB) and 0 sequences / KV blocks after;
   * bad input (malformed JSON, invalid UTF-8, wrong types, unknown model or field, empty or
-    over-long prompt, max_tokens past the context, n = 2, a 2 MB body, missing or wrong API key,
+    over-long prompt, max_tokens past the context, n = 2, a 10 MB body, missing or wrong API key,
     ...) -> 4xx with an OpenAI error body, and the server keeps serving;
   * a client that disconnects mid-stream: its sequence is cancelled (requests_total
     outcome="cancelled"), far fewer tokens than asked are generated, and its cache is freed;
@@ -115,16 +119,25 @@ def gauge(m, name, model="smol"):
 
 
 def generate(cli, model, norm, prompt, n, temperature=0.0, seed=0, top_k=0, top_p=1.0,
-             chat=False, system=None):
-    """What `flashnorm generate` prints for the continuation (prompt echo and newline removed)."""
-    cmd = [cli, "generate", "-m", model, "--norm", norm, "--device", "cpu", "-p", prompt,
+             chat=False, system=None, messages=None):
+    """What `flashnorm generate` prints for the continuation (prompt echo and newline removed);
+    messages: a conversation, given to generate as --messages - (standard input)."""
+    cmd = [cli, "generate", "-m", model, "--norm", norm, "--device", "cpu",
            "-n", str(n), "--temperature", str(temperature), "--seed", str(seed),
            "--top-k", str(top_k), "--top-p", str(top_p)]
-    if chat:
-        cmd.append("--chat")
-        if system is not None:
-            cmd += ["--system", system]
-    out = subprocess.run(cmd, capture_output=True, check=True, env=ENV).stdout.decode()
+    stdin = None
+    if messages is not None:
+        cmd += ["--messages", "-"]
+        stdin = json.dumps(messages).encode()
+        chat = True
+    else:
+        cmd += ["-p", prompt]
+        if chat:
+            cmd.append("--chat")
+            if system is not None:
+                cmd += ["--system", system]
+    out = subprocess.run(cmd, input=stdin, capture_output=True, check=True,
+                         env=ENV).stdout.decode()
     assert out.endswith("\n")
     out = out[:-1]
     if not chat:
@@ -181,6 +194,83 @@ def stream_text(stream, chat):
     return "".join(parts), finish
 
 
+def rss_kib(pid):
+    """Resident set size of process `pid` in KiB (/proc/PID/status VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+LOAD_REQUESTS, LOAD_CLIENTS, LOAD_LIMIT_S = 200, 16, 240
+
+
+def load_test(srv, client):
+    """200 requests (mixed prompts, 4 to 16 greedy tokens, half streamed) from 16 client threads,
+    each thread sending its next request as soon as the last one is answered, within a time limit.
+    Nothing lost, no error, memory back to its level before the load."""
+    idle = rss_kib(srv.proc.pid)
+    before = srv.metrics()
+    todo = list(range(LOAD_REQUESTS))
+    lock = threading.Lock()
+    results, errors = [], []
+    deadline = time.time() + LOAD_LIMIT_S
+
+    def worker():
+        while time.time() < deadline:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop()
+            n = 4 + (i * 7) % 13
+            prompt = f"Request {i}: tell me about the number {i * 13 % 97}."
+            t = time.perf_counter()
+            try:
+                if i % 2:
+                    text, finish = stream_text(client.completions.create(
+                        model="smol", prompt=prompt, max_tokens=n, temperature=0, stream=True),
+                        chat=False)
+                    made = None
+                else:
+                    r = client.completions.create(model="smol", prompt=prompt, max_tokens=n,
+                                                  temperature=0)
+                    text, finish = r.choices[0].text, r.choices[0].finish_reason
+                    made = r.usage.completion_tokens
+                results.append((time.perf_counter() - t, n, made, finish, text))
+            except Exception as e:  # every failure is counted, none is retried
+                errors.append(f"request {i}: {e!r}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(LOAD_CLIENTS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t0
+    after = srv.metrics()
+    lat = sorted(r[0] for r in results)
+    tokens = after['flashnorm_completion_tokens_total{model="smol"}'] - \
+        before['flashnorm_completion_tokens_total{model="smol"}']
+    p50 = lat[len(lat) // 2] if lat else float("nan")
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan")
+    print(f"load test: {len(results)} of {LOAD_REQUESTS} requests from {LOAD_CLIENTS} clients in "
+          f"{wall:.1f} s: {len(results) / wall:.2f} requests/s, {tokens / wall:.1f} tokens/s, "
+          f"latency p50 {p50:.2f} s, p99 {p99:.2f} s", flush=True)
+    check(not errors and len(results) == LOAD_REQUESTS,
+          f"load test: all {LOAD_REQUESTS} requests answered within {LOAD_LIMIT_S} s "
+          f"({len(results)} answered, {len(errors)} errors{': ' + errors[0] if errors else ''})")
+    ok_tokens = all(f in ("length", "stop") and (made is None or made == n or f == "stop")
+                    for _, n, made, f, _ in results)
+    check(ok_tokens, "load test: every answer finished (length or stop) with its tokens")
+    check(gauge(after, "flashnorm_active_sequences") == 0 and
+          gauge(after, "flashnorm_kv_blocks_in_use") == 0 and
+          gauge(after, "flashnorm_queue_depth") == 0,
+          "load test: 0 active sequences, 0 KV blocks, empty queue afterwards")
+    done = rss_kib(srv.proc.pid)
+    check(done <= idle + 8192, f"load test: resident memory back to idle ({idle / 1024:.1f} MiB "
+          f"before, {done / 1024:.1f} MiB after)")
+
+
 def run(cli, srv, client, smol, gemma):
     # /v1/models and /health
     models = sorted(m.id for m in client.models.list())
@@ -213,6 +303,15 @@ def run(cli, srv, client, smol, gemma):
         model="smol", messages=[{"role": "user", "content": "Name a fruit."}], max_tokens=16,
         temperature=0.7, seed=99, stream=True), chat=True)
     check(text == ref, f"streamed chat (sampled) equals generate --chat: {text!r} vs {ref!r}")
+    conv = [{"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Italy?"}]
+    ref = generate(cli, smol, "flashnorm", None, 16, messages=conv)
+    r = client.chat.completions.create(model="smol", messages=conv, max_tokens=16, temperature=0)
+    check(r.choices[0].message.content == ref and r.usage.prompt_tokens > 20,
+          f"a conversation (system, user, assistant, user) equals generate --messages: "
+          f"{r.choices[0].message.content!r} vs {ref!r} ({r.usage.prompt_tokens} prompt tokens)")
     # A stop string cuts the text before it (finish_reason stop).
     full = r0
     word = full.choices[0].text.split()[2]
@@ -275,6 +374,8 @@ def run(cli, srv, client, smol, gemma):
     check(gauge(m, "flashnorm_active_sequences") == 0 and gauge(m, "flashnorm_kv_blocks_in_use") == 0,
           "0 active sequences and 0 KV blocks afterwards")
 
+    load_test(srv, client)
+
     # Bad input: 4xx with an OpenAI error body, never a crash.
     long_prompt = " ".join(["word"] * (CTX + 20))
     cases = [
@@ -308,14 +409,18 @@ def run(cli, srv, client, smol, gemma):
         ("stream not a bool", "/v1/completions", {"model": "smol", "prompt": "a", "stream": 1},
          400, "stream"),
         ("chat without messages", "/v1/chat/completions", {"model": "smol"}, 400, "messages"),
-        ("chat with an assistant turn", "/v1/chat/completions",
+        ("chat ending with an assistant turn", "/v1/chat/completions",
          {"model": "smol", "messages": [{"role": "user", "content": "a"},
                                         {"role": "assistant", "content": "b"}]}, 400,
-         "messages"),
+         "messages[1].role"),
+        ("chat with two user turns in a row", "/v1/chat/completions",
+         {"model": "smol", "messages": [{"role": "user", "content": "a"},
+                                        {"role": "user", "content": "b"}]}, 400,
+         "messages[1].role"),
         ("chat content not a string", "/v1/chat/completions",
          {"model": "smol", "messages": [{"role": "user", "content": 3}]}, 400,
          "messages[0].content"),
-        ("2 MB body", "/v1/completions", {"model": "smol", "prompt": "x" * (2 << 20)}, 413,
+        ("10 MB body", "/v1/completions", {"model": "smol", "prompt": "x" * (10 << 20)}, 413,
          None),
     ]
     for what, path, body, want, param in cases:

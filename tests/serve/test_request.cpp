@@ -38,12 +38,24 @@ TEST(Request, ChatMessages) {
           {"role": "user", "content": "U"}], "max_completion_tokens": 7})",
       true);
   EXPECT_TRUE(r.chat);
-  EXPECT_EQ(r.system, "S");
-  EXPECT_EQ(r.user, "U");
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "S");
+  EXPECT_EQ(r.messages[1].role, "user");
+  EXPECT_EQ(r.messages[1].content, "U");
   EXPECT_EQ(r.max_tokens, 7);
   const CompletionRequest u =
       parse_request(R"({"model": "m", "messages": [{"role": "user", "content": "U"}]})", true);
-  EXPECT_FALSE(u.system);
+  ASSERT_EQ(u.messages.size(), 1u);
+  EXPECT_EQ(u.messages[0].role, "user");
+  // A conversation: earlier assistant turns are kept in order (an empty earlier turn too).
+  const CompletionRequest c = parse_request(
+      R"({"model": "m", "messages": [{"role": "user", "content": "a"},
+          {"role": "assistant", "content": ""}, {"role": "user", "content": "c"}]})",
+      true);
+  ASSERT_EQ(c.messages.size(), 3u);
+  EXPECT_EQ(c.messages[1].role, "assistant");
+  EXPECT_EQ(c.messages[2].content, "c");
 }
 
 // The param a 400 names, or "(no error)".
@@ -101,7 +113,17 @@ TEST(Request, RefusalsNameTheField) {
       {R"({"model": "m", "messages": [{"role": "system", "content": "a"}]})", "messages"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "a"},
           {"role": "assistant", "content": "b"}]})",
-       "messages"},
+       "messages[1].role"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"},
+          {"role": "user", "content": "b"}]})",
+       "messages[1].role"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"},
+          {"role": "system", "content": "b"}, {"role": "user", "content": "c"}]})",
+       "messages[1].role"},
+      {R"({"model": "m", "messages": [{"role": "tool", "content": "a"}]})", "messages[0].role"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "a"},
+          {"role": "assistant", "content": "b"}, {"role": "user", "content": ""}]})",
+       "messages[2].content"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": 3,
           "max_completion_tokens": 4})",
        "max_completion_tokens"},

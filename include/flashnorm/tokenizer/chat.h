@@ -1,6 +1,7 @@
 // Chat prompts from a GGUF's "tokenizer.chat_template". flashnorm does not run Jinja: it recognises
-// the template's style from its text and formats one (system, user) exchange the way that template
-// renders it with add_generation_prompt=true. The result holds special-token texts
+// the template's style from its text and formats a conversation (an optional system message, then
+// user and assistant turns alternating, ending with a user turn) the way that template renders it
+// with add_generation_prompt=true. The result holds special-token texts
 // ("<|im_start|>" ...): encode it with parse_special = true. User and system texts are inserted
 // verbatim, as the templates do (a user text containing "<|im_end|>" is not escaped).
 // Templates are never executed (template injection advisories against GGUF/HF runtimes): a template
@@ -13,6 +14,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -61,6 +63,36 @@ std::optional<std::string> chatml_default_system(std::string_view template_text)
 // Today's local date as Python's strftime("%d %b %Y") writes it in the C locale ("02 Dec 2026"):
 // the value of transformers' strftime_now("%d %b %Y"), which Llama 3.2 templates print.
 std::string chat_today();
+
+// One message of a conversation: role "system", "user" or "assistant"; content as sent (the
+// formatter trims it where the template does).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// The first message of `messages` that breaks the order format_chat formats: index and what is
+// wrong ("is \"assistant\": expected \"user\""). The order: an optional "system" message first,
+// then "user" and "assistant" alternating, starting and ending with "user" (what the Gemma 3
+// template enforces; ChatML and Llama 3 templates render any order, flashnorm accepts this one).
+struct ChatOrderProblem {
+  size_t index = 0;
+  std::string message;
+};
+// nullopt when the order is formattable; an empty list is a problem at index 0.
+std::optional<ChatOrderProblem> chat_order_problem(std::span<const ChatMessage> messages);
+
+// Formats a conversation plus the generation prompt in `style`: each turn as the family's
+// template renders it (ChatML: every message verbatim in its own turn, the template's default
+// system line when the first message is not "system"; Gemma: "assistant" written "model", every
+// content trimmed, the system text prepended to the first user turn; Llama 3: every content
+// trimmed, 3.1+ templates' dated system turn always written). `template_text` and `today` as in
+// the single-exchange overload below. Errors: throws Error for an order chat_order_problem
+// reports (naming messages[i]) and for a Llama 3.1+ template whose date it cannot determine.
+// Checked against jinja2 renderings of the published templates
+// (tests/tokenizer/test_chat_multiturn.cpp).
+std::string format_chat(ChatStyle style, std::string_view template_text,
+                        std::span<const ChatMessage> messages, std::string_view today);
 
 // Formats one user turn (and an optional system turn) plus the generation prompt in `style`.
 // `template_text` supplies what a family reads from its template (ChatML's default system line,

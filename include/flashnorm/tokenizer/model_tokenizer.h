@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
+#include "flashnorm/tokenizer/chat.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 
 namespace flashnorm {
@@ -36,5 +38,11 @@ ModelTokenizer load_model_tokenizer(const std::filesystem::path& model,
 // or no template at all, each saying that --chat-format names the family.
 std::string model_chat_prompt(const ModelTokenizer& t, std::string_view chat_format,
                               std::string_view user, std::optional<std::string_view> system);
+
+// The same for a whole conversation (chat.h's format_chat order: optional system, then user and
+// assistant alternating, ending with user). Errors: as above, and Error naming messages[i] for a
+// message out of that order.
+std::string model_chat_prompt(const ModelTokenizer& t, std::string_view chat_format,
+                              std::span<const ChatMessage> messages);
 
 }  // namespace flashnorm
