@@ -1,13 +1,18 @@
 """CPU throughput of `flashnorm serve` (continuous batching) at 1, 4, 16 and 32 concurrent streams,
 flashnorm vs standard mode on the same GGUF (SmolLM2 by default).
 
-One server holds the model twice (`NAME=PATH,norm=flashnorm` and `,norm=standard`); for each mode and
-concurrency c, c clients (the `openai` Python client, streaming, greedy, max_tokens fixed) send
-requests back to back for --seconds; output tokens/s = the server's own completion-token counter
-(/metrics) over the wall time from the first request to the last answer. Writes JSON to
-bench/results/serve_load-cpu-<commit>-<date>.json and prints a Markdown table.
-llama-server is not compared here (no reference build in this tree yet).
+One server holds the model in each configuration (`norm=flashnorm` and `norm=standard`, with
+--weights f32 and/or native); for each concurrency c and configuration (interleaved), c clients (the
+`openai` Python client, streaming, greedy, max_tokens fixed) send requests back to back for
+--seconds; output tokens/s = the server's own completion-token counter (/metrics) over the wall
+time from the first request to the last answer. With --llama-server BIN, llama.cpp's server (an
+outside reference built by scripts/cpu_bench.sh into the ignored cache, never part of the product)
+runs on the same GGUF, cores (--threads) and prompts with as many parallel slots as the highest
+concurrency, measured the same way (its own counter, llamacpp:tokens_predicted_total) while
+flashnorm's server is idle. Writes JSON to bench/results/serve_load-cpu-<commit>-<date>.json and
+prints a Markdown table.
 Usage: bench/serve_load.py --cli build/release/src/cli/flashnorm [--model GGUF] [--seconds 20]
+       [--weights f32,native] [--llama-server ~/.cache/flashnorm/llama.cpp-*/build/bin/llama-server]
 """
 import argparse
 import concurrent.futures as cf
@@ -16,6 +21,7 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -38,8 +44,14 @@ def metric(port, name):
     return float(m.group(1))
 
 
-def run_level(client, port, model, c, seconds, max_tokens):
-    key = f'flashnorm_completion_tokens_total{{model="{model}"}}'
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_level(client, port, model, c, seconds, max_tokens, key=None):
+    key = key or f'flashnorm_completion_tokens_total{{model="{model}"}}'
     before = metric(port, key)
     deadline = time.time() + seconds
     latencies, ttfts, errors = [], [], [0]
@@ -80,6 +92,29 @@ def run_level(client, port, model, c, seconds, max_tokens):
             "ttft_p50_s": round(q(ttfts, 50), 3)}
 
 
+def start_llama_server(binary, model, slots, ctx, threads):
+    """llama-server on a free loopback port with `slots` parallel sequences of `ctx` positions
+    each and its /metrics on; returns (process, port)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+         "-tb", str(threads), "-np", str(slots), "-c", str(slots * ctx), "--metrics",
+         "--no-webui"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import urllib.request
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200:
+                return proc, port
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            sys.exit(f"llama-server exited with {proc.returncode}")
+        time.sleep(0.5)
+    proc.kill()
+    sys.exit("llama-server did not become healthy in 120 s")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
@@ -87,15 +122,20 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--streams", default="1,4,16,32")
+    ap.add_argument("--weights", default="f32", help="f32 and/or native, comma-separated")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--llama-server", default=None, help="llama.cpp's llama-server binary")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if not a.model:
         sys.exit("give --model or set FLASHNORM_SMOLLM2_GGUF (scripts/fetch_models.sh)")
     levels = [int(x) for x in a.streams.split(",")]
-    proc = subprocess.Popen(
-        [a.cli, "serve", "--port", "0", "--ctx", "512", "--max-concurrent", str(max(levels)),
-         "--model", f"flashnorm={a.model},norm=flashnorm",
-         "--model", f"standard={a.model},norm=standard"], stderr=subprocess.PIPE, text=True)
+    configs = [(w, mode) for w in a.weights.split(",") for mode in ["standard", "flashnorm"]]
+    cmd = [a.cli, "serve", "--port", "0", "--ctx", "512", "--max-concurrent", str(max(levels))]
+    for w, mode in configs:
+        cmd += ["--model", f"{mode}-{w}={a.model},norm={mode},weights={w}"]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads))
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     port = None
     for line in proc.stderr:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -107,35 +147,66 @@ def main():
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
                            timeout=600)
+    llama = None
+    if a.llama_server:
+        llama = start_llama_server(a.llama_server, a.model, max(levels), 512, a.threads)
+        lclient = openai.OpenAI(base_url=f"http://127.0.0.1:{llama[1]}/v1", api_key="none",
+                                max_retries=0, timeout=600)
     rows = []
     try:
         for c in levels:
-            for mode in ["standard", "flashnorm"]:  # interleaved: load drifts hit both
-                r = run_level(client, port, mode, c, a.seconds, a.max_tokens)
-                r["mode"] = mode
+            for w, mode in configs:  # interleaved: load drifts hit every configuration
+                r = run_level(client, port, f"{mode}-{w}", c, a.seconds, a.max_tokens)
+                r.update(server="flashnorm", mode=mode, weights=w, load_avg_1m=os.getloadavg()[0])
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+            if llama:
+                r = run_level(lclient, llama[1], "default", c, a.seconds, a.max_tokens,
+                              key="llamacpp:tokens_predicted_total")
+                r.update(server="llama-server", mode="standard", weights="native",
+                         load_avg_1m=os.getloadavg()[0])
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
+        if llama:
+            llama[0].terminate()
+            llama[0].wait(timeout=60)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     date = datetime.date.today().isoformat()
-    out = {"what": "flashnorm serve, CPU fp32 engine, continuous batching; output tokens/s "
-                   "at N concurrent streaming chat clients (greedy, max_tokens fixed)",
+    llama_version = "not measured"
+    if a.llama_server:
+        llama_version = subprocess.run([a.llama_server, "--version"], capture_output=True,
+                                       text=True).stderr.strip().splitlines()[:2]
+    out = {"what": "flashnorm serve (CPU engine, continuous batching) and llama-server; output "
+                   "tokens/s at N concurrent streaming chat clients (greedy, max_tokens fixed)",
            "model": Path(a.model).name, "max_tokens": a.max_tokens, "seconds_per_level": a.seconds,
-           "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(), "commit": commit,
-           "date": date, "llama_server": "not measured", "rows": rows}
+           "threads": a.threads, "cpus": os.cpu_count(), "cpu": cpu_model(),
+           "load_average_at_end": os.getloadavg(), "commit": commit, "date": date,
+           "llama_server": llama_version, "rows": rows}
     path = Path(a.out) if a.out else ROOT / "bench/results" / f"serve_load-cpu-{commit}-{date}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path}")
-    print("| streams | standard tokens/s | flashnorm tokens/s | flashnorm / standard |")
-    print("|---|---|---|---|")
+    names = [f"{m} {w}" for w, m in configs] + (["llama-server"] if llama else [])
+    print("| streams | " + " | ".join(f"{n} tokens/s" for n in names) + " |")
+    print("|---" * (len(names) + 1) + "|")
     for c in levels:
-        s = next(r for r in rows if r["streams"] == c and r["mode"] == "standard")
-        f = next(r for r in rows if r["streams"] == c and r["mode"] == "flashnorm")
-        ratio = f["output_tokens_per_s"] / s["output_tokens_per_s"] if s["output_tokens_per_s"] else 0
-        print(f"| {c} | {s['output_tokens_per_s']} | {f['output_tokens_per_s']} | {ratio:.3f} |")
+        cells = [next(r["output_tokens_per_s"] for r in rows if r["streams"] == c and
+                      r["server"] == "flashnorm" and r["mode"] == m and r["weights"] == w)
+                 for w, m in configs]
+        if llama:
+            cells.append(next(r["output_tokens_per_s"] for r in rows
+                              if r["streams"] == c and r["server"] == "llama-server"))
+        print(f"| {c} | " + " | ".join(str(x) for x in cells) + " |")
+
+
+def cpu_model():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 if __name__ == "__main__":
