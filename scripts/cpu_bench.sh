@@ -13,13 +13,15 @@
 # Every run goes under /usr/bin/time -v (peak RSS) with the 1-minute load average read before it.
 # Then once per model (both are deterministic): llama-perplexity and `flashnorm verify
 # --weights native` on the first PPL_CHUNKS chunks of 512 tokens of the GPL-3 text.
-# Writes JSON (every run) and prints a Markdown table of medians with flashnorm/llama.cpp ratios.
+# Writes JSON (every run) and prints a Markdown table of medians with flashnorm/llama.cpp ratios;
+# the runs so far are also in $FLASHNORM_CACHE/cpu_bench/runs-last.jsonl (kept if a run fails).
 #
 #   scripts/cpu_bench.sh [FLASHNORM_BUILD_DIR] [OUT_JSON]
 #     default build dir: $root/build/release; default JSON:
 #     bench/results/cpu_bench-<flashnorm commit>-<date>.json
 #   env: R=3 (rounds) T=2 (threads) N=128 (decode tokens) PPL_CHUNKS=4 NICE=19
 #        LLAMA_CPP_PYTHON=0.3.36 (the pinned source package) FLASHNORM_CACHE (~/.cache/flashnorm)
+#        FLASHNORM_COMMIT (the commit the binary was built from; default: its source tree's HEAD)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build/release}" && pwd)"
@@ -33,10 +35,16 @@ CTX=640  # flashnorm's KV cache: the 512-token prompt plus one token, or 128 + N
 [ -r "$text" ] || { echo "error: $text missing (Debian base-files)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "error: /usr/bin/time missing (apt-get install time)" >&2; exit 1; }
 [ "$N" -le $((CTX - 128)) ] || { echo "error: N=$N: at most $((CTX - 128))" >&2; exit 1; }
-# The commit of the sources the flashnorm build was configured from (not this checkout's).
+# The commit of the sources the flashnorm build was configured from (not this checkout's): their
+# HEAD now, which the binary need not have been built from (no commit is compiled in), so the
+# JSON keeps the binary's time and HEAD's, and FLASHNORM_COMMIT names the commit instead.
 fn_src="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")"
-fn_commit="$(git -C "$fn_src" rev-parse --short HEAD)"
+fn_commit="${FLASHNORM_COMMIT:-$(git -C "$fn_src" rev-parse --short HEAD)}"
 fn_dirty="$(git -C "$fn_src" status --porcelain --untracked-files=no | head -c1 | wc -c)"
+fn_bin_time="$(stat -c %Y "$cli")" fn_head_time="$(git -C "$fn_src" log -1 --format=%ct HEAD)"
+if [ -z "${FLASHNORM_COMMIT:-}" ] && [ "$fn_head_time" -gt "$fn_bin_time" ]; then
+  echo "warning: $fn_src's HEAD ($fn_commit) is newer than $cli: set FLASHNORM_COMMIT" >&2
+fi
 out="${2:-$root/bench/results/cpu_bench-$fn_commit-$(date -u +%F).json}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -272,7 +280,8 @@ for m in "${models[@]}"; do
   done
 done
 
-runs="$tmp/runs.jsonl"
+# every run as one JSON line, kept in the cache so that a run stopped half way leaves its data
+runs="$cache/cpu_bench/runs-last.jsonl"
 : > "$runs"
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # base JSON of one run: base ENGINE MODEL ROUND WEIGHTS NORM [KEY VALUE]...
@@ -355,7 +364,8 @@ json.dump({
     "what": "flashnorm CPU engine vs llama.cpp on the same GGUF files, threads and cores",
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "flashnorm_commit": "$fn_commit", "flashnorm_dirty": $fn_dirty == 1,
-    "flashnorm_binary": "$cli",
+    "flashnorm_binary": "$cli", "flashnorm_binary_mtime": $fn_bin_time,
+    "flashnorm_source_head_time": $fn_head_time,
     "llama_cpp_python": "$LLAMA_CPP_PYTHON", "llama_cpp_commit": "$llama_commit",
     "cpu_model": cpu, "cpu_flags": [f for f in flags if f in simd],
     "cpus": os.cpu_count(), "kernel": platform.release(), "threads": $T,
