@@ -2,7 +2,8 @@
 # flashnorm's CPU engine beside llama.cpp on the same GGUF files, the same cores and threads, in
 # one invocation (issue 21, item 4). llama.cpp is an outside reference: its source comes from the
 # pinned llama-cpp-python source package (vendor/llama.cpp) into the cache, never the repository,
-# and only its llama-bench and llama-perplexity tools are built (Release, CPU only, GGML_NATIVE).
+# and only its llama-bench, llama-perplexity and llama-server tools are built (Release, CPU only,
+# GGML_NATIVE; llama-server for bench/serve_load.py --llama-server).
 #
 # For each model (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M) and each flashnorm
 # configuration (--weights native/f32 x --norm standard/flashnorm), R rounds of, back to back:
@@ -49,10 +50,10 @@ out="${2:-$root/bench/results/cpu_bench-$fn_commit-$(date -u +%F).json}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-# --- llama.cpp: source from the pinned sdist, llama-bench and llama-perplexity built once -------
+# --- llama.cpp: source from the pinned sdist, its tools built once -------------------------------
 llama="$cache/llama.cpp-$LLAMA_CPP_PYTHON"
 lbench="$llama/build/bin/llama-bench" lppl="$llama/build/bin/llama-perplexity"
-if [ ! -x "$lbench" ] || [ ! -x "$lppl" ]; then
+if [ ! -x "$lbench" ] || [ ! -x "$lppl" ] || [ ! -x "$llama/build/bin/llama-server" ]; then
   sdist="$cache/pip/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz"
   if [ ! -s "$sdist" ]; then
     mkdir -p "$cache/pip"
@@ -71,9 +72,10 @@ if [ ! -x "$lbench" ] || [ ! -x "$lppl" ]; then
   # LLAMA_CURL is deprecated in this llama.cpp (no CURL is used); LLAMA_OPENSSL=OFF: no HTTPS.
   nice -n 19 cmake -S "$llama/src" -B "$llama/build" -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_APP=OFF > "$llama/configure.log"
-  nice -n 19 cmake --build "$llama/build" -j 2 --target llama-bench llama-perplexity \
+  # llama-server: the reference of bench/serve_load.py --llama-server
+  nice -n 19 cmake --build "$llama/build" -j 2 --target llama-bench llama-perplexity llama-server \
     > "$llama/build.log"
 fi
 llama_commit="$(cat "$llama/llama.cpp-commit" 2> /dev/null || echo unknown)"
