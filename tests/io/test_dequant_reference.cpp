@@ -142,10 +142,10 @@ TEST(DequantReference, Gemma3RealKQuants) {
   EXPECT_EQ(types, (std::set<std::string>{"F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"}));
 }
 
-// Loading a 135M model must not be dominated by dequantization: all of SmolLM2 (about 135M
-// weights, Q8_0 + Q4_1 + F32) in well under two seconds on one core (limit generous for shared
-// CI machines and sanitizer builds).
-TEST(DequantSpeed, WholeSmolLM2) {
+// Every tensor of SmolLM2 (about 135M weights, Q8_0 + Q4_1 + F32) dequantizes; the time is
+// recorded (gtest property dequant_seconds, and printed), not asserted: unit tests do not assert
+// timings (a pathological slowdown meets the test's ctest TIMEOUT).
+TEST(DequantWhole, SmolLM2) {
   const auto path = test::smollm2_gguf();
   ASSERT_TRUE(std::filesystem::exists(path)) << "model missing: " << path;
   const auto f = GgufFile::open(path);
@@ -161,11 +161,6 @@ TEST(DequantSpeed, WholeSmolLM2) {
   RecordProperty("dequant_seconds", std::to_string(s));
   std::printf("dequantized %llu elements in %.3f s\n", static_cast<unsigned long long>(total), s);
   EXPECT_GT(total, 130'000'000u);
-#if defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(s, 30.0);
-#else
-  EXPECT_LT(s, 5.0);
-#endif
 }
 
 }  // namespace

@@ -112,14 +112,13 @@ void expect_reference_ids(const Tokenizer& tok, const nlohmann::json& cases, siz
   }
 }
 
-void expect_gpl3_ids_fast(const Tokenizer& tok, const nlohmann::json& gpl3, double limit_ms) {
+void expect_gpl3_ids(const Tokenizer& tok, const nlohmann::json& gpl3) {
   const std::string text = gpl3.at("text");
   ASSERT_GT(text.size(), 30000u);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> ids = tok.encode(text);
-  double ms = ms_since(t0);
+  ::testing::Test::RecordProperty("encode_ms", std::to_string(ms_since(t0)));
   EXPECT_EQ(ids, gpl3.at("ids").get<std::vector<int32_t>>());
-  EXPECT_LT(ms, limit_ms) << "encoding 35 KB took " << ms << " ms";
   EXPECT_EQ(tok.decode(ids), text);
 }
 
@@ -142,14 +141,15 @@ void for_each_invalid_utf8(const std::string& special,
   }
 }
 
-void expect_large_runs_round_trip(const Tokenizer& tok, const std::string& chars, double limit_ms) {
+void expect_large_runs_round_trip(const Tokenizer& tok, const std::string& chars) {
   for (char ch : chars) {
     const std::string s(1 << 18, ch);
     auto t0 = std::chrono::steady_clock::now();
     std::vector<int32_t> ids = tok.encode(s);
-    double ms = ms_since(t0);
+    ::testing::Test::RecordProperty(
+        "encode_ms_char_" + std::to_string(static_cast<unsigned char>(ch)),
+        std::to_string(ms_since(t0)));
     EXPECT_EQ(tok.decode(ids), s);
-    EXPECT_LT(ms, limit_ms) << "256 KiB of '" << s[0] << "' took " << ms << " ms";
   }
 }
 

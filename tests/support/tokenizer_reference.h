@@ -85,8 +85,10 @@ using ChatRender = std::function<std::string(const nlohmann::json& record, const
                                              std::optional<std::string_view> system)>;
 void expect_chat_prompts(const nlohmann::json& cases, size_t min_cases, const ChatRender& render);
 
-// The reference's "gpl3" record: encode gives its ids within `limit_ms`, decode gives the text.
-void expect_gpl3_ids_fast(const Tokenizer& tok, const nlohmann::json& gpl3, double limit_ms);
+// The reference's "gpl3" record: encode gives its ids, decode gives the text. The encoding time
+// is recorded (gtest property "encode_ms"), never asserted: unit tests do not assert timings (a
+// pathologically slow tokenizer meets the test's ctest TIMEOUT).
+void expect_gpl3_ids(const Tokenizer& tok, const nlohmann::json& gpl3);
 
 // Calls `check` on invalid UTF-8 inputs: truncated, surrogate, overlong and out-of-range
 // sequences, one with the control token `special` between invalid bytes, and 2000 random byte
@@ -94,8 +96,9 @@ void expect_gpl3_ids_fast(const Tokenizer& tok, const nlohmann::json& gpl3, doub
 void for_each_invalid_utf8(const std::string& special,
                            const std::function<void(const std::string&)>& check);
 
-// 256 KiB runs of each character of `chars`: decode(encode(run)) == run, each within `limit_ms`.
-void expect_large_runs_round_trip(const Tokenizer& tok, const std::string& chars, double limit_ms);
+// 256 KiB runs of each character of `chars`: decode(encode(run)) == run (each run's encoding time
+// recorded as a gtest property, not asserted).
+void expect_large_runs_round_trip(const Tokenizer& tok, const std::string& chars);
 
 // A fixture for hostile vocabularies: kvs_ starts as base() (a real model's tokenizer KVs);
 // load() writes kvs_ as a tensor-less GGUF in a per-test temporary directory and builds a tokenizer

@@ -40,18 +40,6 @@ using namespace flashnorm::testing;  // test support: fixtures and checks
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr double kSlowdown = 5.0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr double kSlowdown = 5.0;
-#else
-constexpr double kSlowdown = 1.0;
-#endif
-#else
-constexpr double kSlowdown = 1.0;
-#endif
-
 const TokenizerFixture& fixture() {
   static const auto f =
       load_tokenizer_fixture(gemma3_path(), "FLASHNORM_GEMMA3_GGUF", "gemma3_reference.json");
@@ -98,13 +86,13 @@ TEST(TokenizerGemma3, Metadata) {
   EXPECT_EQ(tok.encode("<bos>"), (std::vector<int32_t>{2}));
 }
 
-TEST(TokenizerGemma3, LoadsFast) {
-  EXPECT_LT(fixture().load_ms, 1000.0 * kSlowdown)
-      << "GgufFile::open + Tokenizer::from_gguf took " << fixture().load_ms << " ms";
+// Building the tokenizer twice from one file gives the same tokenizer (load times recorded as
+// gtest properties, not asserted).
+TEST(TokenizerGemma3, Loads) {
+  RecordProperty("open_and_load_ms", std::to_string(fixture().load_ms));
   auto t0 = std::chrono::steady_clock::now();
   Tokenizer again = Tokenizer::from_gguf(fixture().file);
-  double ms = ms_since(t0);
-  EXPECT_LT(ms, 700.0 * kSlowdown) << "Tokenizer::from_gguf took " << ms << " ms";
+  RecordProperty("load_ms", std::to_string(ms_since(t0)));
   EXPECT_EQ(again.encode("Hello world"), (std::vector<int32_t>{9259, 1902}));
 }
 
@@ -138,8 +126,8 @@ TEST(TokenizerGemma3, RoundTrip) {
   EXPECT_GE(n, 350u);
 }
 
-TEST(TokenizerGemma3, Gpl3TextMatchesReferenceAndIsFast) {
-  expect_gpl3_ids_fast(fixture().tok, fixture().ref.at("gpl3"), 1000.0 * kSlowdown);
+TEST(TokenizerGemma3, Gpl3TextMatchesReference) {
+  expect_gpl3_ids(fixture().tok, fixture().ref.at("gpl3"));
 }
 
 // Invalid UTF-8 (no Python reference can take it): never crashes, ids in range, and every byte
@@ -162,7 +150,7 @@ TEST(TokenizerGemma3, LargeInputs) {
   const Tokenizer& tok = fixture().tok;
   // 256 KiB runs: one symbol sequence each (SentencePiece has no pre-tokenizer), or long runs of
   // user-defined space/newline/tab pieces.
-  expect_large_runs_round_trip(tok, " a7\n!<", 5000.0 * kSlowdown);
+  expect_large_runs_round_trip(tok, " a7\n!<");
   // 31 spaces is the longest user-defined run: 62 spaces are two of them.
   EXPECT_EQ(tok.encode(std::string(62, ' ')), (std::vector<int32_t>{167, 167}));
 }

@@ -72,8 +72,8 @@ TEST(TokenizerSmolLM2, RoundTrip) {
   EXPECT_GE(n, 300u);
 }
 
-TEST(TokenizerSmolLM2, Gpl3TextMatchesReferenceAndIsFast) {
-  expect_gpl3_ids_fast(fixture().tok, fixture().ref.at("gpl3"), 1000.0);
+TEST(TokenizerSmolLM2, Gpl3TextMatchesReference) {
+  expect_gpl3_ids(fixture().tok, fixture().ref.at("gpl3"));
 }
 
 // Invalid UTF-8 (no outside reference can take it: Python strings are Unicode): must not crash,
@@ -100,7 +100,7 @@ TEST(TokenizerSmolLM2, InvalidUtf8NeverCrashesAndKeepsBytes) {
 
 TEST(TokenizerSmolLM2, LargeInputs) {
   // 256 KiB runs of one character: one huge pre-token each (digits: 256 Ki one-digit pieces).
-  expect_large_runs_round_trip(fixture().tok, " a7\n!", 5000.0);
+  expect_large_runs_round_trip(fixture().tok, " a7\n!");
 }
 
 TEST(TokenizerSmolLM2, ChatTemplate) {
