@@ -43,9 +43,7 @@ Tensor rstd_cpu(Tensor x, double eps) {
   const int64_t M = xf.size(0);
   Tensor r = stable::new_empty(xf, {M}, ScalarType::Float);
   rows_rstd(xf.const_data_ptr<float>(), M, K, eps, r.mutable_data_ptr<float>());
-  std::vector<int64_t> lead = with_last(x, 1);
-  lead.pop_back();
-  return stable::reshape(r, lead);
+  return stable::reshape(r, leading_dims(x));
 }
 
 Tensor rms_norm_cpu(Tensor x, std::optional<Tensor> gain, double eps, bool gain_one_plus) {

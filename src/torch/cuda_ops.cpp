@@ -62,9 +62,7 @@ Tensor rstd_cuda(Tensor x, double eps) {
                        current_stream(x)),
           "rstd");
   }
-  std::vector<int64_t> lead = with_last(x, 1);
-  lead.pop_back();
-  return stable::reshape(r, lead);
+  return stable::reshape(r, leading_dims(x));
 }
 
 Tensor rms_norm_cuda(Tensor x, std::optional<Tensor> gain, double eps, bool gain_one_plus) {

@@ -54,6 +54,12 @@ std::vector<int64_t> with_last(const Tensor& x, int64_t n) {
   return s;
 }
 
+std::vector<int64_t> leading_dims(const Tensor& x) {
+  std::vector<int64_t> s = with_last(x, 1);
+  s.pop_back();
+  return s;
+}
+
 }  // namespace flashnorm::torch_ops
 
 namespace flashnorm::torch_ops {

@@ -42,6 +42,8 @@ void check_vector(const Tensor& v, const Tensor& x, int64_t n, std::string_view 
                   std::string_view op);
 // x.shape with the last dimension replaced by n.
 std::vector<int64_t> with_last(const Tensor& x, int64_t n);
+// x.shape without its last dimension (the shape of a per-row result such as rstd).
+std::vector<int64_t> leading_dims(const Tensor& x);
 
 }  // namespace flashnorm::torch_ops
 
