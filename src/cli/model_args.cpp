@@ -217,6 +217,8 @@ std::vector<ChatMessage> read_chat_messages(const std::string& path) {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(fmt::format("{}: malformed JSON at byte {}", what, e.byte));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number such as 1e400
+    throw Error(fmt::format("{}: malformed JSON: {}", what, e.what()));
   }
   if (!j.is_array() || j.empty()) {
     throw Error(fmt::format("{}: expected a non-empty JSON array of {{\"role\", \"content\"}}", what));

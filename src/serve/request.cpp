@@ -69,7 +69,8 @@ CompletionRequest parse_request(std::string_view body, bool chat) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range 406 for a number past double's range (1e400): the body is bad
     throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");

@@ -74,7 +74,9 @@ TEST(Request, RefusalsNameTheField) {
   const std::pair<const char*, const char*> completions[] = {
       {R"({"model": "m", "prompt": )", ""},
       {R"([1])", ""},
-      {"{\"model\": \"m\", \"prompt\": \"\xff\"}", ""},  // invalid UTF-8
+      {"{\"model\": \"m\", \"prompt\": \"\xff\"}", ""},               // invalid UTF-8
+      {R"({"model": "m", "prompt": "a", "max_tokens": 1e400})", ""},  // past double's range
+      {R"({"model": "m", "prompt": "a", "temperature": -1e999})", ""},
       {R"({"prompt": "a"})", "model"},
       {R"({"model": 1, "prompt": "a"})", "model"},
       {R"({"model": "m"})", "prompt"},
@@ -103,6 +105,7 @@ TEST(Request, RefusalsNameTheField) {
   }
   const std::pair<const char*, const char*> chat[] = {
       {R"({"model": "m"})", "messages"},
+      {R"({"model": "m", "messages": [{"role": 1e400, "content": "a"}]})", ""},
       {R"({"model": "m", "messages": []})", "messages"},
       {R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content"},
       {R"({"model": "m", "messages": [{"role": "user", "content": ""}]})", "messages[0].content"},
