@@ -15,6 +15,7 @@
 
 #include "flashnorm/engine/make_engine.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/json_strict.h"
 
 namespace flashnorm::cli {
 
@@ -212,20 +213,15 @@ std::vector<ChatMessage> read_chat_messages(const std::string& path) {
   const std::string what = "--messages " + path;
   const std::string text = read_prompt_file(path, "--messages");
   require_utf8(text, what);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(fmt::format("{}: malformed JSON at byte {}", what, e.byte));
-  } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number such as 1e400
-    throw Error(fmt::format("{}: malformed JSON: {}", what, e.what()));
-  }
+  // syntax errors (with their byte offset), numbers past double's range, duplicate keys and
+  // nesting past 64 levels: FormatError naming --messages PATH
+  const nlohmann::ordered_json j = io::parse_json_strict(text, what, 0);
   if (!j.is_array() || j.empty()) {
     throw Error(fmt::format("{}: expected a non-empty JSON array of {{\"role\", \"content\"}}", what));
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < j.size(); ++i) {
-    const nlohmann::json& m = j[i];
+    const nlohmann::ordered_json& m = j[i];
     if (!m.is_object()) throw Error(fmt::format("{}: messages[{}] is not an object", what, i));
     for (const auto& [key, v] : m.items()) {
       if (key != "role" && key != "content") {
@@ -238,6 +234,13 @@ std::vector<ChatMessage> read_chat_messages(const std::string& path) {
       }
     }
     out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  // the same order and final-message rules as serve's chat requests
+  if (auto p = chat_order_problem(out)) {
+    throw Error(fmt::format("{}: messages[{}].role: {}", what, p->index, p->message));
+  }
+  if (out.back().content.empty()) {
+    throw Error(fmt::format("{}: messages[{}].content is empty", what, out.size() - 1));
   }
   return out;
 }

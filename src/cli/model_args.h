@@ -66,8 +66,9 @@ std::string read_prompt_file(const std::string& path, std::string_view option = 
 // The conversation of `generate --messages FILE` ("-": standard input): a JSON array of
 // {"role": string, "content": string} objects (OpenAI's chat messages; no other field). Throws
 // Error (one line naming --messages, the file and the byte offset or messages[i].field) for
-// malformed JSON or UTF-8, another shape, or a field of the wrong type; the order of the turns is
-// checked where they are formatted (model_chat_prompt).
+// malformed JSON or UTF-8 (duplicate keys and nesting past 64 levels included:
+// io::parse_json_strict), another shape, a field of the wrong type, turns out of chat.h's order
+// (chat_order_problem) or an empty last user message (as serve refuses them).
 std::vector<ChatMessage> read_chat_messages(const std::string& path);
 
 // The provenance every GPU result JSON carries: {"gpu": the current CUDA device's name (or "none"

@@ -8,10 +8,12 @@
 #include <set>
 
 #include "api_error.h"
+#include "flashnorm/error.h"
+#include "flashnorm/io/json_strict.h"
 
 namespace flashnorm::serve {
 namespace {
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 [[noreturn]] void bad(const std::string& param, const std::string& msg) {
   throw ApiError(400, fmt::format("{}: {}", param, msg), param);
@@ -68,9 +70,9 @@ void parse_messages(const json& m, CompletionRequest& r) {
 CompletionRequest parse_request(std::string_view body, bool chat) {
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    // parse_error, and out_of_range 406 for a number past double's range (1e400): the body is bad
+    // syntax errors, numbers past double's range (1e400), duplicate keys, nesting past 64 levels
+    j = io::parse_json_strict(body, "request body", 0);
+  } catch (const FormatError& e) {
     throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");

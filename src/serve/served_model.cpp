@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include <charconv>
 
 #include "../cli/model_args.h"
@@ -34,6 +36,7 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
   std::string rest = value.substr(eq + 1);
   size_t comma = rest.find(',');
   s.path = rest.substr(0, comma);
+  std::set<std::string> seen;
   if (s.path.empty()) throw Error(fmt::format("--model {}: no PATH after '='", value));
   while (comma != std::string::npos) {
     const size_t next = rest.find(',', comma + 1);
@@ -41,6 +44,9 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
     comma = next;
     const size_t e = kv.find('=');
     const std::string key = kv.substr(0, e), v = e == std::string::npos ? "" : kv.substr(e + 1);
+    if (!seen.insert(key).second) {
+      throw Error(fmt::format("--model {}: key '{}' given twice", s.name, key));
+    }
     if (key == "norm" && (v == "flashnorm" || v == "standard")) {
       s.norm = v;
     } else if (key == "ctx") {

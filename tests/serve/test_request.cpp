@@ -99,12 +99,17 @@ TEST(Request, RefusalsNameTheField) {
       {R"({"model": "m", "prompt": "a", "stream": "yes"})", "stream"},
       {R"({"model": "m", "prompt": "a", "echo": true})", "echo"},
       {R"({"model": "m", "prompt": "a", "messages": []})", "messages"},
+      // a duplicate key would otherwise keep its last value silently
+      {R"({"model": "nope", "model": "m", "prompt": "a"})", ""},
   };
   for (const auto& [body, param] : completions) {
     EXPECT_EQ(refused_param(body, false), param) << body;
   }
+  // nesting past 64 levels is refused as it is reached (a deep body would cost memory)
+  EXPECT_EQ(refused_param(R"({"model": "m", "prompt": )" + std::string(100000, '['), false), "");
   const std::pair<const char*, const char*> chat[] = {
       {R"({"model": "m"})", "messages"},
+      {R"({"model": "m", "messages": [{"role": "user", "role": "system", "content": "a"}]})", ""},
       {R"({"model": "m", "messages": [{"role": 1e400, "content": "a"}]})", ""},
       {R"({"model": "m", "messages": []})", "messages"},
       {R"({"model": "m", "messages": [{"role": "user"}]})", "messages[0].content"},

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include "flashnorm/io/json_strict.h"
 #include <optional>
 #include <span>
 #include <string>
@@ -21,13 +23,8 @@ std::optional<StDtype> parse_dtype(std::string_view name);
 // to nearest even once). Errors: throws Error for other dtypes.
 std::vector<uint8_t> from_fp32(StDtype dtype, std::span<const float> values);
 
-// Parses `text` as JSON into an ordered_json (object keys keep their file order) and rejects
-// duplicate object keys at any depth (nlohmann would silently keep the last one).
-// `file` and `base` (the byte offset of text[0] in the file) go into the FormatError thrown for a
-// syntax error (offset = base + the position nlohmann reports) or a duplicate key (offset = base +
-// the position of the key's second occurrence, found by searching the text; base if not found).
-nlohmann::ordered_json parse_json_strict(std::string_view text, std::string_view file,
-                                         uint64_t base);
+// flashnorm/io/json_strict.h
+using io::parse_json_strict;
 
 // `s` as a JSON string literal, for error messages (invalid UTF-8 replaced; never throws).
 std::string quote(std::string_view s);

@@ -1,5 +1,6 @@
-// Strict JSON parsing for safetensors headers and Hugging Face index files: nlohmann::json with a
-// parser callback that rejects duplicate object keys, and errors mapped to FormatError.
+// Strict JSON parsing (include/flashnorm/io/json_strict.h): nlohmann::json with a parser callback
+// that rejects duplicate object keys and deep nesting, errors mapped to FormatError; and the
+// safetensors reader's JSON helpers (internal.h).
 #include <fmt/format.h>
 
 #include <set>
@@ -52,6 +53,15 @@ uint64_t key_offset(std::string_view text, std::string_view key, uint64_t base, 
   size_t p = find_key(text, key, from);
   return p == std::string_view::npos ? base : base + p;
 }
+
+}  // namespace flashnorm::io::st_detail
+
+namespace flashnorm::io {
+
+using st_detail::DuplicateKey;
+using st_detail::find_key;
+using st_detail::quote;
+using st_detail::strip_prefix;
 
 constexpr int kMaxJsonDepth = 64;
 
@@ -120,4 +130,4 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, std::string_view
   }
 }
 
-}  // namespace flashnorm::io::st_detail
+}  // namespace flashnorm::io
