@@ -158,6 +158,26 @@ std::string llama3_turn(std::string_view role, std::string_view content) {
 
 }  // namespace
 
+namespace {
+
+// A role as error messages show it: printable ASCII kept, other bytes as \xNN, at most 32 bytes
+// of it (a role is one of three short words: anything else is shown, not echoed whole).
+std::string shown_role(std::string_view role) {
+  std::string out;
+  for (size_t i = 0; i < role.size() && i < 32; ++i) {
+    const auto c = static_cast<unsigned char>(role[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  if (role.size() > 32) out += fmt::format("... ({} bytes)", role.size());
+  return out;
+}
+
+}  // namespace
+
 std::optional<ChatOrderProblem> chat_order_problem(std::span<const ChatMessage> messages) {
   if (messages.empty()) return ChatOrderProblem{0, "no messages: a user message is required"};
   size_t first = messages[0].role == "system" ? 1 : 0;
@@ -168,7 +188,7 @@ std::optional<ChatOrderProblem> chat_order_problem(std::span<const ChatMessage> 
       return ChatOrderProblem{
           i, fmt::format("role is \"{}\": expected \"{}\" (an optional system message, then user "
                          "and assistant turns alternating, ending with a user turn)",
-                         role, want)};
+                         shown_role(role), want)};
     }
   }
   if (messages.size() == first) {

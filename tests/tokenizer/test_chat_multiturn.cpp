@@ -66,4 +66,15 @@ TEST(ChatMultiturn, OrderProblems) {
   }
 }
 
+// A bad role is shown, not echoed: control bytes escaped, a long one cut (one short line).
+TEST(ChatMultiturn, BadRoleIsShownShort) {
+  const std::vector<ChatMessage> m = {{"us\ner\x1b[2J" + std::string(100000, 'x'), "a"}};
+  const auto p = flashnorm::chat_order_problem(m);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->message.find('\n'), std::string::npos) << p->message;
+  EXPECT_EQ(p->message.find('\x1b'), std::string::npos) << p->message;
+  EXPECT_LT(p->message.size(), 300u) << p->message;
+  EXPECT_NE(p->message.find("100009 bytes"), std::string::npos) << p->message;
+}
+
 }  // namespace
