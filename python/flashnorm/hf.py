@@ -6,7 +6,7 @@
                    1 + w: w = 0). What `flashnorm fold` does to a directory.
     apply_(model)  replaces each folded norm and its consumers with modules that call
                    torch.ops.flashnorm.flashnorm_linear: rstd(x) * (x W*^T), one op call for all
-                   consumers of a norm (q|k|v, gate|up); no rstd where every consumer's cancels.
+                   consumers of a norm (q|k|v, gate|up); no rstd scale where every consumer's cancels.
     tune_(model)   on a GPU: tunes the kernels for the shapes the model will run (eagerly,
                    before any CUDA graph capture).
 
