@@ -78,15 +78,6 @@ def build(name, device, dtype):
             else:
                 p.normal_(1.0, 0.1)
     return model.to(dtype)
-    if init != "unit":
-        raise ValueError(f"init must be 'unit' or 'hf', got {init!r}")
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 1.0 if "embed" in pname else p.shape[1] ** -0.5)
-            else:
-                p.normal_(1.0, 0.1)
-    return model.to(dtype)
 
 
 def sync(device):
