@@ -228,9 +228,11 @@ fi
 # last: the slowest stage (a sanitizer timeout must not cost the other results)
 if has sanitize; then
   # compute-sanitizer slows every launch ~100x: a small random model (3 layers) generating through
-  # the graph-replayed decode loop in each mode, plus 2 steps of SmolLM2 in flashnorm mode.
+  # the graph-replayed decode loop in each mode (biases on every projection included; Gemma 3 with
+  # final logit soft-capping), plus 2 steps of SmolLM2 in flashnorm mode.
   stamp "compute-sanitizer (short generations)"
   F='Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/llama_*_bf16'
+  F+=':Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/gemma3_softcap_*'
   for tool in memcheck racecheck synccheck; do
     echo "--- $tool" >> /tmp/sanitize.log
     timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \

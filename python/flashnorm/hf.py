@@ -123,23 +123,52 @@ def fold_(model: nn.Module, tied_head: str = "untie") -> nn.Module:
     return model
 
 
+# Inputs of at least this many rows (the product of the leading dimensions: prefill) are
+# normalized before the projection instead of deferring rstd past it: x * rstd(x) rounded to x's
+# dtype, then the folded weight (what the unmodified model computes, on the folded weights). At
+# such M the GEMM is compute-bound and cuBLAS runs it faster than the fused kernels (H200,
+# docs/results_h200.md: Qwen3-0.6B prefill at 1,024 and 4,096 rows was 0.97x / 0.93x of the
+# unmodified model with the deferred op), while the norm is one memory-bound pass that
+# torch.compile fuses into the residual add that produces x. Below it (decode) the deferral wins.
+PRENORM_ROWS = 256
+
+
+def _rows(x: torch.Tensor):
+    """The number of rows of x [..., K] (an int, or a SymInt under dynamic shapes)."""
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+def _normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm without a gain (the gain is folded): x * rstd(x) in fp32, rounded once to x's
+    dtype; under torch.compile as plain tensor ops (so Inductor fuses it with the residual add
+    that produces x), eagerly as the flashnorm::rms_norm op (one kernel)."""
+    if torch.compiler.is_compiling():
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return ops.rms_norm(x, None, eps)
+
+
 class FlashNormProjection(nn.Module):
     """A folded RMSNorm and the linear layers that read it, as one flashnorm_linear call: replaces
     the norm module and returns the consumers' outputs side by side, [..., sum(sizes)]; each
     consumer is replaced by a Columns module that takes its part. weight: the consumers' folded
     weights stacked [sum(sizes), K]; scale_mask: bool [sum(sizes)] (None: every column scaled);
     bias: [sum(sizes)], the consumers' biases stacked (zeros for a consumer without one), added
-    after the row scale, or None when no consumer has a bias."""
+    after the row scale, or None when no consumer has a bias. prenorm_rows: from this many rows
+    on, x is normalized first and multiplied by the weight (PRENORM_ROWS)."""
 
     def __init__(self, weight: torch.Tensor, eps: float, scale_mask: torch.Tensor | None,
-                 bias: torch.Tensor | None = None):
+                 bias: torch.Tensor | None = None, prenorm_rows: int = PRENORM_ROWS):
         super().__init__()
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
         self.eps = eps
+        self.prenorm_rows = prenorm_rows
         self.register_buffer("scale_mask", scale_mask)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _rows(x) >= self.prenorm_rows:
+            return nn.functional.linear(_normalized(x, self.eps), self.weight, self.bias)
         return torch.ops.flashnorm.flashnorm_linear(x, self.weight, self.eps, self.scale_mask,
                                                     self.bias)
 
@@ -172,13 +201,17 @@ class FlashNormLinear(nn.Module):
     """The single consumer of a folded RMSNorm (the LM head): flashnorm_linear(x, weight, eps,
     bias=bias) on the raw x that RawInput passes; keeps the Linear's weight and bias Parameters."""
 
-    def __init__(self, weight: nn.Parameter, eps: float, bias: nn.Parameter | None = None):
+    def __init__(self, weight: nn.Parameter, eps: float, bias: nn.Parameter | None = None,
+                 prenorm_rows: int = PRENORM_ROWS):
         super().__init__()
         self.weight = weight
         self.bias = bias
         self.eps = eps
+        self.prenorm_rows = prenorm_rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _rows(x) >= self.prenorm_rows:
+            return nn.functional.linear(_normalized(x, self.eps), self.weight, self.bias)
         return torch.ops.flashnorm.flashnorm_linear(x, self.weight, self.eps, None, self.bias)
 
 
@@ -189,7 +222,8 @@ def _replace(model: nn.Module, param: str, module: nn.Module) -> None:
 
 
 @torch.no_grad()
-def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False) -> nn.Module:
+def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False,
+           prenorm_rows: int = PRENORM_ROWS) -> nn.Module:
     """Replaces every folded RMSNorm and its consumers with flashnorm modules, in place; returns
     model. A norm with several consumers (q|k|v, gate|up) becomes one FlashNormProjection (one op
     call) and its consumers Columns; a norm with one consumer (the LM head) becomes RawInput and
@@ -199,7 +233,10 @@ def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False) 
     columns unscaled too (a per-column scale mask). Off by default: the rstd is computed for the
     other columns anyway, scaling every column costs nothing in the fused kernels and keeps the
     result exact (a mask adds the eps bound of docs/design.md section 3), while the masked op has
-    no fused kernel above 16 rows (the CUDA kernels' two-stream path).
+    no fused kernel above 16 rows (the CUDA kernels' two-stream path). prenorm_rows: inputs of
+    at least this many rows (prefill) are normalized before the projection instead (PRENORM_ROWS
+    says why), every column scaled whatever the mask; a value above any input's rows (e.g.
+    sys.maxsize) keeps the deferral everywhere.
 
     The model must be folded: by fold_, or loaded from a directory `flashnorm fold` wrote. A
     foldable norm whose gain is not the identity is refused (ValueError), except the final norm of
@@ -225,7 +262,7 @@ def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False) 
         if len(lins) == 1:
             _replace(model, site["norm"], RawInput())
             _replace(model, site["consumers"][0]["tensor"],
-                     FlashNormLinear(lins[0].weight, eps, lins[0].bias))
+                     FlashNormLinear(lins[0].weight, eps, lins[0].bias, prenorm_rows))
             continue
         scaled = [not (cancel and c["cancellable"]) for c in site["consumers"]]
         if any(scaled) and not cancel_columns:
@@ -240,7 +277,7 @@ def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False) 
         if any(lin.bias is not None for lin in lins):
             bias = torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None
                               else lin.bias.detach() for lin in lins])
-        _replace(model, site["norm"], FlashNormProjection(weight, eps, mask, bias))
+        _replace(model, site["norm"], FlashNormProjection(weight, eps, mask, bias, prenorm_rows))
         start = 0
         for c, lin in zip(site["consumers"], lins):
             _replace(model, c["tensor"], Columns(start, lin.out_features, weight.shape[0]))
@@ -255,13 +292,16 @@ def tune_(model: nn.Module, rows: tuple[int, ...] = (1, 8, 32)) -> nn.Module:
     for inputs of each number of rows in `rows` (decode batch sizes, prefill lengths: the M of
     flashnorm_linear), once per distinct shape; later calls, and CUDA graphs captured after this,
     use the tuned configurations. Modules on the CPU are skipped. Never call it while a CUDA graph
-    is being captured (refused). Returns model."""
+    is being captured (refused). Row counts a module normalizes first (prenorm_rows) run cuBLAS
+    and are skipped. Returns model."""
     done = set()
     for m in model.modules():
         if not isinstance(m, (FlashNormProjection, FlashNormLinear)) or not m.weight.is_cuda:
             continue
         mask = getattr(m, "scale_mask", None)
         for r in rows:
+            if r >= m.prenorm_rows:  # normalized first: cuBLAS, nothing to tune
+                continue
             key = (r, tuple(m.weight.shape), m.weight.dtype, m.weight.device,
                    None if mask is None else tuple(mask.tolist()))
             if key in done:

@@ -198,6 +198,43 @@ def test_compiled_generate_matches_transformers(arch):
     assert len(counts) >= 2 and all(k == 2 * ref.config.num_hidden_layers + 1 for k in counts)
 
 
+@pytest.mark.parametrize("arch", ["llama_tied", "qwen2", "qwen3", "gemma3"])
+def test_prenorm_rows_match_transformers(arch):
+    """Inputs of prenorm_rows rows or more are normalized before the projection (prefill): with the
+    threshold at 1 row every flashnorm module takes that path, eagerly (the rms_norm op) and under
+    torch.compile (plain tensor ops that Inductor fuses; fullgraph, so no graph break), and the
+    logits still match the unmodified model within 1e-5, also with the QK-norm mask (which that
+    path does not use: q and k are renormalized per head anyway) and for the 32 greedy tokens;
+    the compiled graph holds no flashnorm_linear call. A threshold above the input's 40 rows keeps
+    every call on the op. Negative control: the path with the normalization left out fails."""
+    ref = build(arch)
+    ids = tokens()
+    want = logits(ref, ids)
+    for cancel_columns in (False, True):
+        model = fh.apply_(fh.fold_(copy.deepcopy(ref)), cancel_columns=cancel_columns,
+                          prenorm_rows=1)
+        assert rel(logits(model, ids), want) <= TOL
+    assert torch.equal(greedy(model, ids), greedy(ref, ids))
+    with INDUCTOR:
+        forward, graphs = compile_counting(lambda i: model(i, use_cache=False).logits)
+        with torch.no_grad():
+            got = forward(ids)
+    assert rel(got, want) <= TOL
+    assert len(graphs) == 1 and flashnorm_calls(graphs[0]) == 0
+    deferred = fh.apply_(fh.fold_(copy.deepcopy(ref)), prenorm_rows=ids.numel() + 1)
+    forward, graphs = compile_counting(lambda i: deferred(i, use_cache=False).logits,
+                                       backend="eager")
+    with torch.no_grad():
+        assert rel(forward(ids), want) <= TOL
+    assert flashnorm_calls(graphs[0]) == 2 * ref.config.num_hidden_layers + 1
+    saved = fh._normalized
+    try:
+        fh._normalized = lambda x, eps: x
+        assert rel(logits(model, ids), want) > NEG_MIN
+    finally:
+        fh._normalized = saved
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_fold_ignoring_gains_fails(arch):
     """Negative control: a fold that resets the gains without multiplying them in."""
