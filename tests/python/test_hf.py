@@ -201,12 +201,12 @@ def test_compiled_generate_matches_transformers(arch):
 @pytest.mark.parametrize("arch", ["llama_tied", "qwen2", "qwen3", "gemma3"])
 def test_prenorm_rows_match_transformers(arch):
     """Inputs of prenorm_rows rows or more are normalized before the projection (prefill): with the
-    threshold at 1 row every flashnorm module takes that path, eagerly (the rms_norm op) and under
-    torch.compile (plain tensor ops that Inductor fuses; fullgraph, so no graph break), and the
-    logits still match the unmodified model within 1e-5, also with the QK-norm mask (which that
-    path does not use: q and k are renormalized per head anyway) and for the 32 greedy tokens;
-    the compiled graph holds no flashnorm_linear call. A threshold above the input's 40 rows keeps
-    every call on the op. Negative control: the path with the normalization left out fails."""
+    threshold at 1 row every flashnorm module takes that path and the logits still match the
+    unmodified model within 1e-5, also with the QK-norm mask (which that path does not use: q and
+    k are renormalized per head anyway), and the 32 greedy tokens are the same. Negative control:
+    that path with the normalization left out fails. A threshold above the input's 40 rows keeps
+    every call on the op (graph of dynamo's eager backend). Qwen3 also under Inductor (fullgraph;
+    the normalization as plain tensor ops): same logits, no flashnorm_linear call in the graph."""
     ref = build(arch)
     ids = tokens()
     want = logits(ref, ids)
@@ -215,24 +215,26 @@ def test_prenorm_rows_match_transformers(arch):
                           prenorm_rows=1)
         assert rel(logits(model, ids), want) <= TOL
     assert torch.equal(greedy(model, ids), greedy(ref, ids))
-    with INDUCTOR:
-        forward, graphs = compile_counting(lambda i: model(i, use_cache=False).logits)
-        with torch.no_grad():
-            got = forward(ids)
-    assert rel(got, want) <= TOL
-    assert len(graphs) == 1 and flashnorm_calls(graphs[0]) == 0
-    deferred = fh.apply_(fh.fold_(copy.deepcopy(ref)), prenorm_rows=ids.numel() + 1)
-    forward, graphs = compile_counting(lambda i: deferred(i, use_cache=False).logits,
-                                       backend="eager")
-    with torch.no_grad():
-        assert rel(forward(ids), want) <= TOL
-    assert flashnorm_calls(graphs[0]) == 2 * ref.config.num_hidden_layers + 1
     saved = fh._normalized
     try:
         fh._normalized = lambda x, eps: x
         assert rel(logits(model, ids), want) > NEG_MIN
     finally:
         fh._normalized = saved
+    deferred = fh.apply_(fh.fold_(copy.deepcopy(ref)), prenorm_rows=ids.numel() + 1)
+    forward, graphs = compile_counting(lambda i: deferred(i, use_cache=False).logits,
+                                       backend="eager")
+    with torch.no_grad():
+        assert rel(forward(ids), want) <= TOL
+    assert flashnorm_calls(graphs[0]) == 2 * ref.config.num_hidden_layers + 1
+    if arch != "qwen3":  # one Inductor compile (about 25 s of CI time each)
+        return
+    with INDUCTOR:
+        forward, graphs = compile_counting(lambda i: model(i, use_cache=False).logits)
+        with torch.no_grad():
+            got = forward(ids)
+    assert rel(got, want) <= TOL
+    assert len(graphs) == 1 and flashnorm_calls(graphs[0]) == 0
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
