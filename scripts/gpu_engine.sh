@@ -22,7 +22,8 @@
 # verify_gpu_qwen3.json, race_qwen3.log; stage `torch` (needs _C.so in the bundle):
 # torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json;
 # stage `torchprof` (needs _C.so): torch_hf_profile.log.
-# Stages not in the default list: archs, torch, torchhf, torchprof, ncu, ncuk.
+# stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
+# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -72,6 +73,16 @@ if has ktests; then
   check kernels_gpu_test "${PIPESTATUS[0]}"
   "$BIN/engine_ops_gpu_test" 2>&1 | tee -a "$OUT/kernel_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -40
   check engine_ops_gpu_test "${PIPESTATUS[0]}"
+fi
+
+if has qgemv; then
+  # quant_gemv (decode from Q4_K / Q6_K / Q8_0 blocks): its GPU tests against the fp64 reference,
+  # then the kernel lab against the bf16 decode kernel at Llama-3-8B and SmolLM2 shapes (M = 1, 8)
+  stamp "quant_gemv: tests and kernel lab"
+  "$BIN/kernels_gpu_test" --gtest_filter='QuantGemv*' 2>&1 | tee "$OUT/quant_gemv_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -20
+  check "kernels_gpu_test QuantGemv" "${PIPESTATUS[0]}"
+  for m in 1 8; do "$BIN/quant_gemv_bench" $m >> "$OUT/quant_gemv_bench.jsonl"; check "quant_gemv_bench M=$m" $?; done
+  cat "$OUT/quant_gemv_bench.jsonl"
 fi
 
 if has tests; then

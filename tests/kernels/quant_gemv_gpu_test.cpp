@@ -1,0 +1,139 @@
+// quant_gemv (kernels/cuda/quant_gemv.h) against an fp64 reference: random GGML blocks (random
+// bytes with finite scales: every byte pattern is a valid block) dequantized by io::dequantize
+// (bit-identical to gguf-py's dequantizer, tests/io), x random in bf16 / fp16, a random gain with
+// negative entries, y = rstd(x) * (x * gain) W^T in fp64. Odd N, K of several blocks, M = 1..8,
+// both row-scale settings. Negative control: the gain left out fails the same bound.
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/io/ggml_types.h"
+#include "flashnorm/kernels/cuda/quant_gemv.h"
+#include "gpu_util.h"
+#include "random_quant_blocks.h"
+
+namespace {
+
+using fk::QuantType;
+namespace io = flashnorm::io;
+
+io::GgmlType ggml(QuantType t) {
+  return t == QuantType::kQ8_0 ? io::GgmlType::Q8_0
+                               : (t == QuantType::kQ4_K ? io::GgmlType::Q4_K : io::GgmlType::Q6_K);
+}
+
+std::vector<uint8_t> random_blocks(QuantType t, int N, int K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  return flashnorm::testing::random_quant_blocks(t, N, K, rng);
+}
+
+struct Case {
+  QuantType type;
+  fk::DType dt;
+  int M, N, K;
+  bool scale_rows;
+};
+
+void run(const Case& c) {
+  SCOPED_TRACE(testing::Message() << "type " << int(c.type) << " M " << c.M << " N " << c.N << " K "
+                                  << c.K << " scale " << c.scale_rows);
+  const std::vector<uint8_t> w = random_blocks(c.type, c.N, c.K, 11 + c.M + c.N);
+  std::vector<float> wf(static_cast<size_t>(c.N) * c.K);
+  io::dequantize(ggml(c.type), w, wf);
+  std::vector<uint16_t> xbits;
+  std::vector<float> xv;
+  random_half(c.dt, static_cast<size_t>(c.M) * c.K, c.K, 1.f, 2.f, 5 + c.K, xbits, xv);
+  std::vector<float> gain(c.K);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (int k = 0; k < c.K; ++k) gain[k] = (k % 7 == 3 ? -1.f : 1.f) * u(rng);
+
+  DevMem dw(w.size()), dx(xbits.size() * 2), dg(gain.size() * 4), dy(size_t(c.M) * c.N * 4);
+  ASSERT_TRUE(dw.p && dx.p && dg.p && dy.p);
+  CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dx.p, xbits.data(), xbits.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dg.p, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
+  auto compute = [&](bool with_gain) {
+    fk::QuantGemvArgs a;
+    a.type = c.type, a.dt = c.dt, a.M = c.M, a.N = c.N, a.K = c.K;
+    a.x = dx.p, a.ldx = c.K, a.gain = with_gain ? static_cast<const float*>(dg.p) : nullptr;
+    a.w = dw.p, a.y = static_cast<float*>(dy.p), a.ldy = c.N, a.scale_rows = c.scale_rows;
+    a.eps = 1e-6f;
+    std::vector<float> y(size_t(c.M) * c.N);
+    EXPECT_TRUE(fk::quant_gemv(a, nullptr).ok());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return y;
+  };
+  // the bound: fp32 accumulation, 2e-6 of the sum of |terms| (K up to a few thousand)
+  auto worst = [&](const std::vector<float>& y) {
+    double worst_ratio = 0;
+    for (int m = 0; m < c.M; ++m) {
+      double ss = 0;
+      for (int k = 0; k < c.K; ++k) ss += double(xv[m * c.K + k]) * xv[m * c.K + k];
+      const double s = c.scale_rows ? 1.0 / std::sqrt(ss / c.K + 1e-6) : 1.0;
+      for (int n = 0; n < c.N; ++n) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < c.K; ++k) {
+          const double t = double(xv[m * c.K + k]) * gain[k] * wf[size_t(n) * c.K + k];
+          ref += t, mag += std::fabs(t);
+        }
+        worst_ratio = std::max(worst_ratio, std::fabs(y[m * c.N + n] - s * ref) / (s * mag));
+      }
+    }
+    return worst_ratio;
+  };
+  EXPECT_LE(worst(compute(true)), 2e-6);
+  EXPECT_GT(worst(compute(false)), 1e-3);  // negative control: the gain matters
+}
+
+const fk::DType kBF = fk::DType::kBF16, kFP = fk::DType::kFP16;
+
+TEST(QuantGemv, Q8_0) {
+  for (int M : {1, 3, 8}) run({QuantType::kQ8_0, kBF, M, 37, 1056, true});
+  run({QuantType::kQ8_0, kFP, 2, 5, 32, false});
+  run({QuantType::kQ8_0, kBF, 1, 1000, 4096, true});
+}
+TEST(QuantGemv, Q4_K) {
+  for (int M : {1, 3, 8}) run({QuantType::kQ4_K, kBF, M, 37, 1280, true});
+  run({QuantType::kQ4_K, kFP, 2, 5, 256, false});
+  run({QuantType::kQ4_K, kBF, 1, 1000, 4096, true});
+}
+TEST(QuantGemv, Q6_K) {
+  for (int M : {1, 3, 8}) run({QuantType::kQ6_K, kBF, M, 37, 1280, true});
+  run({QuantType::kQ6_K, kFP, 2, 5, 256, false});
+  run({QuantType::kQ6_K, kBF, 1, 1000, 4096, true});
+}
+
+TEST(QuantGemv, RejectsBadArguments) {
+  DevMem buf(1 << 20), out(64);
+  ASSERT_TRUE(buf.p && out.p);
+  CUDA_OK(cudaMemset(buf.p, 0, 1 << 20));
+  fk::QuantGemvArgs a;  // valid (all-zero blocks and x): y = 0
+  a.type = QuantType::kQ4_K, a.M = 1, a.N = 4, a.K = 256, a.x = buf.p, a.ldx = 256, a.w = buf.p;
+  a.y = static_cast<float*>(out.p), a.ldy = 4;
+  EXPECT_TRUE(fk::quant_gemv(a, nullptr).ok());
+  auto bad = [&](auto change, const char* what) {
+    fk::QuantGemvArgs b = a;
+    change(b);
+    const fk::Status s = fk::quant_gemv(b, nullptr);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_NE(s.message.find(what), std::string::npos) << s.message;
+  };
+  bad([](auto& b) { b.M = 9; }, "M");
+  bad([](auto& b) { b.K = 100; }, "K");
+  bad(
+      [](auto& b) {
+        b.K = 256 * 256;
+        b.ldx = b.K;
+      },
+      "200 KiB");
+  bad([](auto& b) { b.ldx = 255; }, "ldx");
+  bad([](auto& b) { b.w = static_cast<const char*>(b.w) + 2; }, "16-byte");
+  bad([](auto& b) { b.ldy = 3; }, "ldy");
+  bad([](auto& b) { b.y = nullptr; }, "non-null");
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
