@@ -5,7 +5,9 @@ Llama-3.2-1B, Llama-3-8B) in bf16: the unmodified model, the same after flashnor
 (+ tune_ on a GPU), and the unmodified model in fp32 (the rounding floor: how often bf16 itself
 changes the top-1). One forward over POSITIONS + 1 real text tokens (GPL-3, tokenized by a
 byte-level BPE trained on it with the `tokenizers` library, bench/random_hf_models.py; ids below
-4096 fit every vocabulary), batch 1, no KV cache; per position the argmax of the logits.
+4096 fit every vocabulary), batch 1, no KV cache; per position the argmax of the logits. The
+flashnorm model defers rstd in every call (--prenorm-rows: from how many rows apply_ normalizes
+first instead, as it does by default for prefill from 256 rows).
 Reports per model: agreement flashnorm vs unmodified (both bf16; bar of the issue "On the H200 (1)":
 at least 99%), unmodified bf16 vs fp32 and flashnorm bf16 vs fp32, and the largest relative logit
 difference. JSON to bench/results/torch_hf_agreement-<device>-<commit>-<date>.json unless --out.
@@ -39,6 +41,9 @@ def main():
     ap.add_argument("--text", required=True, help="text file (GPL-3)")
     ap.add_argument("--positions", type=int, default=1024)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--prenorm-rows", type=int, default=sys.maxsize,
+                    help="apply_'s prenorm_rows (default: never, so the 1024-row forward runs the "
+                         "deferred op; 256 = the library default, normalizing first at 256 rows)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     text = Path(a.text).read_text()
@@ -53,7 +58,8 @@ def main():
         ref = copy.deepcopy(ref32).to(torch.bfloat16)
         del ref32
         want, want_logits = top1(ref, ids)
-        model = fh.apply_(fh.fold_(ref))  # in place: the unmodified bf16 model is measured above
+        # in place: the unmodified bf16 model is measured above
+        model = fh.apply_(fh.fold_(ref), prenorm_rows=a.prenorm_rows)
         if a.device == "cuda":
             fh.tune_(model, rows=(1, a.positions))
         got, got_logits = top1(model, ids)
@@ -71,7 +77,7 @@ def main():
     date = datetime.date.today().isoformat()
     meta = dict(torch=torch.__version__, device=torch.cuda.get_device_name()
                 if a.device == "cuda" else "cpu", commit=torch_hf.commit(), date=date,
-                text=Path(a.text).name, bar=0.99)
+                text=Path(a.text).name, bar=0.99, prenorm_rows=a.prenorm_rows)
     out = Path(a.out or Path(__file__).parent / "results" /
                f"torch_hf_agreement-{a.device}-{torch_hf.commit()}-{date}.json")
     out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
