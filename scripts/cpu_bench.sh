@@ -14,7 +14,10 @@
 # Every run goes under /usr/bin/time -v (peak RSS) with the 1-minute load average read before it.
 # Then once per model (both are deterministic): llama-perplexity and `flashnorm verify
 # --weights native` on the first PPL_CHUNKS chunks of 512 tokens of the GPL-3 text.
-# Writes JSON (every run) and prints a Markdown table of medians with flashnorm/llama.cpp ratios;
+# Writes JSON (every run) and prints a Markdown table of medians with flashnorm/llama.cpp ratios,
+# then each configuration's peak RSS against issue 21's budget (the GGUF file's size + the KV cache
+# at --ctx CTX, from the file's metadata read by the script itself, + 150 MB; in the JSON's
+# summary as rss_budget_mb / rss_within_budget, the budget's parts under rss_budget);
 # the runs so far are also in $FLASHNORM_CACHE/cpu_bench/runs-last.jsonl (kept if a run fails).
 #
 #   scripts/cpu_bench.sh [FLASHNORM_BUILD_DIR] [OUT_JSON]
@@ -136,6 +139,57 @@ def calibrate(cli, model, text, target, out):
     sys.exit(f"error: no prefix of {text} encodes to exactly {target} tokens on {model}")
 
 
+def gguf_metadata(path):
+    """The key/value metadata of a GGUF file (scalars and strings; arrays as lists), read here so
+    that the memory budget below does not come from flashnorm's own reader."""
+    import struct
+    f = open(path, "rb")
+    rd = lambda fmt: struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+    if f.read(4) != b"GGUF":
+        sys.exit(f"error: {path}: not a GGUF file")
+    version, _, n_kv = rd("I"), rd("Q"), rd("Q")
+    if version < 2:
+        sys.exit(f"error: {path}: GGUF v{version} is not read here")
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+              12: "d"}
+    string = lambda: f.read(rd("Q")).decode("utf-8", "replace")
+
+    def value(t):
+        if t in scalar:
+            return rd(scalar[t])
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = rd("I"), rd("Q")
+            return [value(et) for _ in range(n)]
+        sys.exit(f"error: {path}: unknown GGUF value type {t}")
+    kv = {}
+    for _ in range(n_kv):
+        k = string()
+        kv[k] = value(rd("I"))
+    return kv
+
+
+def memory_budget(path, ctx):
+    """Issue 21's bound on generate's peak RSS for `path` at a KV cache of `ctx` positions: the
+    file's size + the CPU engine's KV cache (fp32 K and V of every layer: block_count x ctx x
+    head_count_kv x key_length, and the same with value_length) + 150 MB (10^6 bytes)."""
+    kv = gguf_metadata(path)
+    a = kv["general.architecture"]
+    g = lambda k, d=None: kv.get(f"{a}.{k}", d)
+    layers, heads = g("block_count"), g("attention.head_count")
+    kv_heads = g("attention.head_count_kv", heads)
+    kv_heads = max(kv_heads) if isinstance(kv_heads, list) else kv_heads
+    head_dim = g("embedding_length") // heads
+    k_len, v_len = g("attention.key_length", head_dim), g("attention.value_length", head_dim)
+    kv_bytes = layers * ctx * kv_heads * (k_len + v_len) * 4
+    file_bytes = os.path.getsize(path)
+    return dict(file_bytes=file_bytes, kv_cache_bytes=kv_bytes, ctx=ctx, overhead_bytes=150 * 10**6,
+                budget_bytes=file_bytes + kv_bytes + 150 * 10**6,
+                kv_cache_from=f"{layers} layers x {ctx} positions x {kv_heads} KV heads x "
+                              f"({k_len} + {v_len}) x 4 bytes")
+
+
 def rss_mb(path):
     return int(re.search(r"Maximum resident set size \(kbytes\): (\d+)",
                          open(path).read()).group(1)) / 1024
@@ -240,6 +294,12 @@ def summarize(runs_path, meta_path, out):
                 row[f"{s}_llama_paired"] = l
                 row[f"{s}_ratio"] = f / l if f is not None and l else None
             row["decode_tokens"] = sorted({r["tokens"] for r in fl if r["shape"] == shapes[2]})
+            # issue 21: peak RSS of generate on the quantized weights as they are (the larger of
+            # its two runs) within the budget; --weights f32 holds fp32 copies by design
+            b = meta["rss_budget"][model]
+            if w == "native" and row["peak_rss_mb"] is not None:
+                row["rss_budget_mb"] = b["budget_bytes"] / 2**20
+                row["rss_within_budget"] = row["peak_rss_mb"] * 2**20 <= b["budget_bytes"]
             summary.append(row)
     doc = dict(meta, summary=summary, runs=runs)
     with open(out, "w") as f:
@@ -255,6 +315,15 @@ def summarize(runs_path, meta_path, out):
         print(f"| {s['model']} | {s['engine']} | {s['weights']} | {s['norm']} | "
               f"{fmt(s['pp128'])} | {fmt(s['pp512'])} | {fmt(s[tg])} | "
               + " | ".join(ratios) + f" | {fmt(s['peak_rss_mb'], 0)} | {fmt(s['ppl'], 4)} |")
+    print("\npeak RSS of `flashnorm generate` vs issue 21's budget (file + KV cache at --ctx "
+          f"{meta['flashnorm_ctx']} + 150 MB), MiB:")
+    for s in summary:
+        if "rss_within_budget" in s:
+            b = meta["rss_budget"][s["model"]]
+            print(f"  {s['model']} {s['weights']}/{s['norm']}: {s['peak_rss_mb']:.0f} "
+                  f"{'<=' if s['rss_within_budget'] else '>'} {s['rss_budget_mb']:.0f} "
+                  f"(file {b['file_bytes'] / 2**20:.0f} + KV {b['kv_cache_bytes'] / 2**20:.1f} "
+                  f"+ 143) {'ok' if s['rss_within_budget'] else 'OVER'}")
     print(f"wrote {out}", file=sys.stderr)
 
 
@@ -268,6 +337,8 @@ if __name__ == "__main__":
         generate(args[0], args[1], json.loads(args[2]), args[3] == "1")
     elif cmd == "perplexity":
         perplexity(args[0], args[1], args[2], json.loads(args[3]))
+    elif cmd == "budget":
+        print(json.dumps(memory_budget(args[0], int(args[1]))))
     elif cmd == "summarize":
         summarize(args[0], args[1], args[2])
 PY
@@ -378,6 +449,8 @@ json.dump({
     "model_files": {"smollm2": "$(basename "$FLASHNORM_SMOLLM2_GGUF")",
                     "gemma3": "$(basename "$FLASHNORM_GEMMA3_GGUF")"},
     "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
+    "rss_budget": {"smollm2": $(python3 "$py" budget "$FLASHNORM_SMOLLM2_GGUF" "$CTX"),
+                   "gemma3": $(python3 "$py" budget "$FLASHNORM_GEMMA3_GGUF" "$CTX")},
 }, open(sys.argv[1], "w"), indent=1)
 PY
 mkdir -p "$(dirname "$out")"

@@ -65,6 +65,12 @@ fi
 # the CLI, except for the PyTorch-only stages (a bundle of _C.so alone serves those)
 if [[ -n $(echo " $STAGES " | sed 's/ torch / /g; s/ torchhf / /g; s/ torchprof / /g' | tr -d ' ') ]]; then
   "$BIN/flashnorm" --help > /dev/null || { echo "flashnorm does not start here"; ldd "$BIN/flashnorm"; exit 4; }
+  # the CUDA module the CLI loads for --device cuda (scripts/gpu_stage.sh puts it beside the binary)
+  [[ -f "$BIN/libflashnorm_cuda.so" ]] ||
+    { echo "the CUDA module $BIN/libflashnorm_cuda.so is missing: rebuild the bundle"; exit 4; }
+  if ldd "$BIN/libflashnorm_cuda.so" | grep "not found"; then
+    echo "the CUDA module's libraries are missing here"; exit 4
+  fi
 fi
 
 if has ktests; then

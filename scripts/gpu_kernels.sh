@@ -18,7 +18,9 @@
 # machine's image lacks them: there use FN_BUNDLE=1, whose binaries come from the bundle that
 # scripts/gpu_stage.sh builds with CMake on the development machine (carry .cache/device/bundle):
 # kernels_gpu_test, kernels_race_test, engine_ops_gpu_test, kernels_c_api_test,
-# lib/libflashnorm_capi.so (the PyTorch peers load it) and the `flashnorm` CLI as the benchmark.
+# lib/libflashnorm_capi.so (the PyTorch peers load it) and the `flashnorm` CLI as the benchmark
+# (with its CUDA module, bin/libflashnorm_cuda.so, which holds the benchmark and is loaded from the
+# CLI's directory).
 set -euo pipefail
 OUT=${OUT:-/tmp/fn_out}
 mkdir -p "$OUT"

@@ -2,8 +2,9 @@
 # Prepares what the CUDA engine's device calls carry (issue 4), under the ignored folder
 # .cache/device: the device machine's image lacks this project's libraries (fmt, OpenBLAS, PCRE2,
 # CLI11, GoogleTest, cpp-httplib for `serve`) and a call carries at most 64 MiB, while the SmolLM2 GGUF is ~94 MiB. So:
-#   .cache/device/bundle/fn_bundle.tar.xz  the release build's flashnorm CLI and GPU test programs
-#       (built here with nvcc for sm_90a, stripped), the C ABI's libflashnorm_capi.so (ctypes, for
+#   .cache/device/bundle/fn_bundle.tar.xz  the release build's flashnorm CLI with its CUDA module
+#       (bin/libflashnorm_cuda.so, beside the binary, where the CLI looks for it) and GPU test
+#       programs (built here with nvcc for sm_90a, stripped), the C ABI's libflashnorm_capi.so (ctypes, for
 #       bench/torch_peers.py), the shared libraries they need beyond glibc and CUDA, and the GPL-3
 #       text (verify's corpus);
 #   .cache/device/model1, model2, ...      the GGUF split in parts of at most 48 MiB + its SHA-256
@@ -43,7 +44,9 @@ D=.cache/device
 rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
 mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
-cp $B/src/cli/flashnorm $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
+# the CLI with its CUDA module (libflashnorm_cuda.so), which it loads from its own directory
+cp $B/src/cli/flashnorm $B/src/cli/libflashnorm_cuda.so \
+  $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
   $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test \
   $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test \
   $B/bench/probes/quant_gemv_bench $S/fn/bin/

@@ -1,5 +1,6 @@
 // `flashnorm bench`: the FlashNorm kernel benchmark (issue 3) over bench/shapes.json. Runs only in
 // a build with CUDA; otherwise it fails with the one-line error "flashnorm was built without CUDA".
+// Both benchmarks live in the CUDA module (engine/cuda_module.h), loaded here on demand.
 #include <fmt/format.h>
 
 #include <ctime>
@@ -9,16 +10,24 @@
 #include <vector>
 
 #include "commands.h"
+#include "flashnorm/engine/cuda_module.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/atomic_file.h"
+#include "kernel_bench.h"  // bench/kernel_bench: its options (the benchmark is in the CUDA module)
 #include "model_bench.h"
-#if defined(FLASHNORM_HAVE_CUDA)
-#include "kernel_bench.h"  // bench/kernel_bench
-#endif
 
 namespace flashnorm::cli {
 
 namespace {
+// The CUDA module, or Error "bench: ..." naming why it is not there.
+const CudaModule& bench_module() {
+  try {
+    return cuda_module();
+  } catch (const Error& e) {
+    throw Error(std::string("bench: ") + e.what());
+  }
+}
+
 struct BenchCli {
   std::string shapes = "bench/shapes.json";
   std::string out;  // JSON path; default bench/results/kernels_<UTC date>.json
@@ -74,12 +83,9 @@ void register_bench(CLI::App& app) {
       o->model.commit = o->commit;
       o->model.driver = o->driver;
       o->model.dirty = o->dirty;
-      return run_model_bench(o->model);
+      return bench_module().run_model_bench(o->model);
     }
-#if !defined(FLASHNORM_HAVE_CUDA)
-    (void)o;
-    throw Error("flashnorm was built without CUDA");
-#else
+    const CudaModule& m = bench_module();
     bench::KernelBenchOptions opt;
     opt.shapes_path = o->shapes;
     opt.Ms = o->Ms;
@@ -91,7 +97,7 @@ void register_bench(CLI::App& app) {
     opt.commit = o->commit;
     opt.dirty = o->dirty;
     opt.driver = o->driver;
-    nlohmann::json j = bench::run_kernel_bench(opt);
+    nlohmann::json j = m.run_kernel_bench(opt);
     std::string out = o->out;
     if (out.empty()) {
       char d[32];
@@ -107,7 +113,6 @@ void register_bench(CLI::App& app) {
     f.write(text.data(), text.size());
     f.commit();
     std::printf("wrote %s\n", out.c_str());
-#endif
   });
 }
 

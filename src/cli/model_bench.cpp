@@ -10,9 +10,11 @@
 // over the rounds; then the decode step split by kernel class (eager, CUDA events around each
 // kernel, median of 20 steps). Prompt ids are a fixed pseudo-random sequence (timing does not
 // depend on the text). Prints a table and writes JSON (GPU, driver, commit, date, every figure,
-// and each engine's tuned GEMV configurations with their times).
+// and each engine's tuned GEMV configurations with their times). Compiled into the CUDA module
+// (engine/cuda_module.h), not into the executable: cmd_bench.cpp calls it through the module.
 #include "model_bench.h"
 
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,22 +24,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "flashnorm/engine/cuda_engine.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/median.h"
 #include "flashnorm/model/model.h"
 #include "model_args.h"
-#if defined(FLASHNORM_HAVE_CUDA)
-#include <cuda_runtime.h>
-
-#include "flashnorm/engine/cuda_engine.h"
-#endif
 
 namespace flashnorm::cli {
 
-#if !defined(FLASHNORM_HAVE_CUDA)
-void run_model_bench(const ModelBenchArgs&) { throw Error("flashnorm was built without CUDA"); }
-#else
 namespace {
 nlohmann::json profile_json(const StepProfile& p) {
   return {{"norm_us", p.norm_us},
@@ -209,6 +204,5 @@ void run_model_bench(const ModelBenchArgs& a) {
   f.commit();
   fmt::print("wrote {}\n", out);
 }
-#endif
 
 }  // namespace flashnorm::cli

@@ -10,7 +10,9 @@ struct ModelBenchArgs {
   int prompt_tokens = 512, decode_tokens = 256, runs = 5;
   bool dirty = false;
 };
-// Errors: flashnorm::Error (no GPU, built without CUDA, bad model, CUDA failures).
+// Part of the CUDA module (libflashnorm_cuda.so, engine/cuda_module.h): callers in the executable
+// reach it through cuda_module().run_model_bench.
+// Errors: flashnorm::Error (no GPU, bad model, CUDA failures).
 void run_model_bench(const ModelBenchArgs& a);
 
 }  // namespace flashnorm::cli

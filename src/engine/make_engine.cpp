@@ -1,65 +1,61 @@
-// The engine factory (engine/make_engine.h): the only place that knows whether this build has the
-// CUDA engine.
+// The engine factory (engine/make_engine.h): the CPU engine here, the CUDA engine through the CUDA
+// module (engine/cuda_module.h), which is loaded only when the GPU is asked for.
 #include "flashnorm/engine/make_engine.h"
 
 #include "flashnorm/engine/cpu_engine.h"
+#include "flashnorm/engine/cuda_module.h"
 #include "flashnorm/error.h"
-#if defined(FLASHNORM_HAVE_CUDA)
-#include <cuda_runtime.h>
-
-#include "flashnorm/engine/cuda_engine.h"
-#endif
 
 namespace flashnorm {
 
 bool cuda_available(std::string* why) {
-#if defined(FLASHNORM_HAVE_CUDA)
-  return cuda_device_available(why);
-#else
+#if !defined(FLASHNORM_HAVE_CUDA_MODULE)
   if (why) *why = "flashnorm was built without CUDA";
   return false;
+#else
+  // No driver: no GPU, and no reason to load the CUDA libraries to learn it.
+  if (!cuda_driver_present(why)) return false;
+  const CudaModule* m = nullptr;
+  try {
+    m = &cuda_module();
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+  return m->device_available(why);
 #endif
 }
 
 Device resolve_device(Device d) {
   if (d == Device::kCpu) return d;
-  std::string why;
-  const bool gpu = cuda_available(&why);
-  if (d == Device::kAuto) return gpu ? Device::kCuda : Device::kCpu;
-#if defined(FLASHNORM_HAVE_CUDA)
-  if (!gpu) throw Error("--device cuda: no usable NVIDIA GPU (" + why + ")");
+  if (d == Device::kAuto) return cuda_available() ? Device::kCuda : Device::kCpu;
+#if !defined(FLASHNORM_HAVE_CUDA_MODULE)
+  throw Error("--device cuda: flashnorm was built without CUDA");
 #else
-  if (!gpu) throw Error("--device cuda: " + why);
-#endif
+  // --device cuda: the module is needed whatever the driver; its load error names what is missing
+  const CudaModule* m = nullptr;
+  try {
+    m = &cuda_module();
+  } catch (const Error& e) {
+    throw Error(std::string("--device cuda: ") + e.what());
+  }
+  std::string why;
+  if (!m->device_available(&why)) throw Error("--device cuda: no usable NVIDIA GPU (" + why + ")");
   return d;
+#endif
 }
 
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o) {
-#if defined(FLASHNORM_HAVE_CUDA)
   if (resolve_device(o.device) == Device::kCuda) {
-    CudaEngineOptions c;
-    c.capacity.max_context = o.max_context;
-    c.dtype = o.dtype;
-    c.flashnorm = {o.cancel, o.deferred, o.tied_head};
-    c.launch.decode = o.decode;
-    return std::make_unique<CudaEngine>(model, mode, c);
+    return cuda_module().make_engine(model, mode, o);
   }
-#else
-  resolve_device(o.device);  // refuses kCuda
-#endif
   return std::make_unique<CpuEngine>(std::move(model), mode, o.max_context, o.cancel,
                                      o.track_cancellation);
 }
 
 std::string gpu_name() {
-#if defined(FLASHNORM_HAVE_CUDA)
-  cudaDeviceProp prop{};
-  int dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
-    return prop.name;
-  }
-#endif
-  return "none";
+  const CudaModule* m = cuda_module_if_loaded();
+  return m ? m->gpu_name() : "none";
 }
 
 }  // namespace flashnorm

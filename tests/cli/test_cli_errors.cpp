@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -128,19 +129,34 @@ TEST(CliErrors, DeviceSelection) {
   const bool has_gpu = r.err.find("device: cuda") != std::string::npos;
   if (!has_gpu) {
     EXPECT_NE(r.err.find("device: cpu"), std::string::npos) << r.err;
+#if defined(FLASHNORM_HAVE_CUDA_MODULE)
+    // The CUDA module (libflashnorm_cuda.so) loads into the CLI with every symbol resolved
+    // (RTLD_NOW) and only then finds no GPU: "no usable NVIDIA GPU", not "cannot load".
     expect_one_line_error(run_cli("generate -m " + g + " -p hi -n 2 --device cuda"),
-                          "--device cuda");
-    expect_one_line_error(run_cli("verify " + g + " --device cuda"), "--device cuda");
-#if defined(FLASHNORM_HAVE_CUDA)
+                          "--device cuda: no usable NVIDIA GPU");
+    expect_one_line_error(run_cli("verify " + g + " --device cuda"),
+                          "--device cuda: no usable NVIDIA GPU");
     expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()), "GPU");
-#else
-    expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()), "without CUDA");
-#endif
-#if defined(FLASHNORM_HAVE_CUDA)
     // the kernel benchmark names the missing GPU before it looks for its shapes file (whose
     // default path is relative to the working directory)
     expect_one_line_error(run_cli("bench --shapes " + (d / "no_such_shapes.json").string()),
                           "no usable NVIDIA GPU");
+    // A missing module: one line naming the file, for the engine and for the benchmark.
+    const std::string missing = (d / "no_such_dir" / "libflashnorm_cuda.so").string();
+    ::setenv("FLASHNORM_CUDA_MODULE", missing.c_str(), 1);
+    expect_one_line_error(run_cli("generate -m " + g + " -p hi -n 2 --device cuda"),
+                          "--device cuda: cannot load the CUDA module (" + missing);
+    expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()),
+                          "bench: cannot load the CUDA module (" + missing);
+    // --device auto with the module missing still runs, on the CPU engine
+    auto r_auto = run_cli("generate -m " + g + " -p hi -n 2 --device auto");
+    EXPECT_EQ(r_auto.code, 0) << r_auto.err;
+    ::unsetenv("FLASHNORM_CUDA_MODULE");
+#else
+    expect_one_line_error(run_cli("generate -m " + g + " -p hi -n 2 --device cuda"),
+                          "--device cuda: flashnorm was built without CUDA");
+    expect_one_line_error(run_cli("verify " + g + " --device cuda"), "--device cuda");
+    expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()), "without CUDA");
 #endif
   }
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");

@@ -34,19 +34,22 @@ struct EngineOptions {
 
 // True when the build has CUDA and a CUDA device with compute capability 9.0 is present (the
 // kernels are built for sm_90a only); else false with the reason in *why (when given), e.g.
-// "flashnorm was built without CUDA".
+// "flashnorm was built without CUDA". Loads the CUDA module (engine/cuda_module.h) only when an
+// NVIDIA driver is present.
 bool cuda_available(std::string* why = nullptr);
 
 // The device `d` resolves to on this machine and build: kCpu or kCuda (kAuto by cuda_available).
 // Errors: Error for kCuda without a usable GPU ("--device cuda: no usable NVIDIA GPU (...)") or in
-// a build without CUDA ("--device cuda: flashnorm was built without CUDA").
+// a build without CUDA ("--device cuda: flashnorm was built without CUDA"), and for kCuda when the
+// CUDA module cannot be loaded ("--device cuda: cannot load the CUDA module (...)").
 Device resolve_device(Device d);
 
 // An engine for `model` in `mode` on resolve_device(o.device). Errors: as resolve_device, and the
 // engines' constructors' (engine/cpu_engine.h, engine/cuda_engine.h).
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o);
 
-// The current CUDA device's name, or "none" (no CUDA in this build, or no device).
+// The current CUDA device's name, or "none" (no CUDA in this build, no device, or the CUDA module
+// not loaded: a CUDA engine or a device check loads it; this never does).
 std::string gpu_name();
 
 }  // namespace flashnorm
