@@ -111,11 +111,14 @@ for model in $MODELS; do
     fi
     if [ -n "$prev" ]; then
       echo "$model $name: same folded tensors as $prev, not rerun" >&2
-      python3 - "$runs" "$model" "$prev" "$name" "$f" >> "$runs.new" <<'PY'
+      python3 - "$runs" "$model" "$prev" "$name" "$f" "$tmp/fold.out" >> "$runs.new" <<'PY'
 import json, os, sys
-runs, model, prev, name, f = sys.argv[1:]
+runs, model, prev, name, f, foldout = sys.argv[1:]
 r = next(json.loads(l) for l in open(runs) if json.loads(l)["model"] == model and json.loads(l)["config"] == prev)
-r.update(config=name, size_bytes=os.path.getsize(f), same_folded_tensors_as=prev)
+lines = open(foldout).read().splitlines()
+r.update(config=name, size_bytes=os.path.getsize(f), same_folded_tensors_as=prev,
+         fallback=[l for l in lines if "are not a multiple of" in l],
+         fold_stdout=[l for l in lines if l.startswith("folded ") or l.startswith("projections")])
 print(json.dumps(r))
 PY
       cat "$runs.new" >> "$runs" && rm -f "$runs.new"
