@@ -23,7 +23,7 @@ constexpr const char* kRequantizeTypes[] = {"same", "q4_0", "q4_1", "q5_0", "q5_
 constexpr const char* kLowBitWarning =
     "warning: folded gains in 4- and 5-bit blocks cost perplexity (llama.cpp, docs/quantized.md): "
     "SmolLM2-135M +43% as Q4_1, +12% as Q5_0, +1.4% as Q8_0; Gemma 3 270M (gains 0 to 301 within "
-    "one norm) 13.9 -> 525 as Q5_0; prefer --requantize q8_0, --dtype bf16, or the unfolded file "
+    "one norm) 13.9 -> 525 as Q5_0, 35 as Q8_0; prefer --dtype bf16 or f32, or the unfolded file "
     "with --weights native";
 
 // 4- and 5-bit block types (Q4_K and Q5_K included).
