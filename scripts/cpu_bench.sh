@@ -23,7 +23,9 @@
 #   scripts/cpu_bench.sh [FLASHNORM_BUILD_DIR] [OUT_JSON]
 #     default build dir: $root/build/release; default JSON:
 #     bench/results/cpu_bench-<flashnorm commit>-<date>.json
-#   env: R=3 (rounds) T=2 (threads) N=128 (decode tokens) PPL_CHUNKS=4 NICE=19
+# Then scripts/requant_bench.sh (the fold requantization table) into OUT_JSON's name with
+# -requant.json, unless REQUANT=0.
+#   env: R=3 (rounds) T=2 (threads) N=128 (decode tokens) PPL_CHUNKS=4 NICE=19 REQUANT=1
 #        LLAMA_CPP_PYTHON=0.3.36 (the pinned source package) FLASHNORM_CACHE (~/.cache/flashnorm)
 #        FLASHNORM_COMMIT (the commit the binary was built from; default: its source tree's HEAD)
 set -euo pipefail
@@ -455,3 +457,9 @@ json.dump({
 PY
 mkdir -p "$(dirname "$out")"
 python3 "$py" summarize "$runs" "$tmp/meta.json" "$out"
+
+# --- the requantization table (fold output types), unless REQUANT=0 ------------------------------
+if [ "${REQUANT:-1}" = 1 ]; then
+  T="$T" NICE="$NICE" LLAMA_CPP_PYTHON="$LLAMA_CPP_PYTHON" FLASHNORM_COMMIT="$fn_commit" \
+    "$root/scripts/requant_bench.sh" "$build" "${out%.json}-requant.json"
+fi

@@ -24,6 +24,7 @@ struct View {
   int n_layer = 0;
   GainConvention gains = GainConvention::Plain;
   bool folded = false;
+  bool final_norm_kept = false;  // flashnorm.final_norm_kept (GGUF)
   // name -> "type [dims]" for tensors present (canonical names)
   std::map<std::string, std::string> tensors;
   std::vector<std::pair<std::string, std::string>> facts;
@@ -41,6 +42,7 @@ View from_gguf(const std::string& path) {
   v.n_layer = static_cast<int>(n_layer);
   v.gains = a.gguf_gains;
   v.folded = f.get_bool_or(std::string(kFoldedKey), false);
+  v.final_norm_kept = f.get_bool_or(std::string(kFinalNormKeptKey), false);
   for (const auto& t : f.tensors()) {
     std::vector<uint64_t> shape(t.dims.rbegin(), t.dims.rend());
     v.tensors[t.name] =
@@ -97,7 +99,11 @@ void print_view(const std::string& path) {
   fmt::print("gain convention: {}\n", v.gains == GainConvention::Plain
                                           ? "plain: y = x * rstd * w (identity w = 1)"
                                           : "one-plus: y = x * rstd * (1 + w) (identity w = 0)");
-  fmt::print("folded:       {}\n", v.folded ? "yes (flashnorm.folded)" : "no");
+  fmt::print("folded:       {}\n",
+             !v.folded           ? "no"
+             : v.final_norm_kept ? "yes (flashnorm.folded); the final norm keeps its gain and the "
+                                   "LM head its tie (flashnorm.final_norm_kept)"
+                                 : "yes (flashnorm.folded)");
   const bool tied = !v.tensors.count(a.head);
   fmt::print("LM head:      {}\n", tied ? fmt::format("tied to {}", a.tied_source)
                                         : std::string("separate (") + a.head + ")");

@@ -73,6 +73,19 @@ std::vector<uint8_t> encode(const std::vector<double>& v, GgmlType type, FoldedT
 
 }  // namespace
 
+GgmlType requantize_fallback(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_K:
+      return GgmlType::Q5_0;
+    case GgmlType::Q5_K:
+      return GgmlType::Q5_1;
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_0;
+    default:
+      return type;
+  }
+}
+
 FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
                      const FoldOptions& opt) {
   const std::filesystem::path inputs[] = {in};
@@ -84,6 +97,10 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
   }
   // The checkpoint must be one `generate` runs: the same checks, before computing anything.
   check_model_file(in);
+  if (opt.requantize_type && !io::quant_supported(*opt.requantize_type)) {
+    throw Error(fmt::format("fold: --requantize {} is not a type flashnorm can quantize to",
+                            io::ggml_type_name(uint32_t(*opt.requantize_type))));
+  }
   if (!opt.requantize && opt.dtype != GgmlType::F32 && opt.dtype != GgmlType::F16 &&
       opt.dtype != GgmlType::BF16) {
     throw Error("fold: --dtype must be f32, f16 or bf16");
@@ -97,6 +114,24 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
         fmt::format("{}: {}.block_count = {} is out of range", in.string(), rep.arch, n_layer));
   }
   detail::FoldPlan plan = detail::make_fold_plan(arch, static_cast<int>(n_layer));
+  if (opt.keep_tied_head) {
+    if (f.find_tensor(arch.head)) {
+      throw Error(
+          fmt::format("{}: --keep-tied-head: the LM head '{}' is not tied to '{}'; fold without it",
+                      in.string(), arch.head, arch.tied_source));
+    }
+    // The final norm keeps its gain and the head its tie: neither is rewritten.
+    const std::string final_norm = plan.consumer_to_norm.at(arch.head);
+    plan.consumer_to_norm.erase(arch.head);
+    for (const auto& [c, n] : plan.consumer_to_norm) {
+      if (n == final_norm) {
+        throw Error(fmt::format("{}: --keep-tied-head: norm '{}' feeds '{}' too", in.string(),
+                                final_norm, c));
+      }
+    }
+    std::erase(plan.norms, final_norm);
+    rep.kept_tied_head = true;
+  }
 
   // Gains of every foldable norm, as multipliers, checked to be vectors.
   std::map<std::string, std::vector<double>> gains;
@@ -130,14 +165,30 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
   size_t done = 0;
   auto fold_one = [&](const io::GgufTensorInfo& t, const std::string& out_name,
                       const std::string& norm) {
-    GgmlType type = opt.requantize ? t.type : opt.dtype;
-    if (opt.requantize && !io::quant_supported(type)) {
+    const GgmlType asked = opt.requantize ? opt.requantize_type.value_or(t.type) : opt.dtype;
+    if (opt.requantize && !io::quant_supported(asked)) {
       throw Error(fmt::format("{}: cannot requantize '{}' to {}: not supported (use --dtype)",
-                              in.string(), t.name, io::ggml_type_name(uint32_t(type))));
+                              in.string(), t.name, io::ggml_type_name(uint32_t(asked))));
+    }
+    const size_t row = t.dims[0];
+    GgmlType type = asked;
+    if (row % io::ggml_type_traits(uint32_t(type))->block_elems != 0) {
+      type = requantize_fallback(type);
+    }
+    if (row % io::ggml_type_traits(uint32_t(type))->block_elems != 0) {
+      throw Error(
+          fmt::format("{}: cannot requantize '{}' to {}: its rows of {} elements are not "
+                      "a multiple of the type's block of {}",
+                      in.string(), t.name, io::ggml_type_name(uint32_t(type)), row,
+                      io::ggml_type_traits(uint32_t(type))->block_elems));
     }
     std::vector<float> w = dequant(f, t);
     std::vector<double> folded = fold_matrix(w, t.dims[1], t.dims[0], gains.at(norm));
-    FoldedTensor rec{out_name, detail::tensor_kind(out_name), io::ggml_type_name(uint32_t(type))};
+    FoldedTensor rec;
+    rec.name = out_name;
+    rec.kind = detail::tensor_kind(out_name);
+    rec.out_type = io::ggml_type_name(uint32_t(type));
+    if (type != asked) rec.requested_type = io::ggml_type_name(uint32_t(asked));
     io::GgufTensorOut o{out_name, t.dims, type, encode(folded, type, rec), {}};
     rep.tensors.push_back(rec);
     if (opt.progress) opt.progress(++done, total);
@@ -166,10 +217,15 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     if (!kv.key.starts_with("flashnorm.")) kvs.push_back(kv);  // e.g. flashnorm.folded = false
   }
   kvs.push_back({std::string(kFoldedKey), io::GgufValue::make_bool(true), 0});
-  kvs.push_back({"flashnorm.fold_type",
-                 io::GgufValue::make_string(
-                     opt.requantize ? "requantized" : io::ggml_type_name(uint32_t(opt.dtype))),
-                 0});
+  const std::string fold_type =
+      !opt.requantize ? std::string(io::ggml_type_name(uint32_t(opt.dtype)))
+      : opt.requantize_type
+          ? "requantized:" + std::string(io::ggml_type_name(uint32_t(*opt.requantize_type)))
+          : std::string("requantized");
+  kvs.push_back({"flashnorm.fold_type", io::GgufValue::make_string(fold_type), 0});
+  if (opt.keep_tied_head) {
+    kvs.push_back({std::string(kFinalNormKeptKey), io::GgufValue::make_bool(true), 0});
+  }
   io::write_gguf(out, kvs, outs, inputs);
   return rep;
 }

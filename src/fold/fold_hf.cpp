@@ -72,6 +72,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                     in_dir.string(), kFoldedKey));
   }
   if (opt.requantize) throw Error("fold: --requantize applies to GGUF files only");
+  if (opt.keep_tied_head) throw Error("fold: --keep-tied-head applies to GGUF files only");
   const io::StDtype fold_dtype = folded_st_dtype(opt.dtype);
   // The checkpoint must be one `generate` runs: the same checks, before computing anything.
   check_model_file(in_dir);

@@ -112,6 +112,7 @@ Model load_gguf(const fs::path& path, bool with_data, WeightStorage storage) {
   m.cfg.rope = m.arch->gguf_rope;
   m.cfg.gains = m.arch->gguf_gains;
   m.cfg.folded = f.get_bool_or(std::string(kFoldedKey), false);
+  m.cfg.final_norm_kept = f.get_bool_or(std::string(kFinalNormKeptKey), false);
   for (const auto& t : f.tensors()) {
     if (!io::dequant_supported(t.type)) {
       throw Error(fmt::format("{}: tensor '{}' has type {}, which flashnorm cannot dequantize",
@@ -265,6 +266,11 @@ void validate(Model& m) {
   }
   c.vocab = static_cast<int>(emb.shape[0]);
   c.tied_head = !m.has(m.arch->head);
+  if (c.final_norm_kept && (!c.tied_head || !c.folded)) {
+    throw Error(fmt::format("{}: {} = true, but the file {}", m.source.string(), kFinalNormKeptKey,
+                            c.folded ? fmt::format("has an untied LM head '{}'", m.arch->head)
+                                     : fmt::format("is not folded ({} is not true)", kFoldedKey)));
+  }
   const uint64_t H = c.hidden, F = c.ffn, D = c.head_dim;
   const uint64_t q = uint64_t(c.n_head) * D, kv = uint64_t(c.n_head_kv) * D;
   const ArchHooks& hk = m.arch->hooks;

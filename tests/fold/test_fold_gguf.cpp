@@ -3,9 +3,9 @@
 
 #include <cstring>
 
+#include "flashnorm/error.h"
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
 #include "support/random_llama.h"
 
@@ -131,6 +131,44 @@ TEST_F(FoldSmolLM2, RequantizeKeepsTypesAndReportsError) {
   EXPECT_LT(by_kind["attn_q"], 0.2);
   EXPECT_GT(by_kind["output"], 1e-4);
   EXPECT_LT(by_kind["output"], 0.05);
+}
+
+TEST_F(FoldSmolLM2, RequantizeToATypeWithKQuantFallback) {
+  // Q8_0: every folded tensor, each within Q8_0's rounding of the folded values.
+  FoldOptions opt;
+  opt.requantize = true;
+  opt.requantize_type = io::GgmlType::Q8_0;
+  FoldReport r = fold_gguf(src_, dir_ / "q8.gguf", opt);
+  io::GgufFile b = io::GgufFile::open(dir_ / "q8.gguf");
+  for (const auto& t : r.tensors) {
+    EXPECT_EQ(b.find_tensor(t.name)->type, io::GgmlType::Q8_0) << t.name;
+    EXPECT_TRUE(t.requested_type.empty());
+    EXPECT_LT(t.requant_rel_rms, 0.02) << t.name;
+  }
+  EXPECT_EQ(b.get_string("flashnorm.fold_type"), "requantized:Q8_0");
+  // Q6_K: SmolLM2's rows of 576 are not whole super-blocks of 256, so Q8_0 (llama.cpp's
+  // fallback), recorded per tensor.
+  opt.requantize_type = io::GgmlType::Q6_K;
+  r = fold_gguf(src_, dir_ / "q6k.gguf", opt);
+  ASSERT_FALSE(r.tensors.empty());
+  for (const auto& t : r.tensors) {
+    EXPECT_EQ(t.out_type, "Q8_0") << t.name;
+    EXPECT_EQ(t.requested_type, "Q6_K") << t.name;
+  }
+  EXPECT_EQ(requantize_fallback(io::GgmlType::Q4_K), io::GgmlType::Q5_0);
+  EXPECT_EQ(requantize_fallback(io::GgmlType::Q5_K), io::GgmlType::Q5_1);
+  EXPECT_EQ(requantize_fallback(io::GgmlType::Q4_1), io::GgmlType::Q4_1);
+  // A type flashnorm cannot write is refused by name, before any output exists.
+  opt.requantize_type = io::GgmlType::Q8_K;
+  try {
+    fold_gguf(src_, dir_ / "q8k.gguf", opt);
+    ADD_FAILURE() << "Q8_K accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--requantize Q8_K"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "q8k.gguf"));
+  fs::remove(dir_ / "q8.gguf");
+  fs::remove(dir_ / "q6k.gguf");
 }
 
 }  // namespace

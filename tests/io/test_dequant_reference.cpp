@@ -127,8 +127,8 @@ std::set<std::string> check_model(const std::filesystem::path& model, const std:
   for (const char* t : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}) {
     EXPECT_TRUE(names.count(std::string("random:") + t)) << "no random record for " << t;
   }
-  // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 on two sources, plus f16:edge and bf16:edge.
-  EXPECT_GE(quant_checked, 2u * 7u + 2u);
+  // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 on two sources, plus f16:edge and bf16:edge.
+  EXPECT_GE(quant_checked, 2u * 8u + 2u);
   return real_types;
 }
 

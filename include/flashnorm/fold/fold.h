@@ -34,9 +34,17 @@ struct FoldOptions {
   // the input's dtype, so a bf16 or f16 checkpoint folds losslessly (its values are rounded once,
   // from the fp64 product). Every other tensor keeps its bytes. Ignored with requantize.
   io::GgmlType dtype = io::GgmlType::F32;
-  // GGUF only: requantize each folded tensor to its original type (Q8_0, Q4_0, Q4_1, Q5_0, and
-  // the float types); any other type is refused with an error naming the tensor and type.
+  // GGUF only: store each folded tensor as a GGML type (io::quantize) instead of opt.dtype:
+  // requantize_type, or with none ("same") the tensor's original type. A k-quant type (256 per
+  // block) for a tensor whose rows are not a multiple of 256 falls back as llama.cpp's quantizer
+  // does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; FoldedTensor::requested_type records it).
+  // A type io::quantize does not support is refused with an error naming the tensor and type.
   bool requantize = false;
+  std::optional<io::GgmlType> requantize_type;
+  // GGUF only: when the LM head is tied to the embedding, leave the final norm's gain in the file
+  // and the head tied (no untied vocab x hidden copy) and mark the file with kFinalNormKeptKey.
+  // Refused when the file has an untied head.
+  bool keep_tied_head = false;
   // Overrides the gain convention the file format implies (GGUF: plain; HF Gemma: 1 + w).
   // Only for experiments and for tests that prove a wrong convention is caught; never guessed.
   std::optional<GainConvention> assume_gains;
@@ -48,6 +56,9 @@ struct FoldedTensor {
   std::string name;      // name in the output file
   std::string kind;      // e.g. "attn_q", "ffn_gate", "output"
   std::string out_type;  // stored type name
+  // The --requantize type asked for when out_type is its fallback (rows not a multiple of the
+  // k-quant block), else empty.
+  std::string requested_type;
   // Requantized outputs: ||deq(q(W*)) - W*||_2 / ||W*||_2; 0 for float outputs.
   double requant_rel_rms = 0;
   double sum_sq_err = 0, sum_sq_ref = 0;
@@ -58,15 +69,18 @@ struct FoldReport {
   std::vector<std::string> folded_norms;  // norms set to identity
   std::vector<FoldedTensor> tensors;      // every consumer rewritten
   bool untied_head = false;
+  bool kept_tied_head = false;  // keep_tied_head applied: final norm gain and tied head kept
   // Per tensor kind: relative RMS error added by requantization (only when requantize).
   std::map<std::string, double> requant_rel_rms_by_kind() const;
 };
 
 // Folds a GGUF file. Every tensor that is not rewritten keeps its bytes, and every KV is kept in
-// order, so unmodified GGUF tools load the output. Adds flashnorm.folded (bool true).
+// order, so unmodified GGUF tools load the output. Adds flashnorm.folded (bool true),
+// flashnorm.fold_type (the --dtype name, or "requantized" / "requantized:TYPE") and, with
+// keep_tied_head, kFinalNormKeptKey (bool true).
 // Errors: Error / FormatError for malformed input, an unsupported architecture, a model already
 // folded, a consumer whose input width differs from its norm, an unsupported requantize type,
-// or `out` naming the input.
+// keep_tied_head with an untied head, or `out` naming the input.
 FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
                      const FoldOptions& opt = {});
 
@@ -80,6 +94,12 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
 // would otherwise load as whichever dtype transformers meets first). A config with
 // tie_word_embeddings true and an lm_head tensor that differs from the embedding is refused
 // (transformers would ignore that tensor). Folded values are checked (check_folded_range).
+// The type llama.cpp's quantizer stores instead of k-quant `type` in a tensor whose rows are not
+// a multiple of 256 (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; source: llama.cpp
+// src/llama-quant.cpp, "fallback"); `type` itself for every other type.
+io::GgmlType requantize_fallback(io::GgmlType type);
+
+// Requantize and keep_tied_head are GGUF options: fold_hf refuses them (one line naming it).
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
                    const FoldOptions& opt = {});
 

@@ -20,9 +20,12 @@ void dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> ds
 
 bool dequant_supported(GgmlType type);
 
-// Quantizes fp32 values to `type` with the reference (round-to-nearest, ggml *_ref) quantizer.
-// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0. Errors: throws Error naming the type if
-// it is not supported, or if src.size() is not a multiple of the block size.
+// Quantizes fp32 values to `type`. F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: the reference
+// round-to-nearest quantizers (ggml *_ref), byte-identical to gguf.quants.quantize. Q4_K, Q5_K,
+// Q6_K: flashnorm's least-squares scale search per sub-block and super-block (quantize_k.cpp; its
+// added RMS error against llama.cpp's quantizer: scripts/quant_compare.sh). The caller keeps rows
+// a multiple of the block size (256 for k-quants). Errors: throws Error naming the type if it is
+// not supported, or if src.size() is not a multiple of the block size.
 std::vector<uint8_t> quantize(GgmlType type, std::span<const float> src);
 
 bool quant_supported(GgmlType type);

@@ -107,5 +107,9 @@ std::optional<std::string> from_hf_name(const ArchDescription& a, std::string_vi
 
 // Metadata key marking a folded file (GGUF bool KV; safetensors __metadata__ "true").
 inline constexpr std::string_view kFoldedKey = "flashnorm.folded";
+// GGUF bool KV of a file folded with `fold --keep-tied-head`: the final norm keeps its gain and the
+// LM head stays tied to the embedding, so engines apply that gain to x (both engines apply every
+// gain the file holds; a folded file's other gains are identity).
+inline constexpr std::string_view kFinalNormKeptKey = "flashnorm.final_norm_kept";
 
 }  // namespace flashnorm

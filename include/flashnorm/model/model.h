@@ -82,6 +82,9 @@ struct ModelConfig {
   GainConvention gains = GainConvention::Plain;
   bool tied_head = false;  // no separate LM head tensor: the embedding is reused
   bool folded = false;     // flashnorm.folded metadata present
+  // flashnorm.final_norm_kept (GGUF, `fold --keep-tied-head`): the final norm keeps its gain and
+  // the head is tied; only in a folded file with a tied head (else the file is refused).
+  bool final_norm_kept = false;
 };
 
 struct Model {
