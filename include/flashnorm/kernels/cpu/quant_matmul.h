@@ -8,6 +8,8 @@
 // next tokens (standard vs flashnorm order: 93%), where 16 bits agree on 100% with perplexity
 // within 4e-5 (docs/quantized.md). Weight layouts: GGUF specification and ggml-common.h, as decoded
 // by io/dequant.h (the tests compare against io::dequantize in fp64).
+// Decode on AVX2: the block32 types four weight rows per pass over x, the weight rows ahead
+// prefetched (quant_dot.h's QuantRowsFn).
 // Activation quantization: per block of 32, amax = max |x|, d = amax / 32767,
 // q = nearbyint(x * (1 / d)) (round to nearest even; all 0 when amax is 0), so each element is off
 // by at most d / 2 = amax / 65534.
