@@ -18,7 +18,8 @@
 # then each configuration's peak RSS against issue 21's budget (the GGUF file's size + the KV cache
 # at --ctx CTX, from the file's metadata read by the script itself, + 150 MB; in the JSON's
 # summary as rss_budget_mb / rss_within_budget, the budget's parts under rss_budget);
-# the runs so far are also in $FLASHNORM_CACHE/cpu_bench/runs-last.jsonl (kept if a run fails).
+# the runs so far are also in $FLASHNORM_CACHE/cpu_bench/runs-<OUT_JSON's name>.jsonl (kept if a
+# run fails).
 #
 #   scripts/cpu_bench.sh [FLASHNORM_BUILD_DIR] [OUT_JSON]
 #     default build dir: $root/build/release; default JSON:
@@ -256,9 +257,12 @@ def perplexity(stdout, stderr, timef, base):
     for e in j["engines"]:
         w = "native" if e["engine"].startswith("native") else "f32"
         rows.append((w, e["engine"].rsplit(", ", 1)[1], e["ppl"], e["top1_vs_reference"]))
+    modes = j.get("native_flashnorm_vs_native_standard", {}).get("top1")
     for w, norm, ppl, top1 in rows:
+        extra = {"top1_native_flashnorm_vs_native_standard": modes} if w == "native" else {}
         print(json.dumps(dict(common, shape="ppl", weights=w, norm=norm, ppl=ppl,
-                              top1_vs_f32_standard=top1, scored_positions=j["positions"])))
+                              top1_vs_f32_standard=top1, scored_positions=j["positions"],
+                              **extra)))
 
 
 def summarize(runs_path, meta_path, out):
@@ -355,8 +359,9 @@ for m in "${models[@]}"; do
   done
 done
 
-# every run as one JSON line, kept in the cache so that a run stopped half way leaves its data
-runs="$cache/cpu_bench/runs-last.jsonl"
+# every run as one JSON line, kept in the cache so that a run stopped half way leaves its data;
+# named after the output so that two invocations at once (other worktrees) never share the file
+runs="$cache/cpu_bench/runs-$(basename "$out" .json).jsonl"
 : > "$runs"
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # base JSON of one run: base ENGINE MODEL ROUND WEIGHTS NORM [KEY VALUE]...

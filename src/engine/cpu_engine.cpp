@@ -263,11 +263,7 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
       for (int t = 0; t < T; ++t) r[t] = rstd(x + size_t(t) * k, k, eps);
     }
     acts_.prepare(x, T, k, gain, r.empty() ? nullptr : r.data());
-    int col = 0;
-    for (const QuantMatrix& part : q) {
-      kernels::cpu::quant_matmul(part, acts_, y + col, n, isa_, pool_.get(), gemm_rows_);
-      col += part.rows;
-    }
+    kernels::cpu::quant_matmul_parts(q, acts_, y, n, isa_, pool_.get(), gemm_rows_);
     if (mode_ == NormMode::Standard) {
       add_bias(y, T, n, bias);
       return;
@@ -348,6 +344,41 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
     for (int h = 0; h < c.n_head_kv; ++h) rope(kc + size_t(p) * nkv + h * D, p);
   }
   const int P = pos0 + T;  // keys visible to the last query
+  if (T == 1 && native_) {
+    // Native decode: one query per head in plain loops (no BLAS call per head and step).
+    const int first = L.local ? std::max(0, P - c.sliding_window) : 0;
+    std::vector<float> sc(P);
+    for (int h = 0; h < c.n_head; ++h) {
+      const int kh = h / group;
+      const float* qh = &q[size_t(h) * D];
+      float mx = -INFINITY;
+      for (int j = first; j < P; ++j) {
+        const float* kj = kc + size_t(j) * nkv + size_t(kh) * D;
+        // 8 independent partial sums (vectorized), then their sum
+        float part[8] = {};
+        int i = 0;
+        for (; i + 8 <= D; i += 8) {
+          for (int l = 0; l < 8; ++l) part[l] += qh[i + l] * kj[i + l];
+        }
+        for (; i < D; ++i) part[0] += qh[i] * kj[i];
+        const float d = ((part[0] + part[4]) + (part[1] + part[5])) +
+                        ((part[2] + part[6]) + (part[3] + part[7]));
+        sc[j] = d * c.attn_scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (int j = first; j < P; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+      const float inv = static_cast<float>(1.0 / sum);
+      float* o = out + size_t(h) * D;
+      std::fill(o, o + D, 0.0f);
+      for (int j = first; j < P; ++j) {
+        const float p = sc[j] * inv;
+        const float* vj = vc + size_t(j) * nkv + size_t(kh) * D;
+        for (int i = 0; i < D; ++i) o[i] += p * vj[i];
+      }
+    }
+    return;
+  }
   std::vector<float> s(size_t(T) * P);
   for (int h = 0; h < c.n_head; ++h) {
     const int kh = h / group;

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -251,6 +252,57 @@ TEST(QuantMatmulArgs, RefusesUnsupportedTypeAndShapes) {
   EXPECT_THROW(fc::quant_matmul(cols, a, y.data(), 1, fc::QuantIsa::kScalar), flashnorm::Error);
   fc::QuantMatrix part{GgmlType::Q8_0, w.data(), 1, 48};  // not whole blocks
   EXPECT_THROW((void)part.row_bytes(), flashnorm::Error);
+}
+
+// quant_matmul_parts: parts of different types and odd row counts (4-row groups and their
+// remainders) in one pool loop land in their own columns, equal to each part multiplied alone.
+TEST(QuantMatmulParts, EqualsEachPartAloneInItsColumns) {
+  for (fc::QuantIsa isa : {fc::QuantIsa::kScalar, fc::QuantIsa::kAvx2}) {
+    if (!fc::quant_isa_available(isa)) {
+      std::printf("[  SKIPPED ] %s: this CPU lacks it\n", fc::quant_isa_name(isa));
+      continue;
+    }
+    std::mt19937 rng(7);
+    const int K = 512;
+    const std::vector<std::pair<GgmlType, int>> spec = {
+        {GgmlType::Q4_1, 37}, {GgmlType::Q8_0, 6}, {GgmlType::Q5_0, 1}, {GgmlType::Q4_K, 67}};
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<fc::QuantMatrix> parts;
+    int cols = 0;
+    for (const auto& [t, n] : spec) {
+      bytes.push_back(random_weights(t, n, K, rng));
+      cols += n;
+    }
+    for (size_t i = 0; i < spec.size(); ++i) {
+      parts.push_back({spec[i].first, bytes[i].data(), spec[i].second, K});
+    }
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int M : {1, 2}) {
+      std::vector<float> x(size_t(M) * K);
+      for (float& v : x) v = nd(rng);
+      fc::PreparedActs a;
+      a.prepare(x.data(), M, K);
+      const int ldy = cols + 2;
+      std::vector<float> y(size_t(M) * ldy, -1.0f);
+      fc::ThreadPool pool(2);
+      fc::quant_matmul_parts(parts, a, y.data(), ldy, isa, &pool);
+      int col = 0;
+      for (const fc::QuantMatrix& p : parts) {
+        std::vector<float> y1(size_t(M) * p.rows);
+        fc::quant_matmul(p, a, y1.data(), p.rows, isa);
+        for (int m = 0; m < M; ++m) {
+          for (int n = 0; n < p.rows; ++n) {
+            ASSERT_EQ(y[size_t(m) * ldy + col + n], y1[size_t(m) * p.rows + n])
+                << fc::quant_isa_name(isa) << " part at column " << col << " m " << m << " n " << n;
+          }
+        }
+        col += p.rows;
+      }
+      for (int m = 0; m < M; ++m) {
+        for (int n = cols; n < ldy; ++n) EXPECT_EQ(y[size_t(m) * ldy + n], -1.0f);
+      }
+    }
+  }
 }
 
 TEST(ThreadPoolTest, RunsEveryTaskOnceAndRethrows) {

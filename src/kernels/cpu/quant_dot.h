@@ -19,9 +19,18 @@ struct QuantDots {
   QuantDotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k;
 };
 
+// y[r] = dot of weight row r (at w + r * row_bytes) with the activation row, for r < rows: several
+// rows per pass over the activations (their loads and conversions shared, the rows' block sums
+// reduced together), the weight rows ahead prefetched. Same arithmetic bound as QuantDotFn.
+using QuantRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int rows, const void* act, int k,
+                             float* y);
+
 const QuantDots& scalar_dots();
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
 const QuantDots& avx2_dots();
+// The AVX2 multi-row kernel of `type`, or nullptr where it has none (the row dot then runs per
+// row).
+QuantRowsFn avx2_rows(io::GgmlType type);
 #endif
 
 // The table's function for `type`; nullptr when the type has none.

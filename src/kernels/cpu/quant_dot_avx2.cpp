@@ -201,7 +201,135 @@ float dot_q6_k(const uint8_t* w, const void* act, int k) {
   return hsum(acc);
 }
 
+// Four f16 values (one per row) as four floats.
+__m128 f16x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
+  const uint64_t v = uint64_t(load_u16(p0)) | uint64_t(load_u16(p1)) << 16 |
+                     uint64_t(load_u16(p2)) << 32 | uint64_t(load_u16(p3)) << 48;
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+}
+
+// Prefetches `bytes` bytes from p into the cache, one line at a time.
+void prefetch(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+
+// Rows ahead of the ones being computed that each group of rows prefetches.
+constexpr int kPrefetchRows = 8;
+
+// 8 int32 lanes of the block sum of one 32-element block of the block32 types (the codes minus
+// their zero, or Q8_0's signed bytes) with the activation block's two halves x0 (elements 0-15)
+// and x1 (16-31).
+template <int kBytes, int kQsOff, int kQhOff, int kZero, bool kQ8>
+__m256i block32_isum(const uint8_t* w, __m256i x0, __m256i x1) {
+  if constexpr (kQ8) {
+    const __m256i lo =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
+    const __m256i hi =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)));
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+  } else {
+    const __m256i m4 = _mm256_set1_epi16(0x0f);
+    const __m256i v =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQsOff)));
+    __m256i lo = _mm256_and_si256(v, m4);
+    __m256i hi = _mm256_srli_epi16(v, 4);
+    if constexpr (kQhOff > 0) {
+      const __m256i h = fifth_bits(load_u32(w + kQhOff));
+      lo = _mm256_or_si256(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(h)));
+      hi = _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(h, 1)));
+    }
+    if constexpr (kZero != 0) {
+      lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(kZero));
+      hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(kZero));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+  }
+}
+
+// Four rows at a time of the block32 types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): per block, the four
+// rows' 8-lane sums converted to fp32 (each lane a sum of 4 products, exact: below 2^24) and
+// reduced by two levels of horizontal adds to [r0 r1 r2 r3 | r0 r1 r2 r3], scaled by the four
+// rows' d (one f16 conversion for the four) times the block's activation scale; the min terms
+// (m * s) of Q4_1/Q5_1 accumulated four rows at once beside. Remaining rows: the row dot.
+template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero, bool kQ8>
+void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k, float* y) {
+  const ActBlock* a0 = static_cast<const ActBlock*>(act);
+  const int nb = k / QK;
+  int r = 0;
+  for (; r + 4 <= rows; r += 4, w += 4 * rb) {
+    // ahead, past the end of this call's rows too (the next task's; a prefetch never faults)
+    prefetch(w + kPrefetchRows * rb, 4 * rb);
+    const uint8_t* w0 = w;
+    const uint8_t* w1 = w + rb;
+    const uint8_t* w2 = w + 2 * rb;
+    const uint8_t* w3 = w + 3 * rb;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 off = _mm_setzero_ps();
+    const ActBlock* a = a0;
+    for (int b = 0; b < nb; ++b, ++a, w0 += kBytes, w1 += kBytes, w2 += kBytes, w3 += kBytes) {
+      const __m256i x0 = load32(a->qs), x1 = load32(a->qs + 16);
+      const __m256 s0 =
+          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w0, x0, x1));
+      const __m256 s1 =
+          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w1, x0, x1));
+      const __m256 s2 =
+          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w2, x0, x1));
+      const __m256 s3 =
+          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w3, x0, x1));
+      const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+      const __m128 d = _mm_mul_ps(f16x4(w0, w1, w2, w3), _mm_set1_ps(a->d));
+      acc = _mm256_fmadd_ps(s, _mm256_set_m128(d, d), acc);
+      if constexpr (kHasMin) {
+        off = _mm_fmadd_ps(f16x4(w0 + 2, w1 + 2, w2 + 2, w3 + 2), _mm_set1_ps(a->s), off);
+      }
+    }
+    __m128 res = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    if constexpr (kHasMin) res = _mm_add_ps(res, off);
+    _mm_storeu_ps(y + r, res);
+  }
+  for (; r < rows; ++r, w += rb) {
+    if constexpr (kQ8) {
+      y[r] = dot_q8_0(w, act, k);
+    } else {
+      y[r] = dot_nibbles<kBytes, kQsOff, kQhOff, kHasMin, kZero>(w, act, k);
+    }
+  }
+}
+
+// Any type: the row dot per row, the rows ahead prefetched.
+template <QuantDotFn kDot>
+void rows_each(const uint8_t* w, size_t rb, int rows, const void* act, int k, float* y) {
+  for (int r = 0; r < rows; ++r, w += rb) {
+    prefetch(w + kPrefetchRows * rb, rb);
+    y[r] = kDot(w, act, k);
+  }
+}
+
 }  // namespace
+
+QuantRowsFn avx2_rows(io::GgmlType type) {
+  switch (type) {
+    case io::GgmlType::Q4_0:
+      return rows_block32<18, 2, 0, false, 8, false>;
+    case io::GgmlType::Q4_1:
+      return rows_block32<20, 4, 0, true, 0, false>;
+    case io::GgmlType::Q5_0:
+      return rows_block32<22, 6, 2, false, 16, false>;
+    case io::GgmlType::Q5_1:
+      return rows_block32<24, 8, 4, true, 0, false>;
+    case io::GgmlType::Q8_0:
+      return rows_block32<34, 2, 0, false, 0, true>;
+    case io::GgmlType::Q4_K:
+      return rows_each<dot_k45<false>>;
+    case io::GgmlType::Q5_K:
+      return rows_each<dot_k45<true>>;
+    case io::GgmlType::Q6_K:
+      return rows_each<dot_q6_k>;
+    default:
+      return nullptr;
+  }
+}
 
 const QuantDots& avx2_dots() {
   static const QuantDots t{dot_f32,

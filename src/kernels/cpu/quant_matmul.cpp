@@ -133,8 +133,15 @@ const ActBlock* PreparedActs::q(int m) {
   return &q_[size_t(m) * (k_ / 32)];
 }
 
+const ActBlock* PreparedActs::q_ready(int m) const { return &q_[size_t(m) * (k_ / 32)]; }
+
 void quant_matmul(const QuantMatrix& w, PreparedActs& a, float* y, int ldy, QuantIsa isa,
                   ThreadPool* pool, int gemm_rows) {
+  quant_matmul_parts(std::span<const QuantMatrix>(&w, 1), a, y, ldy, isa, pool, gemm_rows);
+}
+
+void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, float* y, int ldy,
+                        QuantIsa isa, ThreadPool* pool, int gemm_rows) {
   if (!quant_isa_available(isa)) {
     throw Error(fmt::format("quant_matmul: this CPU or build lacks {}", quant_isa_name(isa)));
   }
@@ -144,32 +151,67 @@ void quant_matmul(const QuantMatrix& w, PreparedActs& a, float* y, int ldy, Quan
 #else
   const detail::QuantDots& table = detail::scalar_dots();
 #endif
-  const detail::QuantDotFn dot = detail::dot_for(table, w.type);
-  if (!dot) {
-    throw Error(fmt::format("quant_matmul: weight type {} is not supported",
-                            io::ggml_type_name(uint32_t(w.type))));
+  // One entry per part: its kernels, row bytes and first output column; checked before any work.
+  struct Part {
+    const QuantMatrix* w;
+    detail::QuantDotFn dot;
+    detail::QuantRowsFn rows;
+    size_t rb;
+    int col, rows_per_task, first_task;
+  };
+  std::vector<Part> ps;
+  const int M = a.rows();
+  const int threads = pool ? pool->size() : 1;
+  int col = 0, tasks = 0;
+  for (const QuantMatrix& w : parts) {
+    const detail::QuantDotFn dot = detail::dot_for(table, w.type);
+    if (!dot) {
+      throw Error(fmt::format("quant_matmul: weight type {} is not supported",
+                              io::ggml_type_name(uint32_t(w.type))));
+    }
+    if (a.cols() != w.cols) {
+      throw Error(fmt::format("quant_matmul: x has {} columns, the weight {}", a.cols(), w.cols));
+    }
+    detail::QuantRowsFn rows = nullptr;
+#if defined(FLASHNORM_HAVE_AVX2_KERNELS)
+    if (isa == QuantIsa::kAvx2) rows = detail::avx2_rows(w.type);
+#endif
+    const size_t rb = w.row_bytes();
+    // larger tasks for tall matrices (an LM head): longer contiguous streams, fewer claims
+    int rpt = kRowsPerTask;
+    while (size_t(rpt) * rb < 16384 && w.rows / (2 * rpt) >= 16 * threads) rpt *= 2;
+    ps.push_back({&w, dot, rows, rb, col, rpt, tasks});
+    tasks += (w.rows + rpt - 1) / rpt;
+    col += w.rows;
   }
-  if (a.cols() != w.cols) {
-    throw Error(fmt::format("quant_matmul: x has {} columns, the weight {}", a.cols(), w.cols));
-  }
-  const size_t rb = w.row_bytes();
-  const bool f32 = f32_acts(w.type);
-  const int M = a.rows(), N = w.rows, K = w.cols;
   if (M >= gemm_rows) {
-    tiled_gemm(w, rb, a, y, ldy, pool);
+    for (const Part& p : ps) tiled_gemm(*p.w, p.rb, a, y + p.col, ldy, pool);
     return;
   }
-  std::vector<const void*> acts(M);
-  for (int m = 0; m < M; ++m) {
-    acts[m] =
-        f32 ? static_cast<const void*>(a.f32() + size_t(m) * K) : static_cast<const void*>(a.q(m));
-  }
-  const int tasks = (N + kRowsPerTask - 1) / kRowsPerTask;
+  // quantized rows once, before the loop, when any part takes them
+  bool any_q = false;
+  for (const Part& p : ps) any_q = any_q || !f32_acts(p.w->type);
+  if (any_q && M > 0) (void)a.q(0);
   auto task = [&](int t) {
-    const int n0 = t * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
-    for (int n = n0; n < n1; ++n) {
-      const uint8_t* row = w.data + size_t(n) * rb;
-      for (int m = 0; m < M; ++m) y[size_t(m) * ldy + n] = dot(row, acts[m], K);
+    size_t i = ps.size() - 1;
+    while (ps[i].first_task > t) --i;
+    const Part& p = ps[i];
+    const QuantMatrix& w = *p.w;
+    const int K = w.cols;
+    const int n0 = (t - p.first_task) * p.rows_per_task;
+    const int n1 = std::min(w.rows, n0 + p.rows_per_task);
+    const uint8_t* base = w.data + size_t(n0) * p.rb;
+    const bool f32 = f32_acts(w.type);
+    for (int m = 0; m < M; ++m) {
+      const void* act = f32 ? static_cast<const void*>(a.f32() + size_t(m) * K)
+                            : static_cast<const void*>(a.q_ready(m));
+      float* yr = y + size_t(m) * ldy + p.col + n0;
+      if (p.rows) {
+        p.rows(base, p.rb, n1 - n0, act, K, yr);
+      } else {
+        const uint8_t* row = base;
+        for (int n = n0; n < n1; ++n, row += p.rb) yr[n - n0] = p.dot(row, act, K);
+      }
     }
   };
   if (pool) {

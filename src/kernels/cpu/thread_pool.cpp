@@ -8,49 +8,83 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FN_CPU_RELAX() _mm_pause()
+#else
+#define FN_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace flashnorm::kernels::cpu {
 
+// One loop at a time. `cursor` packs the loop's generation (high 32 bits) and the next task index
+// (low 32 bits); a worker claims index i of generation g only by a compare-exchange on (g, i), so
+// a worker that wakes late never takes (or consumes) an index of a later loop. The caller waits
+// for `done` == n (tasks finished), not for every worker to have woken: a worker the OS has not
+// scheduled costs the loop nothing when the others have taken its tasks.
 struct ThreadPool::State {
   std::vector<std::thread> workers;
   std::mutex mu;
-  std::condition_variable wake, done;
-  std::atomic<uint64_t> generation{0};  // one per loop
+  std::condition_variable wake;
+  std::atomic<uint64_t> cursor{0};
+  std::atomic<int> done{0};
+  std::atomic<int> sleepers{0};
   const std::function<void(int)>* task = nullptr;
   int n = 0;
-  std::atomic<int> next{0};
-  int running = 0;  // workers still inside the current loop
-  bool stop = false;
+  std::atomic<bool> stop{false};
+  std::mutex err_mu;
   std::exception_ptr error;
 
-  // Takes task indices until none is left.
-  void drain() {
-    for (int i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+  static uint32_t gen_of(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
+
+  // Takes task indices of generation `g` until none is left.
+  void drain(uint32_t g) {
+    uint64_t c = cursor.load(std::memory_order_acquire);
+    for (;;) {
+      if (gen_of(c) != g) return;
+      const int i = static_cast<int>(c & 0xffffffffu);
+      if (i >= n) return;
+      if (!cursor.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        continue;
+      }
       try {
         (*task)(i);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
+        std::lock_guard<std::mutex> lock(err_mu);
         if (!error) error = std::current_exception();
       }
+      done.fetch_add(1, std::memory_order_acq_rel);
+      c = cursor.load(std::memory_order_acquire);
     }
   }
 
   void worker() {
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-      // a short spin first: decode issues loops tens of microseconds apart
-      for (int spin = 0; spin < 4000 && generation.load(std::memory_order_acquire) == seen;
-           ++spin) {
-        std::this_thread::yield();
+      // spin first (decode issues loops microseconds apart), then yield, then sleep
+      uint32_t g = gen_of(cursor.load(std::memory_order_acquire));
+      for (int spin = 0; g == seen && spin < 20000; ++spin) {
+        if (spin < 4000) {
+          FN_CPU_RELAX();
+        } else {
+          std::this_thread::yield();
+        }
+        g = gen_of(cursor.load(std::memory_order_acquire));
       }
-      {
+      if (g == seen) {
         std::unique_lock<std::mutex> lock(mu);
-        wake.wait(lock, [&] { return stop || generation.load() != seen; });
-        if (stop) return;
-        seen = generation.load();
+        sleepers.fetch_add(1, std::memory_order_seq_cst);
+        wake.wait(lock, [&] {
+          return stop.load() || gen_of(cursor.load(std::memory_order_seq_cst)) != seen;
+        });
+        sleepers.fetch_sub(1, std::memory_order_seq_cst);
+        if (stop.load()) return;
+        g = gen_of(cursor.load(std::memory_order_acquire));
       }
-      drain();
-      std::lock_guard<std::mutex> lock(mu);
-      if (--running == 0) done.notify_one();
+      if (stop.load(std::memory_order_relaxed)) return;
+      seen = g;
+      drain(g);
     }
   }
 };
@@ -63,7 +97,7 @@ ThreadPool::ThreadPool(int threads) : s_(std::make_unique<State>()) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(s_->mu);
-    s_->stop = true;
+    s_->stop.store(true);
   }
   s_->wake.notify_all();
   for (auto& t : s_->workers) t.join();
@@ -78,19 +112,25 @@ void ThreadPool::run(int n, const std::function<void(int)>& task) {
     for (int i = 0; i < n; ++i) task(i);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.task = &task;
-    s.n = n;
-    s.next.store(0);
-    s.running = static_cast<int>(s.workers.size());
-    s.error = nullptr;
-    s.generation.fetch_add(1, std::memory_order_release);
+  s.task = &task;
+  s.n = n;
+  s.done.store(0, std::memory_order_relaxed);
+  s.error = nullptr;
+  const uint32_t g = State::gen_of(s.cursor.load(std::memory_order_relaxed)) + 1;
+  // publishes task, n and done (release) with the new generation at index 0
+  s.cursor.store(uint64_t(g) << 32, std::memory_order_seq_cst);
+  if (s.sleepers.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(s.mu);  // a worker between its check and its wait
+    s.wake.notify_all();
   }
-  s.wake.notify_all();
-  s.drain();
-  std::unique_lock<std::mutex> lock(s.mu);
-  s.done.wait(lock, [&] { return s.running == 0; });
+  s.drain(g);
+  for (int spin = 0; s.done.load(std::memory_order_acquire) < n; ++spin) {
+    if (spin < 4000) {
+      FN_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   if (s.error) std::rethrow_exception(s.error);
 }
 

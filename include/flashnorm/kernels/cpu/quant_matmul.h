@@ -8,6 +8,8 @@
 // next tokens (standard vs flashnorm order: 93%), where 16 bits agree on 100% with perplexity
 // within 4e-5 (docs/quantized.md). Weight layouts: GGUF specification and ggml-common.h, as decoded
 // by io/dequant.h (the tests compare against io::dequantize in fp64).
+// Decode on AVX2: the block32 types four weight rows per pass over x, the weight rows ahead
+// prefetched (quant_dot.h's QuantRowsFn).
 // Activation quantization: per block of 32, amax = max |x|, d = amax / 32767,
 // q = nearbyint(x * (1 / d)) (round to nearest even; all 0 when amax is 0), so each element is off
 // by at most d / 2 = amax / 65534.
@@ -74,6 +76,8 @@ class PreparedActs {
   const float* f32() const { return x_.data(); }
   // Row m quantized (computed for all rows on first call). K must be a multiple of 32.
   const ActBlock* q(int m);
+  // Row m quantized, after a first q() call since prepare() (read-only: safe from several threads).
+  const ActBlock* q_ready(int m) const;
 
  private:
   int m_ = 0, k_ = 0;
@@ -95,5 +99,11 @@ inline constexpr int kQuantGemmRows = 16;
 // kQuantGemmRows; INT_MAX: the integer path for every M).
 void quant_matmul(const QuantMatrix& w, PreparedActs& a, float* y, int ldy, QuantIsa isa,
                   ThreadPool* pool = nullptr, int gemm_rows = kQuantGemmRows);
+
+// Several matrices that read the same x (q|k|v, gate|up) in one pool loop: part i's outputs go to
+// columns [c_i, c_i + rows_i) of y, c_i the rows of the parts before it; the parts may differ in
+// type. Same errors as quant_matmul (checked for every part before any work).
+void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, float* y, int ldy,
+                        QuantIsa isa, ThreadPool* pool = nullptr, int gemm_rows = kQuantGemmRows);
 
 }  // namespace flashnorm::kernels::cpu

@@ -1,7 +1,9 @@
 // A fixed set of worker threads that runs the tasks 0..n-1 of one parallel loop at a time (the
-// calling thread takes part), for the CPU engine's row-parallel quantized matmuls. Workers wait
-// on a condition variable between loops, after a short spin (decode loops are tens of
-// microseconds apart).
+// calling thread takes part), for the CPU engine's row-parallel quantized matmuls. Tasks are
+// claimed one at a time (compare-exchange on the loop's generation and index) and the caller
+// returns once every task has finished, whether or not every worker woke for the loop. Workers
+// spin (pause), then yield, then wait on a condition variable between loops (decode issues a loop
+// every few microseconds); the caller spins while the last tasks finish.
 #pragma once
 
 #include <functional>
