@@ -30,7 +30,9 @@ struct ThreadPool::State {
   std::atomic<int> done{0};
   std::atomic<int> sleepers{0};
   const std::function<void(int)>* task = nullptr;
-  int n = 0;
+  // read by a worker before its claim, possibly while the caller sets the next loop's (that claim
+  // then fails on the generation): atomic, so the read is not a data race
+  std::atomic<int> n{0};
   std::atomic<bool> stop{false};
   std::mutex err_mu;
   std::exception_ptr error;
@@ -43,7 +45,7 @@ struct ThreadPool::State {
     for (;;) {
       if (gen_of(c) != g) return;
       const int i = static_cast<int>(c & 0xffffffffu);
-      if (i >= n) return;
+      if (i >= n.load(std::memory_order_relaxed)) return;
       if (!cursor.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
         continue;
@@ -113,7 +115,7 @@ void ThreadPool::run(int n, const std::function<void(int)>& task) {
     return;
   }
   s.task = &task;
-  s.n = n;
+  s.n.store(n, std::memory_order_relaxed);
   s.done.store(0, std::memory_order_relaxed);
   s.error = nullptr;
   const uint32_t g = State::gen_of(s.cursor.load(std::memory_order_relaxed)) + 1;
