@@ -86,16 +86,19 @@ float dot_bf16(const uint8_t* w, const void* act, int k) {
   return s;
 }
 
-// The 32-element types: acc += d_w a.d sum((q - zero) qs) per block; for the types with a min,
-// m a.s summed beside it.
-template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero>
-float dot_nibbles(const uint8_t* w, const void* act, int k) {
-  const ActBlock* a = static_cast<const ActBlock*>(act);
-  const __m256i m4 = _mm256_set1_epi16(0x0f);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0;
-  for (int b = 0; b < k / QK; ++b, w += kBytes, ++a) {
-    // byte j -> 16-bit lane j: its low nibble is element j, its high nibble element j + 16
+// 8 int32 lanes of the block sum of one 32-element block of the block32 types (the codes minus
+// their zero, or Q8_0's signed bytes) with the activation block's two halves x0 (elements 0-15)
+// and x1 (16-31).
+template <int kBytes, int kQsOff, int kQhOff, int kZero, bool kQ8>
+__m256i block32_isum(const uint8_t* w, __m256i x0, __m256i x1) {
+  if constexpr (kQ8) {
+    const __m256i lo =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
+    const __m256i hi =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)));
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+  } else {
+    const __m256i m4 = _mm256_set1_epi16(0x0f);
     const __m256i v =
         _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQsOff)));
     __m256i lo = _mm256_and_si256(v, m4);
@@ -109,8 +112,20 @@ float dot_nibbles(const uint8_t* w, const void* act, int k) {
       lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(kZero));
       hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(kZero));
     }
-    const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(lo, load32(a->qs)),
-                                          _mm256_madd_epi16(hi, load32(a->qs + 16)));
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+  }
+}
+
+// The 32-element types: acc += d_w a.d sum((q - zero) qs) per block; for the types with a min,
+// m a.s summed beside it.
+template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero>
+float dot_nibbles(const uint8_t* w, const void* act, int k) {
+  const ActBlock* a = static_cast<const ActBlock*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0;
+  for (int b = 0; b < k / QK; ++b, w += kBytes, ++a) {
+    const __m256i isum = block32_isum<kBytes, kQsOff, kQhOff, kZero, false>(
+        w, load32(a->qs), load32(a->qs + 16));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w) * a->d), _mm256_cvtepi32_ps(isum), acc);
     if constexpr (kHasMin) off += f16(w + 2) * a->s;
   }
@@ -217,35 +232,6 @@ void prefetch(const uint8_t* p, size_t bytes) {
 // Rows ahead of the ones being computed that each group of rows prefetches.
 constexpr int kPrefetchRows = 8;
 
-// 8 int32 lanes of the block sum of one 32-element block of the block32 types (the codes minus
-// their zero, or Q8_0's signed bytes) with the activation block's two halves x0 (elements 0-15)
-// and x1 (16-31).
-template <int kBytes, int kQsOff, int kQhOff, int kZero, bool kQ8>
-__m256i block32_isum(const uint8_t* w, __m256i x0, __m256i x1) {
-  if constexpr (kQ8) {
-    const __m256i lo =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
-    const __m256i hi =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)));
-    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
-  } else {
-    const __m256i m4 = _mm256_set1_epi16(0x0f);
-    const __m256i v =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQsOff)));
-    __m256i lo = _mm256_and_si256(v, m4);
-    __m256i hi = _mm256_srli_epi16(v, 4);
-    if constexpr (kQhOff > 0) {
-      const __m256i h = fifth_bits(load_u32(w + kQhOff));
-      lo = _mm256_or_si256(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(h)));
-      hi = _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(h, 1)));
-    }
-    if constexpr (kZero != 0) {
-      lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(kZero));
-      hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(kZero));
-    }
-    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
-  }
-}
 
 // Four rows at a time of the block32 types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): per block, the four
 // rows' 8-lane sums converted to fp32 (each lane a sum of 4 products, exact: below 2^24) and
