@@ -61,6 +61,16 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
   return out;
 }
 
+// Softmax of the attention scores s[first, end) in place (max subtracted, exponentials summed in
+// fp64, one fp32 reciprocal); the entries outside the range are left as they are.
+void softmax_range(float* s, int first, int end) {
+  const float mx = *std::max_element(s + first, s + end);
+  double sum = 0;
+  for (int j = first; j < end; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int j = first; j < end; ++j) s[j] *= inv;
+}
+
 // Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
 // (Gemma3ForCausalLM.forward); nothing when cap is 0.
 void softcap(std::vector<float>& y, float cap) {
@@ -351,7 +361,6 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
     for (int h = 0; h < c.n_head; ++h) {
       const int kh = h / group;
       const float* qh = &q[size_t(h) * D];
-      float mx = -INFINITY;
       for (int j = first; j < P; ++j) {
         const float* kj = kc + size_t(j) * nkv + size_t(kh) * D;
         // 8 independent partial sums (vectorized), then their sum
@@ -364,15 +373,12 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
         const float d = ((part[0] + part[4]) + (part[1] + part[5])) +
                         ((part[2] + part[6]) + (part[3] + part[7]));
         sc[j] = d * c.attn_scale;
-        mx = std::max(mx, sc[j]);
       }
-      double sum = 0;
-      for (int j = first; j < P; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
-      const float inv = static_cast<float>(1.0 / sum);
+      softmax_range(sc.data(), first, P);
       float* o = out + size_t(h) * D;
       std::fill(o, o + D, 0.0f);
       for (int j = first; j < P; ++j) {
-        const float p = sc[j] * inv;
+        const float p = sc[j];
         const float* vj = vc + size_t(j) * nkv + size_t(kh) * D;
         for (int i = 0; i < D; ++i) o[i] += p * vj[i];
       }
@@ -390,11 +396,7 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
       float* sr = &s[size_t(t) * P];
       const int visible = pos0 + t + 1;
       const int first = L.local ? std::max(0, visible - c.sliding_window) : 0;
-      float mx = *std::max_element(sr + first, sr + visible);
-      double sum = 0;
-      for (int j = first; j < visible; ++j) sum += (sr[j] = std::exp(sr[j] - mx));
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int j = first; j < visible; ++j) sr[j] *= inv;
+      softmax_range(sr, first, visible);
       std::fill(sr, sr + first, 0.0f);
       std::fill(sr + visible, sr + P, 0.0f);
     }
