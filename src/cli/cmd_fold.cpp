@@ -59,7 +59,8 @@ void register_fold(CLI::App& app) {
                       "multiple of 256, as llama.cpp does; prints the added error per kind")
           ->expected(0, 1)
           ->type_name("[TYPE]")
-          ->check(CLI::IsMember(
+          // transform: any case is accepted and stored as the member's spelling ("SAME" -> same)
+          ->transform(CLI::IsMember(
               std::vector<std::string>(std::begin(kRequantizeTypes), std::end(kRequantizeTypes)),
               CLI::ignore_case))
           ->excludes(dtype);  // the stored type is the requantized one: --dtype would do nothing
@@ -70,8 +71,7 @@ void register_fold(CLI::App& app) {
     FoldOptions opt;
     opt.dtype = *io::ggml_type_from_name(a->dtype);
     opt.requantize = requant->count() > 0;
-    if (opt.requantize && !a->requantize.empty() && a->requantize != "same" &&
-        a->requantize != "SAME") {
+    if (opt.requantize && !a->requantize.empty() && a->requantize != "same") {
       opt.requantize_type = io::ggml_type_from_name(a->requantize);
       if (!opt.requantize_type) throw Error("fold: --requantize: unknown type " + a->requantize);
     }

@@ -178,5 +178,16 @@ TEST(GenerateArgs, FlagsThatWouldDoNothingAreRefused) {
   EXPECT_FALSE(fs::exists(d / "o.gguf"));
 }
 
+TEST(FoldArgs, RequantizeTypeInAnyCase) {
+  const fs::path d = testing::fresh_dir("fold_requantize_case");
+  testing::write_random_gguf(d / "r.gguf");
+  const std::string fold = "fold " + (d / "r.gguf").string() + " -o ";
+  const testing::CliResult r = run_cli(fold + (d / "a.gguf").string() + " --requantize SaMe");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(d / "a.gguf"));
+  expect_one_line_error(run_cli(fold + (d / "b.gguf").string() + " --requantize q3_k"),
+                        "--requantize");
+}
+
 }  // namespace
 }  // namespace flashnorm
