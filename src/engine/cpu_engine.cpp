@@ -11,6 +11,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/fold/fold_gain.h"
 #include "flashnorm/io/dequant.h"
+#include "flashnorm/kernels/cpu/decode_attention.h"
 #include "flashnorm/model/audit.h"
 
 namespace flashnorm {
@@ -59,16 +60,6 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
   const std::vector<double> g(gain, gain + w.cols());
   fold_gain(w.data, w.cols(), g, FoldTarget::kF32, out);
   return out;
-}
-
-// Softmax of the attention scores s[first, end) in place (max subtracted, exponentials summed in
-// fp64, one fp32 reciprocal); the entries outside the range are left as they are.
-void softmax_range(float* s, int first, int end) {
-  const float mx = *std::max_element(s + first, s + end);
-  double sum = 0;
-  for (int j = first; j < end; ++j) sum += (s[j] = std::exp(s[j] - mx));
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int j = first; j < end; ++j) s[j] *= inv;
 }
 
 // Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
@@ -355,34 +346,20 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
   }
   const int P = pos0 + T;  // keys visible to the last query
   if (T == 1 && native_) {
-    // Native decode: one query per head in plain loops (no BLAS call per head and step).
-    const int first = L.local ? std::max(0, P - c.sliding_window) : 0;
-    std::vector<float> sc(P);
-    for (int h = 0; h < c.n_head; ++h) {
-      const int kh = h / group;
-      const float* qh = &q[size_t(h) * D];
-      for (int j = first; j < P; ++j) {
-        const float* kj = kc + size_t(j) * nkv + size_t(kh) * D;
-        // 8 independent partial sums (vectorized), then their sum
-        float part[8] = {};
-        int i = 0;
-        for (; i + 8 <= D; i += 8) {
-          for (int l = 0; l < 8; ++l) part[l] += qh[i + l] * kj[i + l];
-        }
-        for (; i < D; ++i) part[0] += qh[i] * kj[i];
-        const float d = ((part[0] + part[4]) + (part[1] + part[5])) +
-                        ((part[2] + part[6]) + (part[3] + part[7]));
-        sc[j] = d * c.attn_scale;
-      }
-      softmax_range(sc.data(), first, P);
-      float* o = out + size_t(h) * D;
-      std::fill(o, o + D, 0.0f);
-      for (int j = first; j < P; ++j) {
-        const float p = sc[j];
-        const float* vj = vc + size_t(j) * nkv + size_t(kh) * D;
-        for (int i = 0; i < D; ++i) o[i] += p * vj[i];
-      }
-    }
+    // Native decode: one query per head, the heads spread over the pool (no BLAS call per head)
+    kernels::cpu::DecodeAttention da;
+    da.q = q.data();
+    da.k = kc;
+    da.v = vc;
+    da.kv_stride = size_t(nkv);
+    da.n_head = c.n_head;
+    da.group = group;
+    da.head_dim = D;
+    da.first = L.local ? std::max(0, P - c.sliding_window) : 0;
+    da.end = P;
+    da.scale = c.attn_scale;
+    da.out = out;
+    kernels::cpu::decode_attention(da, isa_, pool_.get());
     return;
   }
   std::vector<float> s(size_t(T) * P);
@@ -396,7 +373,7 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
       float* sr = &s[size_t(t) * P];
       const int visible = pos0 + t + 1;
       const int first = L.local ? std::max(0, visible - c.sliding_window) : 0;
-      softmax_range(sr, first, visible);
+      kernels::cpu::softmax_range(sr, first, visible);
       std::fill(sr, sr + first, 0.0f);
       std::fill(sr + visible, sr + P, 0.0f);
     }

@@ -254,6 +254,47 @@ TEST(QuantMatmulArgs, RefusesUnsupportedTypeAndShapes) {
   EXPECT_THROW((void)part.row_bytes(), flashnorm::Error);
 }
 
+// PreparedActs::q quantizes with AVX2 where the CPU has it: the blocks must be quantize_act_row's
+// (the header's rule) bit for bit, ties (x / d exactly k + 0.5: round to even), blocks of zeros,
+// subnormal and huge magnitudes included.
+TEST(PreparedActsQuantize, Avx2BlocksEqualTheRule) {
+  if (!fc::quant_isa_available(fc::QuantIsa::kAvx2)) {
+    GTEST_SKIP() << "this CPU or build lacks AVX2 + FMA + F16C";
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int K = 32 * 7;
+  std::vector<float> x(size_t(3) * K);
+  for (float& v : x) v = nd(rng);
+  for (int i = 0; i < 32; ++i) x[i] = i == 0 ? 32767.0f : 0.5f + float(i - 16);  // d = 1: ties
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;
+  for (int i = 64; i < 96; ++i) x[i] *= 1e-40f;  // subnormal
+  for (int i = 96; i < 128; ++i) x[i] *= 3e37f;
+  fc::PreparedActs a;
+  a.prepare(x.data(), 3, K);
+  std::vector<fc::ActBlock> want(K / 32);
+  int ties = 0;
+  for (int m = 0; m < 3; ++m) {
+    fc::quantize_act_row(&x[size_t(m) * K], K, want.data());
+    const fc::ActBlock* got = a.q(m);
+    for (int b = 0; b < K / 32; ++b) {
+      EXPECT_EQ(got[b].d, want[b].d) << "row " << m << " block " << b;
+      EXPECT_EQ(got[b].s, want[b].s) << "row " << m << " block " << b;
+      for (int i = 0; i < 32; ++i) {
+        EXPECT_EQ(got[b].qs[i], want[b].qs[i]) << "row " << m << " block " << b << " elem " << i;
+      }
+    }
+  }
+  // the rule itself on the ties: 0.5 + j rounds to the even neighbour
+  fc::quantize_act_row(x.data(), 32, want.data());
+  for (int i = 1; i < 32; ++i) {
+    const int j = i - 16;  // x = j + 0.5
+    const int even = (j % 2 == 0) ? j : j + 1;
+    ties += want[0].qs[i] == even;
+  }
+  EXPECT_EQ(ties, 31);
+}
+
 // quant_matmul_parts: parts of different types and odd row counts (4-row groups and their
 // remainders) in one pool loop land in their own columns, equal to each part multiplied alone.
 TEST(QuantMatmulParts, EqualsEachPartAloneInItsColumns) {

@@ -31,6 +31,8 @@ const QuantDots& avx2_dots();
 // The AVX2 multi-row kernel of `type`, or nullptr where it has none (the row dot then runs per
 // row).
 QuantRowsFn avx2_rows(io::GgmlType type);
+// quantize_act_row (quant_matmul.h) in AVX2, bit for bit the same blocks.
+void quantize_act_row_avx2(const float* x, int k, ActBlock* out);
 #endif
 
 // The table's function for `type`; nullptr when the type has none.

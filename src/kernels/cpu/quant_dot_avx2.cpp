@@ -230,7 +230,7 @@ void prefetch(const uint8_t* p, size_t bytes) {
 }
 
 // Rows ahead of the ones being computed that each group of rows prefetches.
-constexpr int kPrefetchRows = 8;
+constexpr int kPrefetchRows = 4;
 
 
 // Four rows at a time of the block32 types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): per block, the four
@@ -244,10 +244,11 @@ void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k,
   const int nb = k / QK;
   int r = 0;
   for (; r + 4 <= rows; r += 4, w += 4 * rb) {
-    // the four rows kPrefetchRows ahead (past the end of this call's rows too: the next task's; a
-    // prefetch never faults), a few cache lines per block rather than all at once: a burst of
-    // 40-odd prefetches at the start of each group stalled the loads (Gemma 3's Q8_0 head: 9.6 ms
-    // per token with the burst, 7.8 ms spread; scalar loads alone: 11.7 ms)
+    // the next four rows (past the end of this call's rows too: the next task's; a prefetch never
+    // faults), a few cache lines per block rather than all at once, non-temporal (read once per
+    // step). Measured on Gemma 3's Q8_0 head (2 threads, bench/probes/quant_matmul_probe): a burst
+    // of 40-odd T0 prefetches 8 rows ahead at the start of each group, 9.6 ms per token; spread,
+    // 7.8 ms; spread 4 rows ahead, 7.3 ms; NTA, 7.0 ms; no prefetch, 11.7 ms.
     const uint8_t* pf = w + kPrefetchRows * rb;
     const int pf_lines = int((4 * rb + 63) / 64);
     const int pf_step = (pf_lines + nb - 1) / nb;
@@ -261,7 +262,7 @@ void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k,
     for (int b = 0; b < nb; ++b, ++a, w0 += kBytes, w1 += kBytes, w2 += kBytes, w3 += kBytes) {
       for (int i = 0; i < pf_step; ++i) {
         _mm_prefetch(reinterpret_cast<const char*>(pf + (size_t(b) * pf_step + i) * 64),
-                     _MM_HINT_T0);
+                     _MM_HINT_NTA);
       }
       const __m256i x0 = load32(a->qs), x1 = load32(a->qs + 16);
       const __m256 s0 =
@@ -302,6 +303,41 @@ void rows_each(const uint8_t* w, size_t rb, int rows, const void* act, int k, fl
 }
 
 }  // namespace
+
+void quantize_act_row_avx2(const float* x, int k, ActBlock* out) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 lim = _mm256_set1_ps(32767.0f), nlim = _mm256_set1_ps(-32767.0f);
+  for (int b = 0; b < k / QK; ++b, x += QK, ++out) {
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      // |x| first: a NaN there leaves m as it was, as std::max(amax, |x|) does
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float d = _mm_cvtss_f32(h) / 32767.0f;
+    const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      // clamped, then rounded to nearest even (the default MXCSR mode, as nearbyint)
+      q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], id), nlim), lim));
+    }
+    const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    // packs interleaves 128-bit lanes ([q0 lo, q1 lo, q0 hi, q1 hi]); the permute restores order
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->qs),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->qs + 16),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
+    out->d = d;
+    out->s = d * static_cast<float>(_mm_cvtsi128_si32(s4));
+  }
+}
 
 QuantRowsFn avx2_rows(io::GgmlType type) {
   switch (type) {

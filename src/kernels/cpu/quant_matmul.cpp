@@ -127,6 +127,15 @@ const ActBlock* PreparedActs::q(int m) {
   if (!have_q_) {
     const int nb = k_ / 32;
     q_.resize(size_t(m_) * nb);
+#if defined(FLASHNORM_HAVE_AVX2_KERNELS)
+    if (quant_isa_available(QuantIsa::kAvx2)) {
+      for (int r = 0; r < m_; ++r) {
+        detail::quantize_act_row_avx2(&x_[size_t(r) * k_], k_, &q_[size_t(r) * nb]);
+      }
+      have_q_ = true;
+      return &q_[size_t(m) * nb];
+    }
+#endif
     for (int r = 0; r < m_; ++r) quantize_act_row(&x_[size_t(r) * k_], k_, &q_[size_t(r) * nb]);
     have_q_ = true;
   }
