@@ -295,6 +295,39 @@ TEST(PreparedActsQuantize, Avx2BlocksEqualTheRule) {
   EXPECT_EQ(ties, 31);
 }
 
+// The prefill tiles' AVX2 dequantizers (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) must give io::dequantize's
+// floats bit for bit (itself bit-identical to gguf-py, tests/io/test_dequant*): checked through
+// quant_matmul's tiled path with x = one-hot rows, so y[m, n] = W[n, m] exactly (one product by 1,
+// the rest by 0, sgemm adds zeros; equal as floats, a -0 comes back +0), against io::dequantize.
+// Q5_K (no AVX2 dequantizer: io::dequantize itself) is the path's control.
+TEST(QuantMatmulPrefill, TilesDequantizeBitForBit) {
+  if (!fc::quant_isa_available(fc::QuantIsa::kAvx2)) {
+    GTEST_SKIP() << "this CPU or build lacks AVX2 + FMA + F16C";
+  }
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
+                     GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K}) {
+    const int K = 256, N = 37;
+    std::mt19937 rng(11);
+    const std::vector<uint8_t> w = random_weights(t, N, K, rng);
+    std::vector<float> ref(size_t(N) * K);
+    io::dequantize(t, w, ref);
+    fc::PreparedActs a;
+    std::vector<float> eye(size_t(K) * K, 0.0f);
+    for (int i = 0; i < K; ++i) eye[size_t(i) * K + i] = 1.0f;
+    a.prepare(eye.data(), K, K);
+    std::vector<float> y(size_t(K) * N);
+    fc::ThreadPool pool(2);
+    fc::quant_matmul({t, w.data(), N, K}, a, y.data(), N, fc::QuantIsa::kAvx2, &pool);
+    int bad = 0;
+    for (int n = 0; n < N; ++n) {
+      for (int k = 0; k < K; ++k) {
+        bad += y[size_t(k) * N + n] != ref[size_t(n) * K + k];  // (sgemm turns -0 into +0)
+      }
+    }
+    EXPECT_EQ(bad, 0) << io::ggml_type_name(uint32_t(t));
+  }
+}
+
 // quant_matmul_parts: parts of different types and odd row counts (4-row groups and their
 // remainders) in one pool loop land in their own columns, equal to each part multiplied alone.
 TEST(QuantMatmulParts, EqualsEachPartAloneInItsColumns) {

@@ -31,6 +31,9 @@ const QuantDots& avx2_dots();
 // The AVX2 multi-row kernel of `type`, or nullptr where it has none (the row dot then runs per
 // row).
 QuantRowsFn avx2_rows(io::GgmlType type);
+// io::dequantize of `nb` whole blocks of `type` at w into y, bit for bit, for Q4_0, Q4_1, Q5_0,
+// Q8_0, Q4_K and Q6_K (the prefill tiles' common types); false (nothing written) for the others.
+bool dequantize_avx2(io::GgmlType type, const uint8_t* w, size_t nb, float* y);
 // quantize_act_row (quant_matmul.h) in AVX2, bit for bit the same blocks.
 void quantize_act_row_avx2(const float* x, int k, ActBlock* out);
 #endif

@@ -304,6 +304,124 @@ void rows_each(const uint8_t* w, size_t rb, int rows, const void* act, int k, fl
 
 }  // namespace
 
+namespace {
+
+// 8 floats d * float(q_i) + m (mul, then add: io::dequantize's rounding) from 8 int32 codes.
+inline void store8(float* y, __m256i q, __m256 d, __m256 m, bool with_m) {
+  const __m256 v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+  _mm256_storeu_ps(y, with_m ? _mm256_add_ps(v, m) : v);
+}
+// 16 signed bytes (a 128-bit vector) as 16 floats d * q + m at y.
+inline void store16_i8(float* y, __m128i q, __m256 d, __m256 m, bool with_m) {
+  store8(y, _mm256_cvtepi8_epi32(q), d, m, with_m);
+  store8(y + 8, _mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)), d, m, with_m);
+}
+
+}  // namespace
+
+bool dequantize_avx2(io::GgmlType type, const uint8_t* w, size_t nb, float* y) {
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  const __m256 zero = _mm256_setzero_ps();
+  switch (type) {
+    case io::GgmlType::Q4_0:
+    case io::GgmlType::Q4_1: {
+      const bool q41 = type == io::GgmlType::Q4_1;
+      const size_t bytes = q41 ? 20 : 18;
+      for (size_t b = 0; b < nb; ++b, w += bytes, y += QK) {
+        const __m256 d = _mm256_set1_ps(f16(w));
+        const __m256 m = q41 ? _mm256_set1_ps(f16(w + 2)) : zero;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + (q41 ? 4 : 2)));
+        __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+        if (!q41) {
+          lo = _mm_sub_epi8(lo, _mm_set1_epi8(8));
+          hi = _mm_sub_epi8(hi, _mm_set1_epi8(8));
+        }
+        store16_i8(y, lo, d, m, q41);
+        store16_i8(y + 16, hi, d, m, q41);
+      }
+      return true;
+    }
+    case io::GgmlType::Q5_0: {
+      for (size_t b = 0; b < nb; ++b, w += 22, y += QK) {
+        const __m256 d = _mm256_set1_ps(f16(w));
+        const __m256i h = fifth_bits(load_u32(w + 2));  // byte j: 0x10 where bit j is set
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 6));
+        const __m128i sixteen = _mm_set1_epi8(16);
+        const __m128i lo = _mm_sub_epi8(
+            _mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(h)), sixteen);
+        const __m128i hi =
+            _mm_sub_epi8(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m4),
+                                      _mm256_extracti128_si256(h, 1)),
+                         sixteen);
+        store16_i8(y, lo, d, zero, false);
+        store16_i8(y + 16, hi, d, zero, false);
+      }
+      return true;
+    }
+    case io::GgmlType::Q8_0: {
+      for (size_t b = 0; b < nb; ++b, w += 34, y += QK) {
+        const __m256 d = _mm256_set1_ps(f16(w));
+        store16_i8(y, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)), d, zero, false);
+        store16_i8(y + 16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18)), d, zero,
+                   false);
+      }
+      return true;
+    }
+    case io::GgmlType::Q4_K: {
+      for (size_t b = 0; b < nb; ++b, w += 144) {
+        const float d = f16(w), dmin = f16(w + 2);
+        const uint8_t* q = w + 16;
+        for (int c = 0; c < 4; ++c, q += 32, y += 64) {
+          int sc0, m0, sc1, m1;
+          k_scale_min(2 * c, w + 4, &sc0, &m0);
+          k_scale_min(2 * c + 1, w + 4, &sc1, &m1);
+          // d1 * q - m1 as io::dequantize: x = d1 * q + (-m1) rounds the same (negation is exact)
+          const __m256 d1 = _mm256_set1_ps(d * float(sc0)), n1 = _mm256_set1_ps(-(dmin * float(m0)));
+          const __m256 d2 = _mm256_set1_ps(d * float(sc1)), n2 = _mm256_set1_ps(-(dmin * float(m1)));
+          for (int h = 0; h < 2; ++h) {
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h));
+            store16_i8(y + 16 * h, _mm_and_si128(v, m4), d1, n1, true);
+            store16_i8(y + 32 + 16 * h, _mm_and_si128(_mm_srli_epi16(v, 4), m4), d2, n2, true);
+          }
+        }
+      }
+      return true;
+    }
+    case io::GgmlType::Q6_K: {
+      const __m256i lo4 = _mm256_set1_epi8(0x0f), lo2 = _mm256_set1_epi8(3);
+      const __m256i z32 = _mm256_set1_epi8(32);
+      for (size_t b = 0; b < nb; ++b, w += 210) {
+        const float d = f16(w + 208);
+        const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+        for (int h = 0; h < 2; ++h, y += 128, sc += 8) {
+          const __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32);
+          const __m256i qh = load32(w + 128 + 32 * h);
+          // the 2-bit fields of qh at bits 0, 2, 4, 6 (masked after the 16-bit shifts)
+          auto high = [&](int shift) {
+            return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), lo2), 4);
+          };
+          const __m256i q[4] = {
+              _mm256_or_si256(_mm256_and_si256(ql0, lo4), high(0)),
+              _mm256_or_si256(_mm256_and_si256(ql1, lo4), high(2)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), lo4), high(4)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), lo4), high(6))};
+          for (int s = 0; s < 4; ++s) {
+            const __m256i v = _mm256_sub_epi8(q[s], z32);
+            // (d * sc) * q, as io::dequantize
+            const __m256 d0 = _mm256_set1_ps(d * static_cast<float>(sc[2 * s]));
+            const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(sc[2 * s + 1]));
+            store16_i8(y + 32 * s, _mm256_castsi256_si128(v), d0, zero, false);
+            store16_i8(y + 32 * s + 16, _mm256_extracti128_si256(v, 1), d1, zero, false);
+          }
+        }
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 void quantize_act_row_avx2(const float* x, int k, ActBlock* out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lim = _mm256_set1_ps(32767.0f), nlim = _mm256_set1_ps(-32767.0f);

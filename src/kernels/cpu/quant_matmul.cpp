@@ -23,30 +23,73 @@ bool f32_acts(io::GgmlType t) {
 
 // Output rows per task: enough work per task to amortize scheduling, enough tasks to balance.
 constexpr int kRowsPerTask = 16;
-// Rows of W dequantized per tile in the prefill path (kQuantGemmRows).
-constexpr int kTileRows = 256;
+// Elements of W dequantized per tile in the prefill path (kQuantGemmRows): 16 MiB of fp32, so a
+// small model's matrices are one tile each and one sgemm as large as the fp32 path's (256-row
+// tiles made SmolLM2's 131-token prompt 20% slower).
+constexpr size_t kTileElems = size_t(1) << 22;
 
-// The prefill path: y = x' W^T with W dequantized kTileRows rows at a time (the tile's rows spread
-// over the pool) and each tile multiplied by sgemm.
-void tiled_gemm(const QuantMatrix& w, size_t rb, const PreparedActs& a, float* y, int ldy,
+// Rows [r0, r1) of w (row bytes rb) as fp32 at out: AVX2 where the type has it, else
+// io::dequantize (the same floats either way).
+void dequantize_rows(const QuantMatrix& w, size_t rb, int r0, int r1, float* out, bool avx2) {
+  const uint8_t* src = w.data + size_t(r0) * rb;
+#if defined(FLASHNORM_HAVE_AVX2_KERNELS)
+  const size_t blocks = size_t(r1 - r0) * w.cols /
+                        io::ggml_type_traits(static_cast<uint32_t>(w.type))->block_elems;
+  if (avx2 && detail::dequantize_avx2(w.type, src, blocks, out)) return;
+#else
+  (void)avx2;
+#endif
+  io::dequantize(w.type, std::span<const uint8_t>(src, size_t(r1 - r0) * rb),
+                 std::span<float>(out, size_t(r1 - r0) * w.cols));
+}
+
+// The prefill path: y = x' W^T, W the parts stacked (part i's rows are columns c_i.. of y),
+// dequantized a tile of rows at a time (spread over the pool, chunks of kRowsPerTask rows within
+// one part) and each tile multiplied by one sgemm while the pool rests: q|k|v and gate|up are one
+// sgemm each, as in the fp32 path.
+void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float* y, int ldy,
                 ThreadPool* pool) {
-  const int M = a.rows(), N = w.rows, K = w.cols;
-  std::vector<float> tile(size_t(std::min(N, kTileRows)) * K);
-  for (int n0 = 0; n0 < N; n0 += kTileRows) {
-    const int nt = std::min(kTileRows, N - n0);
-    const int tasks = (nt + kRowsPerTask - 1) / kRowsPerTask;
+  const int M = a.rows(), K = a.cols();
+  int N = 0;
+  for (const QuantMatrix& w : parts) N += w.rows;
+  const bool avx2 = quant_isa_available(QuantIsa::kAvx2);
+  const int tile_rows =
+      std::min(N, std::max(kRowsPerTask, static_cast<int>(kTileElems / size_t(K))));
+  // kept between calls (at most kTileElems floats per calling thread): a fresh 10-16 MB vector
+  // per call cost its page faults and zeroing every time
+  thread_local std::vector<float> tile;
+  if (tile.size() < size_t(tile_rows) * K) tile.resize(size_t(tile_rows) * K);
+  float* const tile_data = tile.data();  // the caller's (a task names `tile`: its own thread's)
+  struct Chunk {
+    const QuantMatrix* w;
+    size_t rb;
+    int r0, r1, at;  // rows [r0, r1) of *w into tile row `at`
+  };
+  std::vector<Chunk> chunks;
+  for (int n0 = 0; n0 < N; n0 += tile_rows) {
+    const int nt = std::min(tile_rows, N - n0);
+    chunks.clear();
+    int first = 0;  // the virtual row (column of y) of the current part's row 0
+    for (const QuantMatrix& w : parts) {
+      const int lo = std::max(n0, first), hi = std::min(n0 + nt, first + w.rows);
+      for (int r = lo; r < hi; r += kRowsPerTask) {
+        chunks.push_back({&w, w.row_bytes(), r - first, std::min(hi, r + kRowsPerTask) - first,
+                          r - n0});
+      }
+      first += w.rows;
+    }
     auto task = [&](int t) {
-      const int r0 = t * kRowsPerTask, r1 = std::min(nt, r0 + kRowsPerTask);
-      io::dequantize(w.type,
-                     std::span<const uint8_t>(w.data + size_t(n0 + r0) * rb, size_t(r1 - r0) * rb),
-                     std::span<float>(&tile[size_t(r0) * K], size_t(r1 - r0) * K));
+      const Chunk& c = chunks[t];
+      dequantize_rows(*c.w, c.rb, c.r0, c.r1, tile_data + size_t(c.at) * K, avx2);
     };
+    const int tasks = static_cast<int>(chunks.size());
     if (pool) {
       pool->run(tasks, task);
+      pool->rest();  // the BLAS library's threads take the cores
     } else {
       for (int t = 0; t < tasks; ++t) task(t);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, a.f32(), K, tile.data(), K,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nt, K, 1.0f, a.f32(), K, tile_data, K,
                 0.0f, y + n0, ldy);
   }
 }
@@ -194,7 +237,7 @@ void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, flo
     col += w.rows;
   }
   if (M >= gemm_rows) {
-    for (const Part& p : ps) tiled_gemm(*p.w, p.rb, a, y + p.col, ldy, pool);
+    tiled_gemm(parts, a, y, ldy, pool);
     return;
   }
   // quantized rows once, before the loop, when any part takes them

@@ -34,6 +34,8 @@ struct ThreadPool::State {
   // then fails on the generation): atomic, so the read is not a data race
   std::atomic<int> n{0};
   std::atomic<bool> stop{false};
+  // set by rest(): the workers stop spinning and sleep until the next loop
+  std::atomic<bool> resting{false};
   std::mutex err_mu;
   std::exception_ptr error;
 
@@ -66,7 +68,8 @@ struct ThreadPool::State {
     for (;;) {
       // spin first (decode issues loops microseconds apart), then yield, then sleep
       uint32_t g = gen_of(cursor.load(std::memory_order_acquire));
-      for (int spin = 0; g == seen && spin < 20000; ++spin) {
+      for (int spin = 0; g == seen && spin < 20000 && !resting.load(std::memory_order_relaxed);
+           ++spin) {
         if (spin < 4000) {
           FN_CPU_RELAX();
         } else {
@@ -105,6 +108,8 @@ ThreadPool::~ThreadPool() {
   for (auto& t : s_->workers) t.join();
 }
 
+void ThreadPool::rest() { s_->resting.store(true, std::memory_order_relaxed); }
+
 int ThreadPool::size() const { return static_cast<int>(s_->workers.size()) + 1; }
 
 void ThreadPool::run(int n, const std::function<void(int)>& task) {
@@ -115,6 +120,7 @@ void ThreadPool::run(int n, const std::function<void(int)>& task) {
     return;
   }
   s.task = &task;
+  s.resting.store(false, std::memory_order_relaxed);
   s.n.store(n, std::memory_order_relaxed);
   s.done.store(0, std::memory_order_relaxed);
   s.error = nullptr;

@@ -25,6 +25,10 @@ class ThreadPool {
   // The first exception a task throws is rethrown here (after the loop has drained).
   // Not reentrant: one loop at a time, from one calling thread.
   void run(int n, const std::function<void(int)>& task);
+  // Tells the workers to sleep now instead of spinning for a next loop: call it before work that
+  // other threads do (a multithreaded BLAS call), so that spinning workers do not take their
+  // cores. The next run() wakes them. Safe at any time from the calling thread.
+  void rest();
 
  private:
   struct State;
