@@ -46,10 +46,12 @@ struct QuantGemvArgs {
 };
 
 // y = s * ((x * gain) W^T), one launch: each CTA stages its x rows (times the gain) in shared
-// memory as fp32 with their sums of squares, then each warp reduces output rows over whole blocks.
+// memory quantized to int16 per block of 32 (the CPU engine's activation rule, so each element of
+// x * gain is off by at most amax / 65534 of its block) with their sums of squares, then each warp
+// reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32.
 // Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
-// block; M * K * 4 bytes within 200 KiB of shared memory; ldx >= K, ldx % 8 == 0 and x 16-byte
-// aligned; ldy >= N; null pointers. kCudaError for a failed launch.
+// block; M (rounded up to 1, 2, 4, 8) * K * 2.5 bytes within 200 KiB of shared memory; ldx >= K,
+// ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers. kCudaError for a failed launch.
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
 
 }  // namespace flashnorm::kernels::cuda
