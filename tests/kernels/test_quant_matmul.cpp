@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -87,7 +88,8 @@ std::vector<uint8_t> random_weights(GgmlType t, int N, int K, std::mt19937& rng)
   return w;
 }
 
-// The header's activation rule, re-derived: d = amax / 32767, q = nearbyint(x * (1 / d)); returns
+// The header's activation rule, re-derived: d = amax / 32767, q = nearbyint(x * (1 / d)) (0 when d
+// is below FLT_MIN; the random x here never needs the clamp); returns
 // xq = d q and the per-element scale d.
 void quantize_reference(const std::vector<float>& x, int M, int K, int block,
                         std::vector<double>& xq, std::vector<double>& dscale) {
@@ -99,7 +101,7 @@ void quantize_reference(const std::vector<float>& x, int M, int K, int block,
       float amax = 0;
       for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
       const float d = amax / 32767.0f;
-      const float id = d != 0 ? 1.0f / d : 0.0f;
+      const float id = d >= std::numeric_limits<float>::min() ? 1.0f / d : 0.0f;
       for (int i = 0; i < block; ++i) {
         xq[size_t(m) * K + b + i] = double(d) * std::nearbyint(xb[i] * id);
         dscale[size_t(m) * K + b + i] = d;
@@ -270,6 +272,11 @@ TEST(PreparedActsQuantize, Avx2BlocksEqualTheRule) {
   for (int i = 32; i < 64; ++i) x[i] = 0.0f;
   for (int i = 64; i < 96; ++i) x[i] *= 1e-40f;  // subnormal
   for (int i = 96; i < 128; ++i) x[i] *= 3e37f;
+  // amax 1e-36 beside exact zeros: d under FLT_MIN, where 1 / d overflows (0 * inf would be NaN)
+  for (int i = 128; i < 160; ++i) x[i] = i == 128 ? 1e-36f : 0.0f;
+  // a NaN and an infinity (a row gone bad upstream): defined, and the same on both paths
+  x[160] = std::numeric_limits<float>::quiet_NaN();
+  x[193] = std::numeric_limits<float>::infinity();
   fc::PreparedActs a;
   a.prepare(x.data(), 3, K);
   std::vector<fc::ActBlock> want(K / 32);
@@ -278,8 +285,9 @@ TEST(PreparedActsQuantize, Avx2BlocksEqualTheRule) {
     fc::quantize_act_row(&x[size_t(m) * K], K, want.data());
     const fc::ActBlock* got = a.q(m);
     for (int b = 0; b < K / 32; ++b) {
-      EXPECT_EQ(got[b].d, want[b].d) << "row " << m << " block " << b;
-      EXPECT_EQ(got[b].s, want[b].s) << "row " << m << " block " << b;
+      // bit patterns: a NaN scale (the infinity's block) must match too
+      EXPECT_EQ(std::memcmp(&got[b].d, &want[b].d, 4), 0) << "row " << m << " block " << b;
+      EXPECT_EQ(std::memcmp(&got[b].s, &want[b].s, 4), 0) << "row " << m << " block " << b;
       for (int i = 0; i < 32; ++i) {
         EXPECT_EQ(got[b].qs[i], want[b].qs[i]) << "row " << m << " block " << b << " elem " << i;
       }
@@ -293,6 +301,9 @@ TEST(PreparedActsQuantize, Avx2BlocksEqualTheRule) {
     ties += want[0].qs[i] == even;
   }
   EXPECT_EQ(ties, 31);
+  // the rule on the tiny block: all zeros, no NaN reached the codes
+  fc::quantize_act_row(&x[128], 32, want.data());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(want[0].qs[i], 0) << i;
 }
 
 // The prefill tiles' AVX2 dequantizers (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) must give io::dequantize's
@@ -330,6 +341,53 @@ TEST(QuantMatmulPrefill, TilesDequantizeBitForBit) {
 
 // quant_matmul_parts: parts of different types and odd row counts (4-row groups and their
 // remainders) in one pool loop land in their own columns, equal to each part multiplied alone.
+// The prefill path (M >= kQuantGemmRows) on stacked parts of three types whose rows (1137 x 4096,
+// more than one 16 MiB tile) put a tile boundary inside the second part: every output against
+// fp64 from io::dequantize, within Higham's bound for sgemm's fp32 sums, gamma(K + 2) sum |x w|
+// (a row of a wrong part or tile is off by the whole dot product).
+TEST(QuantMatmulParts, PrefillTilesSplitPartsAndMatchFp64) {
+  std::mt19937 rng(5);
+  const int K = 4096, M = 17;
+  const std::vector<std::pair<GgmlType, int>> spec = {
+      {GgmlType::Q8_0, 600}, {GgmlType::Q4_K, 500}, {GgmlType::Q4_1, 37}};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> deq;
+  std::vector<fc::QuantMatrix> parts;
+  int cols = 0;
+  for (const auto& [t, n] : spec) {
+    bytes.push_back(random_weights(t, n, K, rng));
+    deq.emplace_back(size_t(n) * K);
+    io::dequantize(t, bytes.back(), deq.back());
+    cols += n;
+  }
+  for (size_t i = 0; i < spec.size(); ++i) {
+    parts.push_back({spec[i].first, bytes[i].data(), spec[i].second, K});
+  }
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(M) * K);
+  for (float& v : x) v = nd(rng);
+  fc::PreparedActs a;
+  a.prepare(x.data(), M, K);
+  std::vector<float> y(size_t(M) * cols);
+  fc::ThreadPool pool(2);
+  fc::quant_matmul_parts(parts, a, y.data(), cols, fc::best_quant_isa(), &pool);
+  const double u = std::ldexp(1.0, -24), gk = (K + 2) * u / (1 - (K + 2) * u);
+  int bad = 0, col = 0;
+  for (size_t p = 0; p < spec.size(); ++p) {
+    for (int n = 0; n < spec[p].second; ++n, ++col) {
+      for (int m = 0; m < M; ++m) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; ++k) {
+          const double t = double(x[size_t(m) * K + k]) * deq[p][size_t(n) * K + k];
+          ref += t, mag += std::fabs(t);
+        }
+        bad += !(std::fabs(y[size_t(m) * cols + col] - ref) <= gk * mag);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(QuantMatmulParts, EqualsEachPartAloneInItsColumns) {
   for (fc::QuantIsa isa : {fc::QuantIsa::kScalar, fc::QuantIsa::kAvx2}) {
     if (!fc::quant_isa_available(isa)) {

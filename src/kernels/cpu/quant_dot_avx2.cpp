@@ -306,7 +306,8 @@ void rows_each(const uint8_t* w, size_t rb, int rows, const void* act, int k, fl
 
 namespace {
 
-// 8 floats d * float(q_i) + m (mul, then add: io::dequantize's rounding) from 8 int32 codes.
+// 8 floats d * float(q_i) + m (mul, then add: io::dequantize's rounding; this file is built with
+// -ffp-contract=off) from 8 int32 codes.
 inline void store8(float* y, __m256i q, __m256 d, __m256 m, bool with_m) {
   const __m256 v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
   _mm256_storeu_ps(y, with_m ? _mm256_add_ps(v, m) : v);
@@ -437,7 +438,7 @@ void quantize_act_row_avx2(const float* x, int k, ActBlock* out) {
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     const float d = _mm_cvtss_f32(h) / 32767.0f;
-    const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    const __m256 id = _mm256_set1_ps(d >= 1.17549435e-38f ? 1.0f / d : 0.0f);  // FLT_MIN: the rule
     __m256i q[4];
     for (int i = 0; i < 4; ++i) {
       // clamped, then rounded to nearest even (the default MXCSR mode, as nearbyint)

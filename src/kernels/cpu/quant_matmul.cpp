@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "flashnorm/error.h"
 #include "flashnorm/io/dequant.h"
@@ -126,10 +127,15 @@ void quantize_act_row(const float* x, int k, ActBlock* out) {
     float amax = 0;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float d = amax / 32767.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    // 1 / d overflows below FLT_MIN (a zero times the infinity would be NaN): such a block (amax
+    // under 4e-34) quantizes to zeros
+    const float id = d >= std::numeric_limits<float>::min() ? 1.0f / d : 0.0f;
     int sum = 0;
     for (int i = 0; i < 32; ++i) {
-      const float v = std::clamp(std::nearbyint(x[i] * id), -32767.0f, 32767.0f);
+      // clamped first (fmax/fmin: a NaN becomes -32767, as AVX2 max/min and CUDA fmaxf/fminf
+      // give), then rounded to nearest even; the clamp bounds are integers, so this is the rounding
+      // clamped
+      const float v = std::nearbyint(std::fmin(std::fmax(x[i] * id, -32767.0f), 32767.0f));
       out->qs[i] = static_cast<int16_t>(v);
       sum += out->qs[i];
     }

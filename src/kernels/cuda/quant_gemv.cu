@@ -47,7 +47,7 @@ __device__ __forceinline__ uint32_t ldu16(const uint8_t* p) {
 
 // The staged x of one CTA in shared memory, per row m < MT: xq, the K values x * gain quantized
 // to int16 per block of 32 (CPU rule of kernels/cpu/quant_matmul.h: d = amax / 32767, q =
-// rint(v / d)), 16 bytes of padding after every 64 values (so that lanes reading 16-byte pieces
+// rint(clamp(v * (1 / d))), 0 for d below FLT_MIN), 16 bytes of padding after every 64 values (so that lanes reading 16-byte pieces
 // at multiples of 128 bytes apart fall in distinct banks); xd the K / 32 block scales d; xs32 the
 // K / 32 sums of q per block (the min terms of Q4_K). The products are integer dot products
 // (dp2a: two int16 x int8 per instruction, exact in int32), the scales in fp32.
@@ -67,12 +67,6 @@ struct Staged {
   __device__ __forceinline__ int s32(int m, int e) const { return xs32[m * (K / 32) + e / 32]; }
 };
 
-// isum + the products of the 4 int8 codes in `w` (bytes 0..3) with the 4 int16 values at x.
-__device__ __forceinline__ int dot4(const int16_t* x, uint32_t w, int isum) {
-  const int2 v = *reinterpret_cast<const int2*>(x);
-  isum = __dp2a_lo(v.x, static_cast<int>(w), isum);
-  return __dp2a_hi(v.y, static_cast<int>(w), isum);
-}
 // isum + the products of the 8 int8 codes in w0, w1 with the 8 int16 values at x (16 bytes).
 __device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, int isum) {
   const int4 v = *reinterpret_cast<const int4*>(x);
@@ -180,58 +174,66 @@ struct Q4_K {
   }
 };
 
-// ---- Q6_K: sixteen lanes per super-block of 256, two super-blocks per warp step ----------------
-// Lane part p (0..15): half h = p / 8 (128 elements), l = 4 (p % 8): elements 128h + l + 32s + i
-// (s, i = 0..3) from ql[64h + l + i] (s = 0, 2: low / high nibble), ql[64h + 32 + l + i] (s = 1,
-// 3) and the 2-bit fields 2s of qh[32h + l + i], scale sc[8h + l / 16 + 2s]. Blocks are 210 bytes:
-// only 2-byte loads are aligned.
+// ---- Q6_K: eight lanes per super-block of 256, four super-blocks per warp step -----------------
+// Lane part p (0..7): half h = p / 4 (128 elements), l = 8 (p % 4): elements 128h + 32s + l + i
+// (s = 0..3, i = 0..7) from ql[64h + l + i] (s = 0, 2: low / high nibble), ql[64h + 32 + l + i]
+// (s = 1, 3) and the 2-bit fields 2s of qh[32h + l + i], scale sc[8h + l / 16 + 2s] (one scale
+// for the 8). Blocks are 210 bytes: only 2-byte loads are aligned.
 template <int MT>
 struct Q6_K {
   static constexpr int kBlockBytes = 210;
   struct Raw {
-    uint32_t qa, qb, qh, sc01, sc23, d;  // 4 bytes each of ql, ql + 32, qh; scales; fp16 d
+    uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
+    uint32_t sc, d;                           // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
   };
+  static __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
+    return ldu16(p) | (ldu16(p + 2) << 16);
+  }
   static __device__ __forceinline__ bool load(const uint8_t* row, int nsb, int it, int lane,
                                               Raw& r) {
-    const int sb = it * 2 + lane / 16;
+    const int sb = it * 4 + lane / 8;
     if (sb >= nsb) return false;
-    const int p = lane & 15, h = p >> 3, l = 4 * (p & 7);
+    const int p = lane & 7, h = p >> 2, l = 8 * (p & 3);
     const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
     const uint8_t* ql = b + 64 * h + l;
     const uint8_t* qh = b + 128 + 32 * h + l;
     const uint8_t* sc = b + 192 + 8 * h + (l >> 4);  // sc[is], is = l / 16
-    r.qa = ldu16(ql) | (ldu16(ql + 2) << 16);
-    r.qb = ldu16(ql + 32) | (ldu16(ql + 34) << 16);
-    r.qh = ldu16(qh) | (ldu16(qh + 2) << 16);
-    // sc[is + 0], sc[is + 2], sc[is + 4], sc[is + 6]: bytes at even distances; (l >> 4) may be odd,
-    // so read them one by one (L1-resident: the 16 lanes of the block share the line)
-    r.sc01 = __ldg(sc) | (static_cast<uint32_t>(__ldg(sc + 2)) << 8);
-    r.sc23 = __ldg(sc + 4) | (static_cast<uint32_t>(__ldg(sc + 6)) << 8);
+    r.qa0 = ld32(ql), r.qa1 = ld32(ql + 4);
+    r.qb0 = ld32(ql + 32), r.qb1 = ld32(ql + 36);
+    r.qh0 = ld32(qh), r.qh1 = ld32(qh + 4);
+    // bytes at even distances from an index that may be odd: one by one (L1-resident: the 8 lanes
+    // of the block share the line)
+    r.sc = __ldg(sc) | (static_cast<uint32_t>(__ldg(sc + 2)) << 8) |
+           (static_cast<uint32_t>(__ldg(sc + 4)) << 16) |
+           (static_cast<uint32_t>(__ldg(sc + 6)) << 24);
     r.d = ldu16(b + 208);
     return true;
   }
+  // The 4 codes of field s from one word of ql and one of qh, as int8 (q - 32, per byte).
+  static __device__ __forceinline__ uint32_t codes(uint32_t ql, uint32_t qh, int s) {
+    const uint32_t v =
+        ((ql >> ((s & 2) ? 4 : 0)) & 0x0f0f0f0fu) | (((qh >> (2 * s)) & 0x03030303u) << 4);
+    return __vsub4(v, 0x20202020u);
+  }
   static __device__ __forceinline__ void dot(const Raw& r, int it, int lane, const Staged& x,
                                              float (&acc)[MT]) {
-    const int sb = it * 2 + lane / 16, p = lane & 15, h = p >> 3, l = 4 * (p & 7);
+    const int sb = it * 4 + lane / 8, p = lane & 7, h = p >> 2, l = 8 * (p & 3);
     const int e0 = sb * 256 + 128 * h + l;
     const float d = h2f(r.d);
-    const float sc[4] = {float(int8_t(r.sc01 & 0xff)), float(int8_t(r.sc01 >> 8)),
-                         float(int8_t(r.sc23 & 0xff)), float(int8_t(r.sc23 >> 8))};
-    uint32_t q[4];  // the 4 codes of each s as int8 (q - 32, per byte)
+    uint32_t q[4][2];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      const uint32_t ql = (s & 1) ? r.qb : r.qa;
-      const uint32_t v = ((ql >> ((s & 2) ? 4 : 0)) & 0x0f0f0f0fu) |
-                         (((r.qh >> (2 * s)) & 0x03030303u) << 4);
-      q[s] = __vsub4(v, 0x20202020u);
+      q[s][0] = codes((s & 1) ? r.qb0 : r.qa0, r.qh0, s);
+      q[s][1] = codes((s & 1) ? r.qb1 : r.qa1, r.qh1, s);
     }
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       float tot = 0.f;
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        const int e = e0 + 32 * s;  // 4 elements within one run of 64
-        tot += x.d(m, e) * sc[s] * static_cast<float>(dot4(x.q(m, e), q[s], 0));
+        const int e = e0 + 32 * s;  // 8 elements within one run of 64
+        const float sc = static_cast<float>(static_cast<int8_t>((r.sc >> (8 * s)) & 0xff));
+        tot += x.d(m, e) * sc * static_cast<float>(dot8(x.q(m, e), q[s][0], q[s][1], 0));
       }
       acc[m] += d * tot;
     }
@@ -251,7 +253,7 @@ struct Walk<Q4_K> {
 };
 template <>
 struct Walk<Q6_K> {
-  static constexpr int kElems = 256, kPerStep = 2;
+  static constexpr int kElems = 256, kPerStep = 4;
 };
 
 // Shared-memory bytes of the staged x of mt rows of K.
@@ -295,7 +297,7 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
       const float d = amax / 32767.f;
-      const float id = d != 0.f ? 1.f / d : 0.f;
+      const float id = d >= 1.17549435e-38f ? 1.f / d : 0.f;  // FLT_MIN, as the CPU rule
       int q[8], sum = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -376,6 +378,10 @@ Status launch_type(const Params& p, int M, cudaStream_t s, bool pdl) {
 
 }  // namespace
 
+size_t quant_gemv_shared_bytes(int M, int K) {
+  return staged_bytes(M <= 1 ? 1 : (M == 2 ? 2 : (M <= 4 ? 4 : 8)), K);
+}
+
 int quant_block_elems(QuantType t) { return t == QuantType::kQ8_0 ? 32 : 256; }
 int quant_block_bytes(QuantType t) {
   return t == QuantType::kQ8_0 ? 34 : (t == QuantType::kQ4_K ? 144 : 210);
@@ -388,9 +394,9 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   if (a.K < be || a.K % be != 0)
     return invalid("quant_gemv: K must be a positive multiple of the block (32 or 256)");
   const int mt = a.M == 1 ? 1 : (a.M == 2 ? 2 : (a.M <= 4 ? 4 : 8));
-  if (staged_bytes(mt, a.K) > 200 * 1024)
+  if (staged_bytes(mt, a.K) > kQuantGemvMaxSharedBytes)
     return invalid(
-        "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * K * 2.5 bytes, exceeds 200 KiB");
+        "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 KiB");
   if (!a.x || !a.w || !a.y) return invalid("quant_gemv: x, w and y must be non-null");
   if (a.ldx < a.K || a.ldx % 8 != 0 || !aligned16(a.x))
     return invalid("quant_gemv: ldx >= K, ldx % 8 == 0 and x 16-byte aligned");

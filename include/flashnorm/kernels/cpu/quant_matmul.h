@@ -11,8 +11,9 @@
 // Decode on AVX2: the block32 types four weight rows per pass over x, the weight rows ahead
 // prefetched (quant_dot.h's QuantRowsFn).
 // Activation quantization: per block of 32, amax = max |x|, d = amax / 32767,
-// q = nearbyint(x * (1 / d)) (round to nearest even; all 0 when amax is 0), so each element is off
-// by at most d / 2 = amax / 65534.
+// q = nearbyint(clamp(x * (1 / d), -32767, 32767)) (round to nearest even; all 0 when d is below
+// FLT_MIN, i.e. amax under 4e-34, where 1 / d would overflow; a NaN element gives -32767), so each
+// element is off by about d / 2 = amax / 65534 (plus the rounding of x * (1 / d)).
 #pragma once
 
 #include <cstdint>

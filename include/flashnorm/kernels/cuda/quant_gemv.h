@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "flashnorm/kernels/cuda/status.h"
@@ -25,6 +26,12 @@ enum class QuantType { kQ8_0, kQ4_K, kQ6_K };
 // Elements per block (32 or 256) and bytes per block (34, 144, 210) of `t`.
 int quant_block_elems(QuantType t);
 int quant_block_bytes(QuantType t);
+
+// Shared memory (bytes) quant_gemv stages x in for M rows of K (M rounded up to 1, 2, 4, 8; about
+// 2.5 bytes per element: int16 values with 16 bytes of padding per 128, a scale and a sum per
+// block of 32), and the most it takes: larger M * K are refused.
+size_t quant_gemv_shared_bytes(int M, int K);
+inline constexpr size_t kQuantGemvMaxSharedBytes = 200 * 1024;
 
 // Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32 or null
 // (1); w: N * (K / block_elems) blocks, rows contiguous (row r at w + r * row bytes), 16-byte
@@ -47,10 +54,10 @@ struct QuantGemvArgs {
 
 // y = s * ((x * gain) W^T), one launch: each CTA stages its x rows (times the gain) in shared
 // memory quantized to int16 per block of 32 (the CPU engine's activation rule, so each element of
-// x * gain is off by at most amax / 65534 of its block) with their sums of squares, then each warp
+// x * gain is off by about amax / 65534 of its block) with their sums of squares, then each warp
 // reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32.
 // Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
-// block; M (rounded up to 1, 2, 4, 8) * K * 2.5 bytes within 200 KiB of shared memory; ldx >= K,
+// block; M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes within 200 KiB of shared memory; ldx >= K,
 // ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers. kCudaError for a failed launch.
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
 
