@@ -46,14 +46,14 @@ void dequantize_rows(const QuantMatrix& w, size_t rb, int r0, int r1, float* out
 
 // The prefill path: y = x' W^T, W the parts stacked (part i's rows are columns c_i.. of y),
 // dequantized a tile of rows at a time (spread over the pool, chunks of kRowsPerTask rows within
-// one part) and each tile multiplied by one sgemm while the pool rests: q|k|v and gate|up are one
+// one part; the AVX2 dequantizers when `isa` is kAvx2) and each tile multiplied by one sgemm while the pool rests: q|k|v and gate|up are one
 // sgemm each, as in the fp32 path.
 void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float* y, int ldy,
-                ThreadPool* pool) {
+                QuantIsa isa, ThreadPool* pool) {
   const int M = a.rows(), K = a.cols();
   int N = 0;
   for (const QuantMatrix& w : parts) N += w.rows;
-  const bool avx2 = quant_isa_available(QuantIsa::kAvx2);
+  const bool avx2 = isa == QuantIsa::kAvx2;  // checked available by quant_matmul_parts
   const int tile_rows =
       std::min(N, std::max(kRowsPerTask, static_cast<int>(kTileElems / size_t(K))));
   // kept between calls (at most kTileElems floats per calling thread): a fresh 10-16 MB vector
@@ -243,7 +243,7 @@ void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, flo
     col += w.rows;
   }
   if (M >= gemm_rows) {
-    tiled_gemm(parts, a, y, ldy, pool);
+    tiled_gemm(parts, a, y, ldy, isa, pool);
     return;
   }
   // quantized rows once, before the loop, when any part takes them
