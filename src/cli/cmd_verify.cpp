@@ -62,7 +62,10 @@ void write_json(std::optional<io::AtomicFile>& f, const nlohmann::json& j) {
 // original, folded at load; for a tied head, flashnorm fused with the other fold_tied_head choice;
 // flashnorm fused on each folded file) against the CPU fp32 engine on the original in standard
 // mode, then flashnorm against standard on the GPU; greedy tokens of each GPU engine against the
-// GPU standard engine.
+// GPU standard engine. With --weights native (dev.weights): every engine, the CPU reference
+// included, on the file's own blocks (WeightStorage::kNative): the CUDA engine's quantized
+// projections against the CPU engine's native path; no folded files, no head-fold variant (a
+// native head is applied in its blocks).
 nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std::string>& folded,
                              const DeviceArgs& dev, const std::vector<int32_t>& text, int ctx,
                              const std::vector<std::vector<int32_t>>& prompts, int n_greedy,
@@ -77,17 +80,19 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   DeviceArgs d = dev;
   d.device = "cuda";
   d.fold_tied_head = false;  // a flashnorm-only option: no note for the standard engine
-  gpu.push_back(
-      {"standard", make_engine(load_model(original), NormMode::Standard, d, max_ctx, cancel)});
+  const WeightStorage storage = weight_storage(dev);
+  const bool native = storage == WeightStorage::kNative;
+  auto load = [&] { return load_model(original, /*with_data=*/true, storage); };
+  gpu.push_back({"standard", make_engine(load(), NormMode::Standard, d, max_ctx, cancel)});
   d.fold_tied_head = dev.fold_tied_head;
   d.deferred = "fused";
-  gpu.push_back({"flashnorm (fused)",
-                 make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
+  gpu.push_back(
+      {"flashnorm (fused)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
   d.deferred = "two-stream";
-  gpu.push_back({"flashnorm (two-stream)",
-                 make_engine(load_model(original), NormMode::FlashNorm, d, max_ctx, cancel)});
+  gpu.push_back(
+      {"flashnorm (two-stream)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
   d.deferred = "fused";
-  if (gpu[0].e->config().tied_head) {  // both ways of a tied head
+  if (gpu[0].e->config().tied_head && !native) {  // both ways of a tied head
     d.fold_tied_head = !dev.fold_tied_head;
     gpu.push_back(
         {d.fold_tied_head ? "flashnorm (fused, head folded)" : "flashnorm (fused, head tied)",
@@ -98,7 +103,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
     gpu.push_back({"flashnorm (fused), " + f,
                    make_engine(load_model(f), NormMode::FlashNorm, d, max_ctx, cancel)});
   }
-  CpuEngine cpu(load_model(original), NormMode::Standard, max_ctx);
+  CpuEngine cpu(load(), NormMode::Standard, max_ctx);
   std::vector<Engine*> ptrs;
   for (auto& g : gpu) ptrs.push_back(g.e.get());
   std::vector<ComparisonStats> vs_cpu, vs_std;
@@ -111,11 +116,12 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
     Progress pr("teacher-forced vs GPU standard (chunks)");
     vs_std = compare_teacher_forced(*ptrs[0], rest, text, ctx, std::ref(pr), bos);
   }
-  nlohmann::json out = {{"original", original},       {"device", describe_engine(*ptrs[0])},
-                        {"text_tokens", text.size()}, {"ctx", ctx},
-                        {"greedy_tokens", n_greedy},  {"results", nlohmann::json::array()}};
-  fmt::print("text: {} tokens (chunks of {}); reference: CPU fp32 engine, standard mode, {}\n",
-             text.size(), ctx, original);
+  nlohmann::json out = {{"original", original},        {"weights", native ? "native" : "f32"},
+                        {"reference", cpu.describe()}, {"device", describe_engine(*ptrs[0])},
+                        {"text_tokens", text.size()},  {"ctx", ctx},
+                        {"greedy_tokens", n_greedy},   {"results", nlohmann::json::array()}};
+  fmt::print("text: {} tokens (chunks of {}); reference: CPU engine ({}), standard mode, {}\n",
+             text.size(), ctx, native ? "native weights" : "fp32", original);
   fmt::print("{:<44} {:>10} {:>10} {:>11} | {:>10} {:>11} | {:>8}\n", "GPU engine", "ppl",
              "top-1/CPU", "rel.logit", "top-1/std", "rel.logit", "greedy");
   std::vector<std::vector<int32_t>> ref;
@@ -158,7 +164,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
     out["results"].push_back(r);
   }
   fmt::print(
-      "CPU fp32 perplexity: {:.4f}; greedy column: tokens before the first difference from "
+      "CPU reference perplexity: {:.4f}; greedy column: tokens before the first difference from "
       "GPU standard, summed over {} prompts\n",
       vs_cpu[0].ppl_a(), prompts.size());
   return out;

@@ -37,20 +37,18 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
                 "into an untied copy of the head (vocab x hidden more weights) instead of running "
                 "that one RMSNorm with its gain");
   cmd->add_option("--weights", d.weights,
-                  "cpu: f32 dequantizes every weight at load (BLAS, the exact reference); native "
-                  "computes from the GGUF file's quantized blocks (the file's bytes unchanged, no "
-                  "fp32 copy; decode quantizes activations to 16 bits per block of 32, prefill "
-                  "dequantizes tiles of rows for sgemm)")
+                  "f32 dequantizes every weight at load (cpu: fp32 BLAS, the exact reference; "
+                  "cuda: rounded to --dtype); native computes from the GGUF file's quantized "
+                  "blocks (the file's bytes unchanged; decode quantizes activations to 16 bits "
+                  "per block of 32, prefill dequantizes tiles of rows for the GEMM; cuda keeps "
+                  "Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K projections in their blocks, other types in "
+                  "--dtype)")
       ->check(CLI::IsMember({"f32", "native"}))
       ->capture_default_str();
 }
 
 WeightStorage weight_storage(const DeviceArgs& d) {
-  if (d.weights != "native") return WeightStorage::kF32;
-  if (resolve_device(d.device) != "cpu") {
-    throw Error("--weights native runs on the CPU engine only: add --device cpu");
-  }
-  return WeightStorage::kNative;
+  return d.weights == "native" ? WeightStorage::kNative : WeightStorage::kF32;
 }
 
 Model load_model_for(const std::string& path, const DeviceArgs& d) {
@@ -166,8 +164,8 @@ void require_utf8(std::string_view s, const std::string& what) {
 std::string read_prompt_file(const std::string& path, std::string_view option) {
   constexpr size_t kMaxPrompt = size_t(256) << 20;  // as verify's --text
   const bool is_stdin = path == "-";
-  const std::string what = is_stdin ? fmt::format("{} - (standard input)", option)
-                                    : fmt::format("{} {}", option, path);
+  const std::string what =
+      is_stdin ? fmt::format("{} - (standard input)", option) : fmt::format("{} {}", option, path);
   int fd = STDIN_FILENO;
   if (!is_stdin) {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -217,7 +215,8 @@ std::vector<ChatMessage> read_chat_messages(const std::string& path) {
   // nesting past 64 levels: FormatError naming --messages PATH
   const nlohmann::ordered_json j = io::parse_json_strict(text, what, 0);
   if (!j.is_array() || j.empty()) {
-    throw Error(fmt::format("{}: expected a non-empty JSON array of {{\"role\", \"content\"}}", what));
+    throw Error(
+        fmt::format("{}: expected a non-empty JSON array of {{\"role\", \"content\"}}", what));
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < j.size(); ++i) {

@@ -22,6 +22,7 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "flashnorm/engine/cuda_engine.h"
@@ -64,7 +65,12 @@ void run_model_bench(const ModelBenchArgs& a) {
   if (outp.has_parent_path()) std::filesystem::create_directories(outp.parent_path());
   const std::vector<std::filesystem::path> inputs = {a.model};
   io::AtomicFile f(outp, inputs);
+  if (a.weights != "f32" && a.weights != "native")
+    throw Error("bench --model: --weights must be f32 or native");
+  const bool native = a.weights == "native";
   const Model model = load_model(a.model);
+  std::optional<Model> native_model;
+  if (native) native_model = load_model(a.model, /*with_data=*/true, WeightStorage::kNative);
   struct Config {
     std::string name;
     NormMode mode;
@@ -73,6 +79,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     bool fuse_decode_ops;
     bool allow_ring = false;
     TiedHead tied_head = TiedHead::kKeepGain;
+    bool native = false;  // on the file's blocks (--weights native)
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
@@ -84,16 +91,26 @@ void run_model_bench(const ModelBenchArgs& a) {
   cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, sep, true});
   cfgs.push_back(
       {"standard fused add+norm", NormMode::Standard, Deferred::kFused, fused_add, true});
-  // Ablation: CudaLaunch::fuse_decode_ops off.
-  cfgs.push_back({"standard, unfused ops", NormMode::Standard, Deferred::kFused, sep, false});
-  cfgs.push_back({"flashnorm, unfused ops", NormMode::FlashNorm, Deferred::kFused, sep, false});
-  // Ablation: the decode GEMV's tuner may pick the cp.async ring (CudaGemv::allow_ring).
-  cfgs.push_back({"standard, ring GEMVs", NormMode::Standard, Deferred::kFused, sep, true, true});
-  cfgs.push_back({"flashnorm, ring GEMVs", NormMode::FlashNorm, Deferred::kFused, sep, true, true});
-  // A tied LM head with its final gain folded into an untied copy (TiedHead::kFoldCopy)
-  if (model.cfg.tied_head) {
-    cfgs.push_back({"flashnorm, head folded", NormMode::FlashNorm, Deferred::kFused, sep, true,
-                    false, TiedHead::kFoldCopy});
+  if (native) {  // the main three again on the file's own blocks
+    for (int i : {0, 1, 3}) {
+      Config c{cfgs[i].name + ", native", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
+      c.native = true;
+      cfgs.push_back(std::move(c));
+    }
+  }
+  if (!a.quick) {
+    // Ablation: CudaLaunch::fuse_decode_ops off.
+    cfgs.push_back({"standard, unfused ops", NormMode::Standard, Deferred::kFused, sep, false});
+    cfgs.push_back({"flashnorm, unfused ops", NormMode::FlashNorm, Deferred::kFused, sep, false});
+    // Ablation: the decode GEMV's tuner may pick the cp.async ring (CudaGemv::allow_ring).
+    cfgs.push_back({"standard, ring GEMVs", NormMode::Standard, Deferred::kFused, sep, true, true});
+    cfgs.push_back(
+        {"flashnorm, ring GEMVs", NormMode::FlashNorm, Deferred::kFused, sep, true, true});
+    // A tied LM head with its final gain folded into an untied copy (TiedHead::kFoldCopy)
+    if (model.cfg.tied_head) {
+      cfgs.push_back({"flashnorm, head folded", NormMode::FlashNorm, Deferred::kFused, sep, true,
+                      false, TiedHead::kFoldCopy});
+    }
   }
   const int ctx = a.prompt_tokens + a.decode_tokens + 64;
   for (auto& c : cfgs) {
@@ -105,7 +122,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.gemv.allow_ring = c.allow_ring;
-    c.e = std::make_unique<CudaEngine>(model, c.mode, o);
+    c.e = std::make_unique<CudaEngine>(c.native ? *native_model : model, c.mode, o);
   }
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(0, model.cfg.vocab - 1);
@@ -138,6 +155,7 @@ void run_model_bench(const ModelBenchArgs& a) {
             {"model", a.model},
             {"arch", model.cfg.arch},
             {"batch", 1},
+            {"weights", a.weights},
             {"prompt_tokens", a.prompt_tokens},
             {"decode_tokens", a.decode_tokens},
             {"runs", a.runs},
@@ -162,6 +180,7 @@ void run_model_bench(const ModelBenchArgs& a) {
         c.name, tps, 1e6 / us, us, std_us / us, c.prof.norm_us, c.prof.normed_proj_us,
         c.prof.other_proj_us, c.prof.attention_us, c.prof.other_us);
     j["configs"].push_back({{"name", c.name},
+                            {"native_weights", c.native},
                             {"engine", c.e->describe()},
                             {"prompt_tokens_per_s", tps},
                             {"prompt_tokens_per_s_runs", c.prompt_tps},
@@ -185,6 +204,19 @@ void run_model_bench(const ModelBenchArgs& a) {
                         t.config.ks, t.config.stages ? fmt::format(" s{}", t.config.stages) : "");
     }
     fmt::print("{:<24}   GEMVs as tuned:{}\n", "", tl);
+  }
+  // Native weights against the same configuration in bf16 (decode, and prompt tokens/s).
+  for (size_t k = 0; k < cfgs.size(); ++k) {
+    if (!cfgs[k].native) continue;
+    const std::string base = cfgs[k].name.substr(0, cfgs[k].name.size() - 8);  // ", native"
+    for (size_t b = 0; b < cfgs.size(); ++b) {
+      if (cfgs[b].native || cfgs[b].name != base) continue;
+      const double dec = median(cfgs[b].decode_us) / median(cfgs[k].decode_us);
+      const double pr = median(cfgs[k].prompt_tps) / median(cfgs[b].prompt_tps);
+      j["configs"][k]["decode_speedup_vs_bf16"] = dec;
+      j["configs"][k]["prompt_speed_vs_bf16"] = pr;
+      fmt::print("{:<24} vs bf16: decode {:.3f}x, prompt {:.3f}x\n", cfgs[k].name, dec, pr);
+    }
   }
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,
   // FlashNorm's standalone norm kernels (the final RMSNorm of a tied head that keeps its gain) plus

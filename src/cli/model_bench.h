@@ -9,6 +9,10 @@ struct ModelBenchArgs {
   std::string model, out, commit, driver;
   int prompt_tokens = 512, decode_tokens = 256, runs = 5;
   bool dirty = false;
+  // "native": also the three main configurations on the file's own blocks (WeightStorage::kNative)
+  // beside the bf16 ones, interleaved in the same rounds
+  std::string weights = "f32";
+  bool quick = false;  // only standard, flashnorm and standard fused add+norm (large models)
 };
 // Part of the CUDA module (libflashnorm_cuda.so, engine/cuda_module.h): callers in the executable
 // reach it through cuda_module().run_model_bench.

@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <set>
-
 #include <charconv>
+#include <set>
 
 #include "../cli/model_args.h"
 #include "flashnorm/engine/make_engine.h"
@@ -73,9 +72,6 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
                       "max-queued, chat-format, device, weights)",
                       s.name, key));
     }
-  }
-  if (s.weights == "native" && s.device != "cpu") {
-    throw Error(fmt::format("--model {}: weights=native runs on the CPU engine only", s.name));
   }
   return s;
 }

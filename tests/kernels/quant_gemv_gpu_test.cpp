@@ -13,6 +13,7 @@
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/ggml_types.h"
 #include "flashnorm/kernels/cpu/quant_matmul.h"
+#include "flashnorm/kernels/cuda/quant_dequant.h"
 #include "flashnorm/kernels/cuda/quant_gemv.h"
 #include "gpu_util.h"
 #include "random_quant_blocks.h"
@@ -23,8 +24,20 @@ using fk::QuantType;
 namespace io = flashnorm::io;
 
 io::GgmlType ggml(QuantType t) {
-  return t == QuantType::kQ8_0 ? io::GgmlType::Q8_0
-                               : (t == QuantType::kQ4_K ? io::GgmlType::Q4_K : io::GgmlType::Q6_K);
+  switch (t) {
+    case QuantType::kQ4_0:
+      return io::GgmlType::Q4_0;
+    case QuantType::kQ4_1:
+      return io::GgmlType::Q4_1;
+    case QuantType::kQ5_0:
+      return io::GgmlType::Q5_0;
+    case QuantType::kQ8_0:
+      return io::GgmlType::Q8_0;
+    case QuantType::kQ4_K:
+      return io::GgmlType::Q4_K;
+    default:
+      return io::GgmlType::Q6_K;
+  }
 }
 
 std::vector<uint8_t> random_blocks(QuantType t, int N, int K, uint32_t seed) {
@@ -139,6 +152,14 @@ TEST(QuantGemv, Q8_0) {
   run({QuantType::kQ8_0, kBF, 2, 64, 9824, true});
   run({QuantType::kQ8_0, kBF, 8, 64, 4096, true});
 }
+// The 32-element formats of SmolLM2 Q4_1 and Gemma 3 Q4_K_M (Q5_0), and Q4_0.
+TEST(QuantGemv, Q4_0Q4_1Q5_0) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0}) {
+    for (int M : {1, 3, 8}) run({t, kBF, M, 37, 1056, true});
+    run({t, kFP, 2, 5, 32, false});
+    run({t, kBF, 1, 1000, 4096, true});
+  }
+}
 TEST(QuantGemv, Q4_K) {
   for (int M : {1, 3, 8}) run({QuantType::kQ4_K, kBF, M, 37, 1280, true});
   run({QuantType::kQ4_K, kFP, 2, 5, 256, false});
@@ -182,3 +203,47 @@ TEST(QuantGemv, RejectsBadArguments) {
 }
 
 }  // namespace
+
+// quant_dequantize (kernels/cuda/quant_dequant.h) against io::dequantize: every element of the tile
+// is round_dt(w * gain) of the fp32 reference value (identical fp32 operations, one rounding), so
+// equal bit for bit, with and without a gain, into a row stride wider than K; bad arguments named.
+TEST(QuantDequantize, EqualsIoDequantizeRoundedOnce) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ8_0,
+                      QuantType::kQ4_K, QuantType::kQ6_K}) {
+    for (fk::DType dt : {kBF, kFP}) {
+      SCOPED_TRACE(testing::Message() << "type " << int(t) << " dt " << int(dt));
+      const int N = 19, K = 512, ldy = K + 8;
+      const std::vector<uint8_t> w = random_blocks(t, N, K, 7 + int(t));
+      std::vector<float> wf(size_t(N) * K);
+      io::dequantize(ggml(t), w, wf);
+      std::vector<float> gain(K);
+      std::mt19937 rng(5);
+      std::uniform_real_distribution<float> u(0.5f, 1.5f);
+      for (int k = 0; k < K; ++k) gain[k] = (k % 5 == 2 ? -1.f : 1.f) * u(rng);
+      DevMem dw(w.size()), dg(K * 4), dy(size_t(N) * ldy * 2);
+      ASSERT_TRUE(dw.p && dg.p && dy.p);
+      CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dg.p, gain.data(), K * 4, cudaMemcpyHostToDevice));
+      for (bool with_gain : {false, true}) {
+        fk::QuantDequantArgs a;
+        a.type = t, a.dt = dt, a.N = N, a.K = K, a.w = dw.p, a.y = dy.p, a.ldy = ldy;
+        a.gain = with_gain ? static_cast<const float*>(dg.p) : nullptr;
+        ASSERT_TRUE(fk::quant_dequantize(a, nullptr).ok());
+        std::vector<uint16_t> y(size_t(N) * ldy);
+        CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 2, cudaMemcpyDeviceToHost));
+        int wrong = 0;
+        for (int n = 0; n < N; ++n)
+          for (int k = 0; k < K; ++k) {
+            const float v = wf[size_t(n) * K + k] * (with_gain ? gain[k] : 1.f);
+            wrong += y[size_t(n) * ldy + k] != to_half_bits(dt, v);
+          }
+        EXPECT_EQ(wrong, 0) << "with gain " << with_gain;
+      }
+      fk::QuantDequantArgs b;
+      b.type = t, b.dt = dt, b.N = N, b.K = K + 1, b.w = dw.p, b.y = dy.p, b.ldy = ldy + 8;
+      const fk::Status s = fk::quant_dequantize(b, nullptr);
+      EXPECT_FALSE(s.ok());
+      EXPECT_NE(s.message.find("K must"), std::string::npos) << s.message;
+    }
+  }
+}

@@ -40,7 +40,6 @@ TEST(ModelSpec, Refusals) {
       {"a=p,colour=red", "'colour'"},
       {"a=p,norm=rms", "norm=rms"},
       {"a=p,weights=q4", "weights=q4"},
-      {"a=p,weights=native,device=cuda", "weights=native"},
       {"a=p,norm=standard,norm=flashnorm", "'norm' given twice"},
       {"a=p,weights=native,weights=f32", "'weights' given twice"},
       {"a=p,ctx=10,ctx=20", "'ctx' given twice"},

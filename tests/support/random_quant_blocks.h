@@ -1,6 +1,7 @@
 // Random GGML weight blocks for the quant_gemv tests and kernel lab: every byte random, then each
-// fp16 scale (Q8_0 d; Q4_K d and dmin; Q6_K d) replaced by a finite positive 2^-10 .. 2^-6, so that
-// any block is valid and the values stay at weight scales. Layouts: kernels/cuda/quant_gemv.h.
+// fp16 scale (Q4_0, Q5_0, Q8_0 d; Q4_1 d and m; Q4_K d and dmin; Q6_K d) replaced by a finite
+// positive 2^-10 .. 2^-6, so that any block is valid and the values stay at weight scales. Layouts:
+// kernels/cuda/quant_gemv.h.
 #pragma once
 
 #include <cmath>
@@ -30,7 +31,8 @@ inline std::vector<uint8_t> random_quant_blocks(kernels::cuda::QuantType t, int 
   };
   for (int i = 0; i < nb; ++i) {
     uint8_t* b = w.data() + static_cast<size_t>(i) * bb;
-    if (t == QuantType::kQ8_0) put(b);
+    if (t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ8_0) put(b);
+    if (t == QuantType::kQ4_1) put(b), put(b + 2);
     if (t == QuantType::kQ4_K) put(b), put(b + 2);
     if (t == QuantType::kQ6_K) put(b + 208);
   }

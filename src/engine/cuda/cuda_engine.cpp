@@ -31,7 +31,7 @@ struct CudaEngine::Impl {
         opt(opt),
         d(make_dims(m.cfg, *m.arch, opt.capacity)),
         w(upload_weights(m, mode, opt, d)),
-        ws(d, m.cfg),
+        ws(d, m.cfg, w.tile_elems),
         ctx(std::make_unique<fk::LinearContext>()),
         f{cfg, hooks, mode, this->opt, to_dtype(opt.dtype), d, w, ws, *ctx, prof, stream.get()} {
     ctx->set_race_hooks(opt.debug);
@@ -151,11 +151,13 @@ std::string CudaEngine::describe() const {
   } else if (o.standard == StandardNorm::kFusedAdd) {
     variant = " (residual add + RMSNorm fused)";
   }
-  return fmt::format(
-      "{} weights, norm {}{}, decode {}{}{}", o.dtype == HalfType::kBF16 ? "bf16" : "fp16",
-      e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
-      o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
-      o.launch.pdl ? " + PDL" : "", o.launch.fuse_decode_ops ? ", fused decode ops" : "");
+  std::string weights = o.dtype == HalfType::kBF16 ? "bf16" : "fp16";
+  if (e.w.any_quant) weights = "native GGML weights (" + e.w.quant_summary + "), " + weights;
+  return fmt::format("{} weights, norm {}{}, decode {}{}{}", weights,
+                     e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
+                     o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
+                     o.launch.pdl ? " + PDL" : "",
+                     o.launch.fuse_decode_ops ? ", fused decode ops" : "");
 }
 
 std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {

@@ -13,7 +13,8 @@ fk::GluKind Forward::glu_kind() const {
 }
 
 bool Forward::glu_in_down(int T) const {
-  return opt.launch.fuse_decode_ops && decode_path(T) && size_t(T) * d.F * 2 <= 48 * 1024;
+  return opt.launch.fuse_decode_ops && decode_path(T) && size_t(T) * d.F * 2 <= 48 * 1024 &&
+         !w.quant_down;
 }
 
 bool Forward::decode_path(int M) const {
@@ -24,10 +25,18 @@ bool Forward::decode_path(int M) const {
 // modes). With add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead
 // (the residual add in the GEMV's epilogue; y, ldy, y_f32 unused). With glu (decode_path(M) only):
 // x is the fp32 gate|up output [M, 2K] and the GLU is applied as the kernel stages it. A bias
-// outside the decode path needs y_f32 (add_bias after the GEMM).
+// outside the decode path needs y_f32 (add_bias after the GEMM). A quantized projection (q, not
+// empty; wt unused) takes quant_gemv up to kQuantGemvMaxM tokens, else its expanded tile; it needs
+// fp32 y and neither fused op.
 void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y, int ldy,
-                    bool y_f32, bool add_residual, bool glu, const void* bias) {
+                    bool y_f32, bool add_residual, bool glu, const void* bias, const QuantProj* q) {
   if (ldy == 0) ldy = N;
+  if (q && !q->empty()) {
+    if (add_residual || glu || !y_f32)
+      throw Error("internal: a quantized projection with a fused op or a dt output");
+    if (M <= kQuantGemvMaxM) return quant(*q, x, M, nullptr, false, y, ldy, bias);
+    wt = expand(*q, nullptr);
+  }
   if (decode_path(M)) {
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = glu ? 2 * K : K, a.w = wt;
@@ -52,10 +61,14 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
 // StandardNorm::kFusedAdd) then the plain projection; FlashNorm runs flashnorm_linear on raw x with
 // the folded W. keep_gain: FlashNorm mode's tied LM head (TiedHead::kKeepGain), normalized as in
 // Standard mode since its gain is not folded. bias ([N] dt, or null) is added last, after the
-// FlashNorm row scale: y = rstd * (x W*^T) + b.
+// FlashNorm row scale: y = rstd * (x W*^T) + b. A quantized projection (q; gain32 its fp32 gain)
+// runs, in FlashNorm mode, quant_gemv on raw x with the gain applied to x and rstd to the rows of
+// its scaled parts, or for longer passes the deferred GEMM on its tile expanded with the gain
+// folded in; in Standard mode the norm then the plain quantized projection.
 void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, void* y,
                      const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain,
-                     const void* bias) {
+                     const void* bias, const QuantProj* q, const DeviceBuffer* gain32) {
+  const bool quantized = q && !q->empty();
   if (ldy == 0) ldy = N;
   const void* x = static_cast<const char*>(ws.xb.get()) + size_t(row0) * d.H * 2;
   const void* xnr = static_cast<const char*>(ws.xn.get()) + size_t(row0) * d.H * 2;
@@ -69,10 +82,16 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
       });
     }
     xn_ready = false;
-    prof.op(kNormedProj, s, [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias); });
+    prof.op(kNormedProj, s,
+            [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias, q); });
     return;
   }
   prof.op(kNormedProj, s, [&] {
+    if (quantized) {
+      if (!y_f32) throw Error("internal: a quantized projection with a dt output");
+      if (M <= kQuantGemvMaxM) return quant(*q, x, M, gain32->as<float>(), true, y, ldy, bias);
+      wt = expand(*q, gain32->as<float>());  // the gain folded into the tile
+    }
     if (all_unscaled)  // dropped: no rstd at all
       return plain(x, M, d.H, wt, N, y, ldy, y_f32, false, false, bias);
     fk::LinearArgs a;
@@ -84,6 +103,28 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
                                     : fk::LinearImpl::kAuto;
     ok(ctx.run(a, impl, s));
   });
+}
+
+void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
+                    int ldy, const void* bias) {
+  for (const QuantPart& part : q.parts) {
+    fk::QuantGemvArgs a;
+    a.type = part.type, a.dt = dt, a.M = M, a.N = part.N, a.K = q.K, a.x = x, a.ldx = q.K;
+    a.gain = gain, a.w = part.w.get(), a.y = static_cast<float*>(y) + part.n0, a.ldy = ldy;
+    a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
+    ok(fk::quant_gemv(a, s));
+  }
+  if (bias) ok(fk::add_bias(dt, M, q.N, static_cast<float*>(y), ldy, bias, s, opt.launch.pdl));
+}
+
+const void* Forward::expand(const QuantProj& q, const float* gain) {
+  for (const QuantPart& part : q.parts) {
+    fk::QuantDequantArgs a;
+    a.type = part.type, a.dt = dt, a.N = part.N, a.K = q.K, a.w = part.w.get(), a.gain = gain;
+    a.y = static_cast<char*>(ws.wtile.get()) + size_t(part.n0) * q.K * 2, a.ldy = q.K;
+    ok(fk::quant_dequantize(a, s));
+  }
+  return ws.wtile.get();
 }
 
 // x32 += sublayer output (post-norm for Gemma); xb = round(x32). With StandardNorm::kFusedAdd
@@ -104,7 +145,7 @@ void Forward::layer(int l, int T) {
   const bool fuse_ops = opt.launch.fuse_decode_ops, pdl = opt.launch.pdl;
   normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), d.nqkv, ws.qkv.get(),
          w.qkv_masked ? w.qkv_mask.as<uint8_t>() : nullptr, w.qkv_all_unscaled, 0, true, false,
-         ly.bqkv.get());
+         ly.bqkv.get(), &ly.qqkv, &ly.attn_gain32);
   fk::RopeKvArgs ra;
   ra.dt = dt, ra.T = T, ra.n_head = cfg.n_head, ra.n_head_kv = cfg.n_head_kv, ra.D = d.D;
   ra.max_ctx = d.max_ctx, ra.qkv = ws.qkv.as<float>(), ra.ldqkv = d.nqkv;
@@ -131,15 +172,16 @@ void Forward::layer(int l, int T) {
     prof.op(kAttn, s, [&] { ok(fk::rope_kv(ra, s)); });
     prof.op(kAttn, s, [&] { ok(fk::attention(aa, s)); });
   }
-  const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post &&
+  const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post && ly.qo.empty() &&
+                        ly.qdown.empty() &&
                         !(mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd);
   prof.op(kOtherProj, s, [&] {
     plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res, false,
-          ly.bo.get());
+          ly.bo.get(), &ly.qo);
   });
   if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
   normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true,
-         false, ly.bgu.get());
+         false, ly.bgu.get(), &ly.qgu, &ly.ffn_gain32);
   const bool fuse_glu = glu_in_down(T);
   if (!fuse_glu) {
     prof.op(kOther, s,
@@ -147,7 +189,7 @@ void Forward::layer(int l, int T) {
   }
   prof.op(kOtherProj, s, [&] {
     plain(fuse_glu ? ws.gu.get() : ws.act.get(), T, d.F, ly.wdown.get(), d.H, ws.proj.get(), 0,
-          true, fuse_res, fuse_glu, ly.bdown.get());
+          true, fuse_res, fuse_glu, ly.bdown.get(), &ly.qdown);
   });
   if (!fuse_res) {
     residual(T, ly.post_ffn, ly.has_post,
@@ -164,7 +206,8 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
   for (int l = 0; l < d.L; ++l) layer(l, T);
   if (rows > 0) {
     normed(T - rows, rows, w.out_gain.get(), w.head_is_emb ? w.emb.get() : w.head.get(), d.V,
-           ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb);
+           ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb,
+           nullptr, &w.qhead, &w.out_gain32);
     if (cfg.final_softcap > 0) {  // Gemma 3's final logit soft-capping, before the sampler
       prof.op(kOther, s, [&] {
         ok(fk::softcap_logits(rows, d.V, ws.logits.as<float>(), d.ldv, cfg.final_softcap, s,

@@ -9,27 +9,46 @@
 
 namespace flashnorm::cuda_engine {
 
-std::vector<GemvTuning> tune_gemvs(Forward& f) {
+namespace {
+
+// A one-token projection shape of the decode GEMV and the dt weights of each layer's projection of
+// that shape.
+struct Shape {
+  const char* name;
+  int N, K, ldy;
+  const void* x;
+  std::vector<const void*> w;
+};
+
+// The decode GEMV's shapes: those with dt weights (a quantized projection takes quant_gemv, which
+// has nothing to tune).
+std::vector<Shape> gemv_shapes(const Forward& f) {
   const Dims& d = f.d;
   const DeviceWeights& w = f.w;
-  Workspace& ws = f.ws;
-  const cudaStream_t s = f.s;
-  struct Shape {
-    const char* name;
-    int N, K, ldy;
-    const void* x;
-    std::vector<const void*> w;
-  };
+  const Workspace& ws = f.ws;
   std::vector<Shape> shapes = {
       {"q|k|v", d.nqkv, d.H, d.nqkv, ws.xb.get(), {}},
       {"o", d.H, d.nq, d.H, ws.att.get(), {}},
       {"gate|up", 2 * d.F, d.H, 2 * d.F, ws.xb.get(), {}},
       {"down", d.H, d.F, d.H, f.glu_in_down(1) ? ws.gu.get() : ws.act.get(), {}},
-      {"lm_head", d.V, d.H, d.ldv, ws.xb.get(), {w.head_is_emb ? w.emb.get() : w.head.get()}}};
+      {"lm_head", d.V, d.H, d.ldv, ws.xb.get(), {}}};
   for (const DeviceWeights::Layer& l : w.layers) {
-    shapes[0].w.push_back(l.wqkv.get()), shapes[1].w.push_back(l.wo.get());
-    shapes[2].w.push_back(l.wgu.get()), shapes[3].w.push_back(l.wdown.get());
+    const void* p[4] = {l.wqkv.get(), l.wo.get(), l.wgu.get(), l.wdown.get()};
+    for (int i = 0; i < 4; ++i)
+      if (p[i]) shapes[i].w.push_back(p[i]);
   }
+  if (w.qhead.empty()) shapes[4].w.push_back(w.head_is_emb ? w.emb.get() : w.head.get());
+  std::erase_if(shapes, [](const Shape& s) { return s.w.empty(); });
+  return shapes;
+}
+
+}  // namespace
+
+std::vector<GemvTuning> tune_gemvs(Forward& f) {
+  const DeviceWeights& w = f.w;
+  Workspace& ws = f.ws;
+  const cudaStream_t s = f.s;
+  const std::vector<Shape> shapes = gemv_shapes(f);
   FN_CUDA_CHECK(cudaMemsetAsync(ws.xb.get(), 0, ws.xb.bytes(), s));
   FN_CUDA_CHECK(cudaMemsetAsync(ws.att.get(), 0, ws.att.bytes(), s));
   FN_CUDA_CHECK(cudaMemsetAsync(ws.act.get(), 0, ws.act.bytes(), s));
@@ -57,11 +76,10 @@ std::vector<GemvTuning> tune_gemvs(Forward& f) {
 }
 
 void use_gemv_configs(Forward& f, const std::vector<GemvTuning>& cfgs) {
-  const Dims& d = f.d;
-  const std::pair<int, int> shapes[] = {
-      {d.nqkv, d.H}, {d.H, d.nq}, {2 * d.F, d.H}, {d.H, d.F}, {d.V, d.H}};
+  std::vector<std::pair<int, int>> shapes;
+  for (const Shape& sh : gemv_shapes(f)) shapes.emplace_back(sh.N, sh.K);
   for (const GemvTuning& t : cfgs) {
-    if (std::find(std::begin(shapes), std::end(shapes), std::pair{t.N, t.K}) == std::end(shapes))
+    if (std::find(shapes.begin(), shapes.end(), std::pair{t.N, t.K}) == shapes.end())
       throw Error(fmt::format("gemv_configs: {} N={} K={} is not a projection of this model",
                               t.name, t.N, t.K));
     ok(f.ctx.set_decode_config(1, t.N, t.K, t.config));

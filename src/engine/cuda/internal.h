@@ -9,11 +9,14 @@
 #include <array>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "flashnorm/engine/cuda_engine.h"
 #include "flashnorm/kernels/cuda/device.h"
 #include "flashnorm/kernels/cuda/engine_ops.h"
+#include "flashnorm/kernels/cuda/quant_dequant.h"
+#include "flashnorm/kernels/cuda/quant_gemv.h"
 
 namespace flashnorm::cuda_engine {
 namespace fk = kernels::cuda;
@@ -30,6 +33,9 @@ inline fk::DType to_dtype(HalfType t) {
 // Decode attention splits the keys in chunks of split_keys(D) over CTAs (forward passes of at most
 // kSplitMaxT tokens); longer passes (prefill) have enough (head, query) CTAs without.
 constexpr int kSplitMaxT = fk::kDecodeAttentionMaxT;
+// Passes of at most this many tokens read quantized projections with quant_gemv; longer ones expand
+// them into a dt tile for the GEMM (quant_gemv takes M <= 8).
+constexpr int kQuantGemvMaxM = 8;
 // Keys per chunk: 128 for head_dim 64, fewer for wider heads (decode_attention keeps a chunk's keys
 // and values in shared memory: split * D <= 8192 floats each).
 inline int split_keys(int D) { return std::clamp(8192 / D, 16, 128); }
@@ -46,14 +52,34 @@ struct Dims {
 // the kernels take (multiples of 8, head_dim <= 256).
 Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacity& cap);
 
+// A projection kept in the file's GGML blocks (a model loaded with WeightStorage::kNative): rows
+// n0 .. n0 + N - 1 of the output per part, each part one type, read by quant_gemv in decode (the
+// gain applied to x as it is staged, rstd to the rows unless the part's rstd cancels) and expanded
+// into a dt tile by quant_dequantize for longer passes. Empty: the projection is in dt.
+struct QuantPart {
+  fk::QuantType type = fk::QuantType::kQ4_K;
+  DeviceBuffer w;  // N rows of K / block elements blocks, as in the file
+  int n0 = 0, N = 0;
+  bool scaled = true;  // FlashNorm mode: rows scaled by rstd (false: QK-norm cancels it)
+};
+struct QuantProj {
+  std::vector<QuantPart> parts;
+  int N = 0, K = 0;
+  bool empty() const { return parts.empty(); }
+};
+
 // The model on the device in the engine dtype (weights.cpp): dequantized, and in FlashNorm mode
-// folded at load (fold/fold_gain.h: fp64 products rounded once).
+// folded at load (fold/fold_gain.h: fp64 products rounded once); or, for a model loaded with
+// native weights, each projection whose every part is a type quant_gemv reads kept in its blocks
+// (QuantProj; the gains applied to x, never folded), the rest dequantized as above.
 struct DeviceWeights {
   struct Layer {
-    DeviceBuffer wqkv, wo, wgu, wdown;  // dt; wqkv/wgu folded in FlashNorm mode
+    DeviceBuffer wqkv, wo, wgu, wdown;  // dt; wqkv/wgu folded in FlashNorm mode (empty: quantized)
+    QuantProj qqkv, qo, qgu, qdown;     // the same projections in GGML blocks, or empty
     DeviceBuffer attn_gain, ffn_gain;   // dt multipliers (Standard mode)
-    DeviceBuffer q_norm, k_norm;        // fp32 multipliers, or empty
-    DeviceBuffer post_attn, post_ffn;   // fp32 multipliers, or empty
+    DeviceBuffer attn_gain32, ffn_gain32;  // fp32 multipliers (quantized projections)
+    DeviceBuffer q_norm, k_norm;           // fp32 multipliers, or empty
+    DeviceBuffer post_attn, post_ffn;      // fp32 multipliers, or empty
     // dt biases (q|k|v and gate|up fused, zeros where a part has none), or empty (null): added
     // after the row scale
     DeviceBuffer bqkv, bgu, bo, bdown;
@@ -63,7 +89,12 @@ struct DeviceWeights {
   };
   std::vector<Layer> layers;
   DeviceBuffer emb, head, out_gain;
-  bool head_is_emb = false;          // the LM head reads emb (tied, its gain not folded)
+  QuantProj qhead;           // the LM head in GGML blocks (native weights), or empty
+  DeviceBuffer out_gain32;   // fp32 final gain (a quantized head)
+  bool head_is_emb = false;  // the LM head reads emb (tied, its gain not folded)
+  bool any_quant = false, quant_down = false;  // some projection / some down projection quantized
+  size_t tile_elems = 0;      // largest quantized projection (N x K): the prompt passes' dt tile
+  std::string quant_summary;  // e.g. "q|k|v, o, gate|up, down, head in blocks; 0 in dt"
   DeviceBuffer qkv_mask, zero_mask;  // uint8 scale masks
   bool qkv_masked = false, qkv_all_unscaled = false;
   DeviceBuffer cos_g, sin_g, cos_l, sin_l;  // RoPE tables: global and local bases
@@ -74,7 +105,8 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
 // Activation buffers, KV cache and the host staging buffers (workspace.cpp), sized for passes of
 // up to d.tmax tokens and d.max_ctx positions; KV cache and kernel counters zeroed.
 struct Workspace {
-  Workspace(const Dims& d, const ModelConfig& c);
+  // tile_elems: dt elements of the tile quantized projections expand into (0: none).
+  Workspace(const Dims& d, const ModelConfig& c, size_t tile_elems = 0);
   DeviceBuffer kc, vc;                      // fp32 KV cache [layer][pos][n_kv * D]
   DeviceBuffer d_tokens, d_pos, d_history;  // token ids, first position, sampled history
   DeviceBuffer x32, xb, xn, qkv, q, att, proj, gu, act, logits;
@@ -82,6 +114,7 @@ struct Workspace {
   DeviceBuffer partials;                       // split-key attention (decode)
   DeviceBuffer attn_counters;  // decode_attention's per-(token, head) arrival counters
   DeviceBuffer sample_ws;      // sample_tokens' per-CTA winners and arrival counter
+  DeviceBuffer wtile;          // a quantized projection expanded to dt for a prompt pass
 };
 
 // Kernel classes of the step profile (StepProfile's fields).
@@ -146,10 +179,17 @@ struct Forward {
  private:
   void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
              bool y_f32 = false, bool add_residual = false, bool glu = false,
-             const void* bias = nullptr);
+             const void* bias = nullptr, const QuantProj* q = nullptr);
   void normed(int row0, int M, const void* gain, const void* w, int N, void* y, const uint8_t* mask,
               bool all_unscaled, int ldy = 0, bool y_f32 = false, bool keep_gain = false,
-              const void* bias = nullptr);
+              const void* bias = nullptr, const QuantProj* q = nullptr,
+              const DeviceBuffer* gain32 = nullptr);
+  // q's parts by quant_gemv: y[:, n0 ..] = s * ((x * gain) W^T) (+ bias), s = rstd where `rstd`
+  // and the part is scaled, else 1; gain fp32 or null. M <= kQuantGemvMaxM.
+  void quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
+             int ldy, const void* bias);
+  // q expanded into ws.wtile ([N, K] dt, times gain when set); returns the tile.
+  const void* expand(const QuantProj& q, const float* gain);
   void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain);
   void layer(int l, int T);
 };

@@ -1,13 +1,16 @@
 // The CUDA engine's weights on the device (internal.h): dequantized fp32 tensors rounded once to
 // the engine dtype, the FlashNorm mode's gains folded at load (fold/fold_gain.h; biases are not
-// scaled), the scale masks of the QK-norm-cancelled columns and the RoPE tables.
+// scaled), or, for native weights, the file's GGML blocks of the projections quant_gemv reads; the
+// scale masks of the QK-norm-cancelled columns and the RoPE tables.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/error.h"
 #include "flashnorm/fold/fold_gain.h"
+#include "flashnorm/io/dequant.h"
 #include "internal.h"
 
 namespace flashnorm::cuda_engine {
@@ -20,14 +23,66 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
-// Rows of `w` ([rows, cols] fp32), each column i multiplied by gain[i] when gain is set (the fold,
-// formed in fp64 and rounded once), appended to `out` as dtype bits.
+// Rows of `w` ([rows, cols]: its fp32 data, or its native blocks dequantized), each column i
+// multiplied by gain[i] when gain is set (the fold, formed in fp64 and rounded once), appended to
+// `out` as dtype bits.
 void append_rows(FoldTarget t, const Tensor& w, const std::vector<double>* gain,
                  std::vector<uint16_t>& out) {
+  std::vector<float> deq;
+  if (!w.raw.empty()) {
+    deq.resize(w.rows() * w.cols());
+    io::dequantize(w.type, w.raw, deq);
+  }
+  const std::vector<float>& data = w.raw.empty() ? w.data : deq;
   const size_t at = out.size();
-  out.resize(at + w.data.size());
-  fold_gain(w.data, w.cols(), gain ? std::span<const double>(*gain) : std::span<const double>(), t,
-            std::span<uint16_t>(out.data() + at, w.data.size()));
+  out.resize(at + data.size());
+  fold_gain(data, w.cols(), gain ? std::span<const double>(*gain) : std::span<const double>(), t,
+            std::span<uint16_t>(out.data() + at, data.size()));
+}
+
+// The quant_gemv format of a GGML type, or none.
+std::optional<fk::QuantType> gemv_type(io::GgmlType t) {
+  switch (t) {
+    case io::GgmlType::Q4_0:
+      return fk::QuantType::kQ4_0;
+    case io::GgmlType::Q4_1:
+      return fk::QuantType::kQ4_1;
+    case io::GgmlType::Q5_0:
+      return fk::QuantType::kQ5_0;
+    case io::GgmlType::Q8_0:
+      return fk::QuantType::kQ8_0;
+    case io::GgmlType::Q4_K:
+      return fk::QuantType::kQ4_K;
+    case io::GgmlType::Q6_K:
+      return fk::QuantType::kQ6_K;
+    default:
+      return std::nullopt;
+  }
+}
+
+// The projection whose rows are those of `parts` stacked, in their file blocks, when every part is
+// a native tensor of a type quant_gemv reads; else empty (the caller uploads it in dt). Adjacent
+// parts of one type and one `scaled` flag share one buffer (one launch).
+QuantProj quant_proj(std::initializer_list<std::pair<const Tensor*, bool>> parts) {
+  QuantProj q;
+  for (const auto& [t, scaled] : parts)
+    if (t->raw.empty() || !gemv_type(t->type)) return q;
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const auto& [t, scaled] : parts) {
+    const fk::QuantType type = *gemv_type(t->type);
+    q.K = static_cast<int>(t->cols());
+    if (q.parts.empty() || q.parts.back().type != type || q.parts.back().scaled != scaled) {
+      QuantPart p;
+      p.type = type, p.n0 = q.N, p.scaled = scaled;
+      q.parts.push_back(std::move(p));
+      bytes.emplace_back();
+    }
+    bytes.back().insert(bytes.back().end(), t->raw.begin(), t->raw.end());
+    q.parts.back().N += static_cast<int>(t->rows());
+    q.N += static_cast<int>(t->rows());
+  }
+  for (size_t i = 0; i < q.parts.size(); ++i) q.parts[i].w = upload(bytes[i]);
+  return q;
 }
 
 }  // namespace
@@ -72,19 +127,43 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
     ly.bgu = bias_dt(fused_bias(m, {{p.gate, p.gate_bias}, {p.up, p.up_bias}}));
     ly.bo = bias_of(p.attn_output_bias);
     ly.bdown = bias_of(p.down_bias);
+    // native weights: each projection kept in its blocks where quant_gemv reads them all
+    auto unscaled = [&](int i) { return cancel && p.qkv_cancels[i]; };
+    ly.qqkv = quant_proj({{&m.get(p.qkv[0]), !unscaled(0)},
+                          {&m.get(p.qkv[1]), !unscaled(1)},
+                          {&m.get(p.qkv[2]), !unscaled(2)}});
+    ly.qgu = quant_proj({{&m.get(p.gate), true}, {&m.get(p.up), true}});
+    ly.qo = quant_proj({{&m.get(p.attn_output), false}});
+    ly.qdown = quant_proj({{&m.get(p.down), false}});
     std::vector<uint16_t> w;
-    for (const std::string& name : p.qkv) append_rows(t, m.get(name), fold ? &ag : nullptr, w);
-    ly.wqkv = upload(w);
-    w.clear();
-    append_rows(t, m.get(p.gate), fold ? &fg : nullptr, w);
-    append_rows(t, m.get(p.up), fold ? &fg : nullptr, w);
-    ly.wgu = upload(w);
-    w.clear();
-    append_rows(t, m.get(p.attn_output), nullptr, w);
-    ly.wo = upload(w);
-    w.clear();
-    append_rows(t, m.get(p.down), nullptr, w);
-    ly.wdown = upload(w);
+    if (ly.qqkv.empty()) {
+      for (const std::string& name : p.qkv) append_rows(t, m.get(name), fold ? &ag : nullptr, w);
+      ly.wqkv = upload(w);
+    }
+    if (ly.qgu.empty()) {
+      w.clear();
+      append_rows(t, m.get(p.gate), fold ? &fg : nullptr, w);
+      append_rows(t, m.get(p.up), fold ? &fg : nullptr, w);
+      ly.wgu = upload(w);
+    }
+    if (ly.qo.empty()) {
+      w.clear();
+      append_rows(t, m.get(p.attn_output), nullptr, w);
+      ly.wo = upload(w);
+    }
+    if (ly.qdown.empty()) {
+      w.clear();
+      append_rows(t, m.get(p.down), nullptr, w);
+      ly.wdown = upload(w);
+    }
+    for (const QuantProj* q : {&ly.qqkv, &ly.qgu, &ly.qo, &ly.qdown}) {
+      if (q->empty()) continue;
+      e.any_quant = true;
+      e.tile_elems = std::max(e.tile_elems, size_t(q->N) * q->K);
+    }
+    e.quant_down = e.quant_down || !ly.qdown.empty();
+    if (!ly.qqkv.empty()) ly.attn_gain32 = gain_f32(ag);
+    if (!ly.qgu.empty()) ly.ffn_gain32 = gain_f32(fg);
     if (!p.post_attn.empty()) {
       ly.post_attn = gain_f32(gain_of(p.post_attn));
       ly.post_ffn = gain_f32(gain_of(p.post_ffn));
@@ -111,7 +190,14 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
     std::vector<uint16_t> w;
     append_rows(t, m.get(a.tied_source), nullptr, w);
     e.emb = upload(w);
-    if (c.tied_head && (!fold || opt.flashnorm.tied_head == TiedHead::kKeepGain)) {
+    // native weights: a head in blocks quant_gemv reads stays in them, tied or not (the final gain
+    // applied to x in FlashNorm mode, so nothing to fold)
+    e.qhead = quant_proj({{&m.head(), true}});
+    if (!e.qhead.empty()) {
+      e.any_quant = true;
+      e.tile_elems = std::max(e.tile_elems, size_t(e.qhead.N) * e.qhead.K);
+      e.out_gain32 = gain_f32(og);
+    } else if (c.tied_head && (!fold || opt.flashnorm.tied_head == TiedHead::kKeepGain)) {
       e.head_is_emb = true;
     } else {
       w.clear();
@@ -119,6 +205,12 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
       e.head = upload(w);
     }
   }
+  int n_quant = 0, n_half = 0;
+  for (const DeviceWeights::Layer& ly : e.layers)
+    for (const QuantProj* q : {&ly.qqkv, &ly.qgu, &ly.qo, &ly.qdown})
+      ++(q->empty() ? n_half : n_quant);
+  ++(e.qhead.empty() ? n_half : n_quant);
+  e.quant_summary = fmt::format("{} of {} projections in their blocks", n_quant, n_quant + n_half);
   std::vector<float> cs, sn;
   rope_tables(d.max_ctx, d.D, c.rope_global, cs, sn);
   e.cos_g = upload(cs), e.sin_g = upload(sn);

@@ -33,7 +33,7 @@ Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacit
   return e;
 }
 
-Workspace::Workspace(const Dims& e, const ModelConfig& c) {
+Workspace::Workspace(const Dims& e, const ModelConfig& c, size_t tile_elems) {
   const size_t kv = size_t(e.L) * e.max_ctx * e.nkv * sizeof(float);
   kc = DeviceBuffer(kv), vc = DeviceBuffer(kv);
   const size_t T = e.tmax;
@@ -56,6 +56,7 @@ Workspace::Workspace(const Dims& e, const ModelConfig& c) {
   FN_CUDA_CHECK(cudaMemset(attn_counters.get(), 0, attn_counters.bytes()));
   sample_ws = DeviceBuffer(fk::sample_workspace_bytes());
   FN_CUDA_CHECK(cudaMemset(sample_ws.get(), 0, sample_ws.bytes()));
+  if (tile_elems > 0) wtile = DeviceBuffer(tile_elems * 2);
   FN_CUDA_CHECK(cudaMemset(kc.get(), 0, kv));
   FN_CUDA_CHECK(cudaMemset(vc.get(), 0, kv));
 }

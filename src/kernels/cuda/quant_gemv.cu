@@ -47,11 +47,11 @@ __device__ __forceinline__ uint32_t ldu16(const uint8_t* p) {
 
 // The staged x of one CTA in shared memory, per row m < MT: xq, the K values x * gain quantized
 // to int16 per block of 32 (CPU rule of kernels/cpu/quant_matmul.h: d = amax / 32767, q =
-// rint(clamp(v * (1 / d))), 0 for d below FLT_MIN), 16 bytes of padding after every 64 values (so that lanes reading 16-byte pieces
-// at multiples of 128 bytes apart fall in distinct banks); xd the K / 32 block scales d; xs32 the
-// K / 32 sums of q per block (the min terms of Q4_K). The products are integer dot products
-// (dp2a: two int16 x int8 per instruction, exact in int32), the scales in fp32.
-// int16 slots of one row: a multiple of 8 (16 bytes) for K a multiple of 32, so every row and
+// rint(clamp(v * (1 / d))), 0 for d below FLT_MIN), 16 bytes of padding after every 64 values (so
+// that lanes reading 16-byte pieces at multiples of 128 bytes apart fall in distinct banks); xd the
+// K / 32 block scales d; xs32 the K / 32 sums of q per block (the min terms of Q4_K). The products
+// are integer dot products (dp2a: two int16 x int8 per instruction, exact in int32), the scales in
+// fp32. int16 slots of one row: a multiple of 8 (16 bytes) for K a multiple of 32, so every row and
 // every 16-byte piece of it stays aligned
 __host__ __device__ constexpr int padded(int K) { return K + (K + 63) / 64 * 8; }
 struct Staged {
@@ -82,7 +82,7 @@ __device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, 
 // addresses).
 template <int MT>
 struct Q8_0 {
-  static constexpr int kBlockBytes = 34;
+  static constexpr int kBlockBytes = 34, kElems = 32, kPerStep = 8;
   struct Raw {
     uint32_t d, q0, q1;
   };
@@ -109,6 +109,72 @@ struct Q8_0 {
   }
 };
 
+// ---- Q4_0, Q4_1, Q5_0: four lanes per block of 32, eight blocks per warp step -----------------
+// As Q8_0: lane part p (0..3) owns elements 8p .. 8p + 7 of its block. The 4-bit codes of element
+// j < 16 are the low nibble of qs[j], of j + 16 the high nibble: part p reads qs[8 (p % 2) ..] and
+// shifts by 4 (p / 2). Q5_0's fifth bit of element e is bit e of the 32-bit qh. Values
+// (io/dequant.h deq_q4_0, deq_q4_1, deq_q5_0): Q4_0 w = d (q - 8); Q4_1 w = d q + m, so sum w x =
+// dx (d sum(q xq)
+// + m sum(xq)), the min term added once per block by part 0; Q5_0 w = d (q - 16).
+enum class Small { kQ4_0, kQ4_1, kQ5_0 };
+template <Small S>
+struct SmallBlock {
+  static constexpr int kBlockBytes = S == Small::kQ4_0 ? 18 : (S == Small::kQ4_1 ? 20 : 22);
+  static constexpr int kQs = S == Small::kQ4_0 ? 2 : (S == Small::kQ4_1 ? 4 : 6);  // qs offset
+  template <int MT>
+  struct F {
+    static constexpr int kElems = 32, kPerStep = 8;
+    struct Raw {
+      uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 signed codes
+    };
+    static __device__ __forceinline__ bool load(const uint8_t* row, int nblk, int it, int lane,
+                                                Raw& r) {
+      const int b = it * 8 + lane / 4, part = lane & 3;
+      if (b >= nblk) return false;
+      const uint8_t* p = row + static_cast<int64_t>(b) * kBlockBytes;
+      const uint8_t* q = p + kQs + 8 * (part & 1);
+      const int sh = 4 * (part >> 1);
+      uint32_t c0 = ((ldu16(q) | (ldu16(q + 2) << 16)) >> sh) & 0x0f0f0f0fu;
+      uint32_t c1 = ((ldu16(q + 4) | (ldu16(q + 6) << 16)) >> sh) & 0x0f0f0f0fu;
+      r.dm = ldu16(p);
+      if constexpr (S == Small::kQ4_0) {
+        c0 = __vsub4(c0, 0x08080808u), c1 = __vsub4(c1, 0x08080808u);
+      } else if constexpr (S == Small::kQ4_1) {
+        r.dm |= ldu16(p + 2) << 16;
+      } else {  // bit 8 part + i of qh is the fifth bit of element 8 part + i
+        const uint32_t hb = ((ldu16(p + 2) | (ldu16(p + 4) << 16)) >> (8 * part)) & 0xffu;
+        c0 |= ((((hb & 0x0fu) * 0x00204081u) & 0x01010101u) << 4);
+        c1 |= ((((hb >> 4) * 0x00204081u) & 0x01010101u) << 4);
+        c0 = __vsub4(c0, 0x10101010u), c1 = __vsub4(c1, 0x10101010u);
+      }
+      r.q0 = c0, r.q1 = c1;
+      return true;
+    }
+    static __device__ __forceinline__ void dot(const Raw& r, int it, int lane, const Staged& x,
+                                               float (&acc)[MT]) {
+      const int e0 = (it * 8 + lane / 4) * 32 + 8 * (lane & 3);
+      const float d = h2f(r.dm);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int isum = dot8(x.q(m, e0), r.q0, r.q1, 0);
+        if constexpr (S == Small::kQ4_1) {
+          const float mn = (lane & 3) == 0 ? h2f(r.dm >> 16) : 0.f;
+          acc[m] +=
+              x.d(m, e0) * (d * static_cast<float>(isum) + mn * static_cast<float>(x.s32(m, e0)));
+        } else {
+          acc[m] += d * x.d(m, e0) * static_cast<float>(isum);
+        }
+      }
+    }
+  };
+};
+template <int MT>
+using Q4_0 = SmallBlock<Small::kQ4_0>::F<MT>;
+template <int MT>
+using Q4_1 = SmallBlock<Small::kQ4_1>::F<MT>;
+template <int MT>
+using Q5_0 = SmallBlock<Small::kQ5_0>::F<MT>;
+
 // ---- Q4_K: four lanes per super-block of 256, eight super-blocks per warp step ----------------
 // Lane part j (0..3) reads the 16-byte head and bytes 32j .. 32j + 31 of the 128 quant bytes: the
 // low nibbles are elements 64j + 0..31 (sub-block 2j), the high nibbles 64j + 32..63 (sub-block
@@ -116,7 +182,7 @@ struct Q8_0 {
 // sum w x = dx (d sc sum(q xq) - dmin m sum(xq)).
 template <int MT>
 struct Q4_K {
-  static constexpr int kBlockBytes = 144;
+  static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8;
   struct Raw {
     uint4 head, q0, q1;
   };
@@ -181,10 +247,10 @@ struct Q4_K {
 // for the 8). Blocks are 210 bytes: only 2-byte loads are aligned.
 template <int MT>
 struct Q6_K {
-  static constexpr int kBlockBytes = 210;
+  static constexpr int kBlockBytes = 210, kElems = 256, kPerStep = 4;
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
-    uint32_t sc, d;                           // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
+    uint32_t sc, d;                         // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
   };
   static __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
     return ldu16(p) | (ldu16(p + 2) << 16);
@@ -238,22 +304,6 @@ struct Q6_K {
       acc[m] += d * tot;
     }
   }
-};
-
-// Steps (warp iterations) per row, and blocks per row, of each format.
-template <template <int> class F>
-struct Walk;
-template <>
-struct Walk<Q8_0> {
-  static constexpr int kElems = 32, kPerStep = 8;
-};
-template <>
-struct Walk<Q4_K> {
-  static constexpr int kElems = 256, kPerStep = 8;
-};
-template <>
-struct Walk<Q6_K> {
-  static constexpr int kElems = 256, kPerStep = 4;
 };
 
 // Shared-memory bytes of the staged x of mt rows of K.
@@ -326,8 +376,8 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
   __syncthreads();
   const Staged staged{xq, xd, xs32, K};
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int nblk = K / Walk<F>::kElems;
-  const int steps = (nblk + Walk<F>::kPerStep - 1) / Walk<F>::kPerStep;
+  const int nblk = K / F<MT>::kElems;
+  const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
   const int n0 = blockIdx.x * kRowsPerCta + warp * kRowsPerWarp;
   float acc[kRowsPerWarp][MT];
 #pragma unroll
@@ -382,9 +432,24 @@ size_t quant_gemv_shared_bytes(int M, int K) {
   return staged_bytes(M <= 1 ? 1 : (M == 2 ? 2 : (M <= 4 ? 4 : 8)), K);
 }
 
-int quant_block_elems(QuantType t) { return t == QuantType::kQ8_0 ? 32 : 256; }
+int quant_block_elems(QuantType t) {
+  return t == QuantType::kQ4_K || t == QuantType::kQ6_K ? 256 : 32;
+}
 int quant_block_bytes(QuantType t) {
-  return t == QuantType::kQ8_0 ? 34 : (t == QuantType::kQ4_K ? 144 : 210);
+  switch (t) {
+    case QuantType::kQ4_0:
+      return 18;
+    case QuantType::kQ4_1:
+      return 20;
+    case QuantType::kQ5_0:
+      return 22;
+    case QuantType::kQ8_0:
+      return 34;
+    case QuantType::kQ4_K:
+      return 144;
+    default:
+      return 210;
+  }
 }
 
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
@@ -396,7 +461,8 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   const int mt = a.M == 1 ? 1 : (a.M == 2 ? 2 : (a.M <= 4 ? 4 : 8));
   if (staged_bytes(mt, a.K) > kQuantGemvMaxSharedBytes)
     return invalid(
-        "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 KiB");
+        "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 "
+        "KiB");
   if (!a.x || !a.w || !a.y) return invalid("quant_gemv: x, w and y must be non-null");
   if (a.ldx < a.K || a.ldx % 8 != 0 || !aligned16(a.x))
     return invalid("quant_gemv: ldx >= K, ldx % 8 == 0 and x 16-byte aligned");
@@ -412,6 +478,12 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);
     switch (a.type) {
+      case QuantType::kQ4_0:
+        return launch_type<E, Q4_0>(p, a.M, s, a.pdl);
+      case QuantType::kQ4_1:
+        return launch_type<E, Q4_1>(p, a.M, s, a.pdl);
+      case QuantType::kQ5_0:
+        return launch_type<E, Q5_0>(p, a.M, s, a.pdl);
       case QuantType::kQ8_0:
         return launch_type<E, Q8_0>(p, a.M, s, a.pdl);
       case QuantType::kQ4_K:

@@ -5,10 +5,12 @@
 // so a file's quantized weights are read as they are (the gain multiplies x as it is staged; rstd
 // scales the output rows after the join of each warp's sums). W: N rows of K elements, each row
 // K / block_elems whole blocks in the GGUF layout of ggml-common.h as decoded by io/dequant.h:
-// Q8_0 (34-byte blocks of 32: fp16 d, int8 q[32]; w = d * q), Q4_K (144-byte super-blocks of 256:
-// fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins, 4-bit q[256]; w = d * sc * q - dmin * m per
-// sub-block of 32), Q6_K (210-byte super-blocks of 256: 4-bit ql, 2-bit qh, int8 scales[16],
-// fp16 d; w = d * sc * (q - 32) per 16). Issue "On the H200 (2)", item 2.
+// Q4_0 (18-byte blocks of 32: fp16 d, 4-bit q[32]; w = d * (q - 8)), Q4_1 (20 bytes: fp16 d,
+// fp16 m, 4-bit q; w = d * q + m), Q5_0 (22 bytes: fp16 d, 32 fifth bits, 4-bit q; w =
+// d * (q - 16)), Q8_0 (34-byte blocks of 32: fp16 d, int8 q[32]; w = d * q), Q4_K (144-byte
+// super-blocks of 256: fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins, 4-bit q[256]; w = d * sc *
+// q - dmin * m per sub-block of 32), Q6_K (210-byte super-blocks of 256: 4-bit ql, 2-bit qh, int8
+// scales[16], fp16 d; w = d * sc * (q - 32) per 16). Issue "On the H200 (2)", item 2.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,9 +23,9 @@
 namespace flashnorm::kernels::cuda {
 
 // The weight block formats quant_gemv reads.
-enum class QuantType { kQ8_0, kQ4_K, kQ6_K };
+enum class QuantType { kQ4_0, kQ4_1, kQ5_0, kQ8_0, kQ4_K, kQ6_K };
 
-// Elements per block (32 or 256) and bytes per block (34, 144, 210) of `t`.
+// Elements per block (32 or 256) and bytes per block (18, 20, 22, 34, 144, 210) of `t`.
 int quant_block_elems(QuantType t);
 int quant_block_bytes(QuantType t);
 
@@ -57,8 +59,8 @@ struct QuantGemvArgs {
 // x * gain is off by about amax / 65534 of its block) with their sums of squares, then each warp
 // reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32.
 // Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
-// block; M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes within 200 KiB of shared memory; ldx >= K,
-// ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers. kCudaError for a failed launch.
+// block; M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes within 200 KiB of shared memory; ldx >=
+// K, ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers. kCudaError for a failed launch.
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
 
 }  // namespace flashnorm::kernels::cuda

@@ -1,0 +1,165 @@
+// A random Llama checkpoint as GGUF with every matrix quantized by flashnorm's own quantizer
+// (io::quantize; Q4_K / Q5_K / Q6_K: its least-squares scale search), for the CUDA engine's
+// quantized-weights benchmark at real shapes (issue "On the H200 (2)", item 2: a Llama-3-8B-shaped
+// model in Q4_K against the same model in bf16). Default shape: Llama 3 8B (32 layers, hidden 4096,
+// 32 / 8 heads of 128, FFN 14336, vocabulary 128256, untied head, RoPE base 500000, eps 1e-5).
+// Values: matrices uniform with the variance of N(0, 1/K) (embedding and head: N(0, 1) variance),
+// gains U(0.5, 1.5); a splitmix64 stream per row chunk, so the file does not depend on the thread
+// count. Rows are generated and quantized on all cores, one chunk of rows at a time.
+//   random_quant_gguf OUT.gguf [TYPE=q4_k] [--layers L] [--hidden H] [--ffn F] [--heads N]
+//                     [--kv-heads N] [--vocab V] [--distinct N]
+// --distinct N: layers l >= N repeat the bytes of layer l % N (each layer still has its own copy
+// in the file and on the device, so a decode step streams all of them; it saves the generation
+// and quantization time of the rest, about 330 ns per element per core).
+// Exit 1 with one line on stderr for any error.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
+#include "flashnorm/io/ggml_types.h"
+#include "flashnorm/io/gguf.h"
+
+namespace {
+using namespace flashnorm;
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// rows x cols values uniform in [-a, a] with a = sqrt(3) * sd (variance sd^2), quantized to `type`
+// (fp32 kept as is for F32), chunks of rows in parallel.
+std::vector<uint8_t> random_matrix(io::GgmlType type, uint64_t rows, uint64_t cols, double sd,
+                                   uint64_t seed) {
+  const io::GgmlTypeTraits tr = *io::ggml_type_traits(static_cast<uint32_t>(type));
+  const uint64_t row_bytes = cols / tr.block_elems * tr.block_bytes;
+  std::vector<uint8_t> out(rows * row_bytes);
+  const uint64_t chunk = std::max<uint64_t>(1, (1u << 20) / cols);
+  const uint64_t nchunks = (rows + chunk - 1) / chunk;
+  const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> th;
+  for (unsigned t = 0; t < nt; ++t) {
+    th.emplace_back([&, t] {
+      std::vector<float> v;
+      for (uint64_t c = t; c < nchunks; c += nt) {
+        const uint64_t r0 = c * chunk, r1 = std::min(rows, r0 + chunk);
+        v.resize((r1 - r0) * cols);
+        uint64_t s = seed * 0x100000001b3ull + c;
+        const float a = static_cast<float>(std::sqrt(3.0) * sd);
+        for (float& x : v) x = a * (static_cast<float>(splitmix(s) >> 40) / 8388608.f - 1.f);
+        const std::vector<uint8_t> q = io::quantize(type, v);
+        std::memcpy(out.data() + r0 * row_bytes, q.data(), q.size());
+      }
+    });
+  }
+  for (auto& x : th) x.join();
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 2) throw Error("usage: random_quant_gguf OUT.gguf [TYPE] [--layers L] ...");
+    const std::string out = argv[1];
+    std::string type_name = "q4_k";
+    int L = 32, H = 4096, F = 14336, NH = 32, NKV = 8, V = 128256, distinct = 1 << 30;
+    for (int i = 2; i < argc; ++i) {
+      const std::string k = argv[i];
+      auto next = [&] {
+        if (i + 1 >= argc) throw Error(k + ": missing value");
+        return std::stoi(argv[++i]);
+      };
+      if (k == "--layers")
+        L = next();
+      else if (k == "--hidden")
+        H = next();
+      else if (k == "--ffn")
+        F = next();
+      else if (k == "--heads")
+        NH = next();
+      else if (k == "--kv-heads")
+        NKV = next();
+      else if (k == "--vocab")
+        V = next();
+      else if (k == "--distinct")
+        distinct = std::max(1, next());
+      else
+        type_name = k;
+    }
+    const auto type = io::ggml_type_from_name(type_name);
+    if (!type) throw Error("unknown type " + type_name);
+    const int D = H / NH;
+    using io::GgufValue;
+    std::vector<io::GgufKv> kvs = {
+        {"general.architecture", GgufValue::make_string("llama"), 0},
+        {"llama.block_count", GgufValue::make_u32(L), 0},
+        {"llama.context_length", GgufValue::make_u32(8192), 0},
+        {"llama.embedding_length", GgufValue::make_u32(H), 0},
+        {"llama.feed_forward_length", GgufValue::make_u32(F), 0},
+        {"llama.attention.head_count", GgufValue::make_u32(NH), 0},
+        {"llama.attention.head_count_kv", GgufValue::make_u32(NKV), 0},
+        {"llama.attention.key_length", GgufValue::make_u32(D), 0},
+        {"llama.rope.freq_base", GgufValue::make_f32(500000.f), 0},
+        {"llama.attention.layer_norm_rms_epsilon", GgufValue::make_f32(1e-5f), 0},
+    };
+    std::vector<io::GgufTensorOut> ts;
+    uint64_t seed = 1;
+    auto matrix = [&](const std::string& name, int rows, int cols, double sd) {
+      ts.push_back({name,
+                    {uint64_t(cols), uint64_t(rows)},
+                    *type,
+                    random_matrix(*type, rows, cols, sd, seed++),
+                    {}});
+    };
+    auto gain = [&](const std::string& name) {
+      std::vector<float> g(H);
+      uint64_t s = seed++ * 7919;
+      for (float& x : g) x = 0.5f + static_cast<float>(splitmix(s) >> 40) / 16777216.f;
+      io::GgufTensorOut t{name, {uint64_t(H)}, io::GgmlType::F32, {}, {}};
+      t.bytes.resize(g.size() * 4);
+      std::memcpy(t.bytes.data(), g.data(), t.bytes.size());
+      ts.push_back(std::move(t));
+    };
+    matrix("token_embd.weight", V, H, 1.0);
+    for (int l = 0; l < L; ++l) {
+      const std::string p = fmt::format("blk.{}.", l);
+      if (l >= distinct) {  // a copy of layer l % distinct's 9 tensors under this layer's names
+        const size_t first = 1 + size_t(l % distinct) * 9;
+        for (size_t i = 0; i < 9; ++i) {
+          io::GgufTensorOut t = ts[first + i];
+          t.name = p + t.name.substr(t.name.find('.', 4) + 1);
+          ts.push_back(std::move(t));
+        }
+        continue;
+      }
+      gain(p + "attn_norm.weight");
+      matrix(p + "attn_q.weight", NH * D, H, 1 / std::sqrt(double(H)));
+      matrix(p + "attn_k.weight", NKV * D, H, 1 / std::sqrt(double(H)));
+      matrix(p + "attn_v.weight", NKV * D, H, 1 / std::sqrt(double(H)));
+      matrix(p + "attn_output.weight", H, NH * D, 1 / std::sqrt(double(NH * D)));
+      gain(p + "ffn_norm.weight");
+      matrix(p + "ffn_gate.weight", F, H, 1 / std::sqrt(double(H)));
+      matrix(p + "ffn_up.weight", F, H, 1 / std::sqrt(double(H)));
+      matrix(p + "ffn_down.weight", H, F, 1 / std::sqrt(double(F)));
+      fmt::print(stderr, "\rlayer {}/{}", l + 1, L);
+    }
+    gain("output_norm.weight");
+    matrix("output.weight", V, H, 1 / std::sqrt(double(H)));
+    io::write_gguf(out, kvs, ts);
+    fmt::print(stderr, "\n{}: {} layers, hidden {}, {}\n", out, L, H, type_name);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "random_quant_gguf: %s\n", e.what());
+    return 1;
+  }
+}
