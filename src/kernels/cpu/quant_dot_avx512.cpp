@@ -5,8 +5,9 @@
 // widened to the 32 16-bit lanes of one register and multiplied with the activation block's 32
 // int16 by vpmaddwd (exact: at most 2 * 128 * 32767 per pair; plain AVX512BW, no VNNI), the
 // integer sums exact in int32, scales in fp32. F32, F16 and BF16 weights take the AVX2 functions.
-// Everything here has internal linkage: no function compiled with AVX-512 can stand in for
-// another file's (an inline function's out-of-line copy is chosen by the linker).
+// Everything here has internal linkage (quant_dot_x86.h's helpers too): no function compiled with
+// AVX-512 can stand in for another file's (an inline function's out-of-line copy is chosen by the
+// linker).
 // GCC 12's AVX-512 headers initialize their "undefined" vectors from themselves (GCC bug 105593):
 // false -Wuninitialized warnings inside the headers wherever an intrinsic is inlined.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -20,24 +21,20 @@
 #endif
 
 #include "quant_dot.h"
+#include "quant_dot_x86.h"
 
 namespace flashnorm::kernels::cpu::detail {
 namespace {
 
+using namespace x86;  // f16, load32, hsum, q6_k_codes, rows_each (this file's own copies)
+
 constexpr int QK = 32;
 constexpr int QK_K = 256;
 
-float f16(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-
+// The sum of the 16 lanes.
 float hsum(__m512 v) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  return x86::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
-
-__m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // The activation block's 32 codes, 16-bit lane j = element j.
 __m512i act_codes(const ActBlock* a) { return _mm512_loadu_si512(a->qs); }
@@ -51,38 +48,38 @@ __m512i block_isum(__m512i codes, const ActBlock* a) {
 // The 32 codes of one block of the block32 types in 16-bit lanes (lane j = element j), minus the
 // type's zero: Q8_0's signed bytes, or the nibbles (element j the low nibble of byte j, element
 // j + 16 its high nibble) plus 16 where bit j of the u32 qh is set (Q5_0, Q5_1).
-template <int kQsOff, int kQhOff, int kZero, bool kQ8>
+template <class L>
 __m512i block32_codes(const uint8_t* w) {
-  if constexpr (kQ8) {
+  if constexpr (L::kQ8) {
     return _mm512_cvtepi8_epi16(load32(w + 2));
   } else {
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQsOff));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + L::kQsOff));
     // bytes 0-15: low nibbles (elements 0-15), bytes 16-31: high nibbles (elements 16-31)
     const __m256i nib =
         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
     __m512i v = _mm512_cvtepu8_epi16(nib);
-    if constexpr (kQhOff > 0) {
+    if constexpr (L::kQhOff > 0) {
       // mask bit j selects 16-bit lane j
-      const __mmask32 h = static_cast<__mmask32>(load_u32(w + kQhOff));
+      const __mmask32 h = static_cast<__mmask32>(load_u32(w + L::kQhOff));
       v = _mm512_mask_add_epi16(v, h, v, _mm512_set1_epi16(16));
     }
-    if constexpr (kZero != 0) v = _mm512_sub_epi16(v, _mm512_set1_epi16(kZero));
+    if constexpr (L::kZero != 0) v = _mm512_sub_epi16(v, _mm512_set1_epi16(L::kZero));
     return v;
   }
 }
 
 // The block32 types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), one row: acc += d_w a.d sum((q - zero) qs)
 // per block; for the types with a min, m a.s summed beside it.
-template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero, bool kQ8>
+template <class L>
 float dot_block32(const uint8_t* w, const void* act, int k) {
   const ActBlock* a = static_cast<const ActBlock*>(act);
   __m512 acc = _mm512_setzero_ps();
   float off = 0;
-  for (int b = 0; b < k / QK; ++b, w += kBytes, ++a) {
-    const __m512i isum = block_isum(block32_codes<kQsOff, kQhOff, kZero, kQ8>(w), a);
+  for (int b = 0; b < k / QK; ++b, w += L::kBytes, ++a) {
+    const __m512i isum = block_isum(block32_codes<L>(w), a);
     acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(w) * a->d), _mm512_cvtepi32_ps(isum), acc);
-    if constexpr (kHasMin) off += f16(w + 2) * a->s;
+    if constexpr (L::kHasMin) off += f16(w + 2) * a->s;
   }
   return hsum(acc) + off;
 }
@@ -126,7 +123,7 @@ __m256 f16x8(const uint8_t* p, size_t rb) {
 // call's rows too: the next task's; a prefetch never faults) are prefetched non-temporally a few
 // cache lines per block, as the AVX2 kernel does (the distance is not measured on an AVX-512 CPU).
 // Remaining rows: the row dot.
-template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero, bool kQ8>
+template <class L>
 void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k, float* y) {
   const ActBlock* a0 = static_cast<const ActBlock*>(act);
   const int nb = k / QK;
@@ -139,7 +136,7 @@ void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k,
     __m256 off = _mm256_setzero_ps();
     const ActBlock* a = a0;
     const uint8_t* wb = w;  // block b of row 0; row i's at wb + i * rb
-    for (int b = 0; b < nb; ++b, ++a, wb += kBytes) {
+    for (int b = 0; b < nb; ++b, ++a, wb += L::kBytes) {
       for (int i = 0; i < pf_step; ++i) {
         _mm_prefetch(reinterpret_cast<const char*>(pf + (size_t(b) * pf_step + i) * 64),
                      _MM_HINT_NTA);
@@ -147,17 +144,17 @@ void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k,
       const __m512i x = act_codes(a);
       __m512i isum[kGroupRows];
       for (int i = 0; i < kGroupRows; ++i) {
-        isum[i] = _mm512_madd_epi16(block32_codes<kQsOff, kQhOff, kZero, kQ8>(wb + i * rb), x);
+        isum[i] = _mm512_madd_epi16(block32_codes<L>(wb + i * rb), x);
       }
       const __m256 s = _mm256_cvtepi32_ps(reduce8(isum));
       acc = _mm256_fmadd_ps(s, _mm256_mul_ps(f16x8(wb, rb), _mm256_set1_ps(a->d)), acc);
-      if constexpr (kHasMin) off = _mm256_fmadd_ps(f16x8(wb + 2, rb), _mm256_set1_ps(a->s), off);
+      if constexpr (L::kHasMin) off = _mm256_fmadd_ps(f16x8(wb + 2, rb), _mm256_set1_ps(a->s), off);
     }
-    if constexpr (kHasMin) acc = _mm256_add_ps(acc, off);
+    if constexpr (L::kHasMin) acc = _mm256_add_ps(acc, off);
     _mm256_storeu_ps(y + r, acc);
   }
   for (; r < rows; ++r, w += rb) {
-    y[r] = dot_block32<kBytes, kQsOff, kQhOff, kHasMin, kZero, kQ8>(w, act, k);
+    y[r] = dot_block32<L>(w, act, k);
   }
 }
 
@@ -205,27 +202,14 @@ float dot_k45(const uint8_t* w, const void* act, int k) {
 // elements 0-15, lanes 8-15 elements 16-31, scaled by a blend of the two groups' scales.
 float dot_q6_k(const uint8_t* w, const void* act, int k) {
   const ActBlock* a = static_cast<const ActBlock*>(act);
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i m3 = _mm256_set1_epi8(0x03);
   const __m512i z32 = _mm512_set1_epi16(32);
   __m512 acc = _mm512_setzero_ps();
   for (int b = 0; b < k / QK_K; ++b, w += 210, a += 8) {
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     const float d = f16(w + 208);
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = load32(w + 64 * h);
-      const __m256i ql1 = load32(w + 64 * h + 32);
-      const __m256i qh = load32(w + 128 + 32 * h);
-      // the 2-bit field of qh at bit `shift` (masked after the 16-bit shift), moved to bits 4-5
-      auto high = [&](int shift) {
-        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m3), 4);
-      };
-      // unsigned 6-bit codes of elements 32 i .. 32 i + 31 of this half, byte l = element l
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6))};
+      __m256i q[4];  // byte l of q[i]: element 32 i + l of this half
+      q6_k_codes(w, h, q);
       for (int i = 0; i < 4; ++i) {
         const ActBlock* x = a + 4 * h + i;
         const int g = 8 * h + 2 * i;  // the two 16-element groups of these 32 elements
@@ -240,54 +224,34 @@ float dot_q6_k(const uint8_t* w, const void* act, int k) {
   return hsum(acc);
 }
 
-// Rows ahead of the one being computed that the per-row kernels prefetch.
-constexpr int kPrefetchRows = 4;
-
-// Any type: the row dot per row, the row kPrefetchRows ahead prefetched.
-template <QuantDotFn kDot>
-void rows_each(const uint8_t* w, size_t rb, int rows, const void* act, int k, float* y) {
-  for (int r = 0; r < rows; ++r, w += rb) {
-    const uint8_t* pf = w + kPrefetchRows * rb;
-    for (size_t o = 0; o < rb; o += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf + o), _MM_HINT_T0);
-    }
-    y[r] = kDot(w, act, k);
-  }
-}
-
 }  // namespace
 
 QuantRowsFn avx512_rows(io::GgmlType type) {
   switch (type) {
-    case io::GgmlType::Q4_0:
-      return rows_block32<18, 2, 0, false, 8, false>;
-    case io::GgmlType::Q4_1:
-      return rows_block32<20, 4, 0, true, 0, false>;
-    case io::GgmlType::Q5_0:
-      return rows_block32<22, 6, 2, false, 16, false>;
-    case io::GgmlType::Q5_1:
-      return rows_block32<24, 8, 4, true, 0, false>;
-    case io::GgmlType::Q8_0:
-      return rows_block32<34, 2, 0, false, 0, true>;
     case io::GgmlType::Q4_K:
       return rows_each<dot_k45<false>>;
     case io::GgmlType::Q5_K:
       return rows_each<dot_k45<true>>;
     case io::GgmlType::Q6_K:
       return rows_each<dot_q6_k>;
-    default:
-      return avx2_rows(type);
+    default:  // the block32 types, else AVX2's
+      return for_block32<QuantRowsFn>(
+          type, []<class L>() -> QuantRowsFn { return rows_block32<L>; }, avx2_rows(type));
   }
 }
 
 const QuantDots& avx512_dots() {
   static const QuantDots t = [] {
+    auto block32 = [](io::GgmlType t) {
+      return for_block32<QuantDotFn>(
+          t, []<class L>() -> QuantDotFn { return dot_block32<L>; }, nullptr);
+    };
     QuantDots d = avx2_dots();  // F32, F16, BF16 stay AVX2
-    d.q4_0 = dot_block32<18, 2, 0, false, 8, false>;
-    d.q4_1 = dot_block32<20, 4, 0, true, 0, false>;
-    d.q5_0 = dot_block32<22, 6, 2, false, 16, false>;
-    d.q5_1 = dot_block32<24, 8, 4, true, 0, false>;
-    d.q8_0 = dot_block32<34, 2, 0, false, 0, true>;
+    d.q4_0 = block32(io::GgmlType::Q4_0);
+    d.q4_1 = block32(io::GgmlType::Q4_1);
+    d.q5_0 = block32(io::GgmlType::Q5_0);
+    d.q5_1 = block32(io::GgmlType::Q5_1);
+    d.q8_0 = block32(io::GgmlType::Q8_0);
     d.q4_k = dot_k45<false>;
     d.q5_k = dot_k45<true>;
     d.q6_k = dot_q6_k;
