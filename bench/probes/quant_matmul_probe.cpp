@@ -4,7 +4,8 @@
 // from memory as they do in a decode step. Prints, per tensor kind (name without "blk.N."), its
 // type, shape and the time it took summed over the layers, then the total per "token" (one pass
 // over every tensor), for a pool of 1 and of `threads` threads. Medians over `reps` passes.
-// Usage: quant_matmul_probe MODEL.gguf [reps=20] [threads=2] [isa: avx2|scalar]
+// Usage: quant_matmul_probe MODEL.gguf [reps=20] [threads=2] [isa: avx512|avx2|scalar, default
+// best_quant_isa()]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,14 +41,23 @@ int main(int argc, char** argv) {
   using namespace flashnorm;
   namespace kc = kernels::cpu;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [reps] [threads] [avx2|scalar]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [reps] [threads] [avx512|avx2|scalar]\n", argv[0]);
     return 2;
   }
   try {
     const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
     const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
     kc::QuantIsa isa = kc::best_quant_isa();
-    if (argc > 4 && std::strcmp(argv[4], "scalar") == 0) isa = kc::QuantIsa::kScalar;
+    if (argc > 4) {
+      bool known = false;
+      for (kc::QuantIsa i : {kc::QuantIsa::kScalar, kc::QuantIsa::kAvx2, kc::QuantIsa::kAvx512}) {
+        if (std::strcmp(argv[4], kc::quant_isa_name(i)) == 0) isa = i, known = true;
+      }
+      if (!known) {
+        std::fprintf(stderr, "unknown isa %s (avx512|avx2|scalar)\n", argv[4]);
+        return 2;
+      }
+    }
     Model m = load_model(argv[1], true, WeightStorage::kNative);
     struct Item {
       std::string kind;

@@ -161,6 +161,14 @@ TEST(DecodeAttention, Avx2MatchesFp64Reference) {
   check_isa(fc::QuantIsa::kAvx2);
 }
 
+// kAvx512 runs the AVX2 loops: the same checks, where the CPU has AVX-512.
+TEST(DecodeAttention, Avx512MatchesFp64Reference) {
+  if (!fc::quant_isa_available(fc::QuantIsa::kAvx512)) {
+    GTEST_SKIP() << "this CPU or build lacks AVX-512 F + BW + VL + DQ (or AVX2 + FMA + F16C)";
+  }
+  check_isa(fc::QuantIsa::kAvx512);
+}
+
 TEST(DecodeAttention, RefusesBadShapes) {
   fc::DecodeAttention a;
   float x[8] = {};

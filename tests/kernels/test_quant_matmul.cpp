@@ -1,6 +1,7 @@
 // quant_matmul (kernels/cpu/quant_matmul.h) against fp64 references built from io::dequantize
 // (itself bit-identical to the gguf package's dequantizers, tests/io/test_dequant*), on random
-// but valid blocks of every supported type and odd shapes, for the portable and the AVX2 path:
+// but valid blocks of every supported type and odd shapes, for the portable, AVX2 and AVX-512
+// paths (each skipped, with the missing features named, where the CPU or build lacks it):
 //  (a) exact check: the reference uses x quantized per block by the header's rule, re-derived
 //      here; the kernel's block sums are exact integers, so only fp32 rounding of the scales and
 //      the running sum remains: |y - ref| <= gamma(K + 8) * sum |w| |xq|, gamma(n) = n u / (1 - n
@@ -10,6 +11,9 @@
 //      1% is added to d_b / 2 for the rounding of x * (1 / d).
 // From kQuantGemmRows rows of x on, W is dequantized in tiles and x stays fp32: check (a) then
 // uses the unquantized x (M = 33 covers it).
+// Row counts 1, 7, 13, 37 (tasks of 16 rows: 16 + 16 + 5) put whole row groups of the multi-row
+// kernels (4 rows on AVX2, 8 on AVX-512) and remainders in one call; K spans 1, 2, 3 (and 17)
+// blocks or super-blocks.
 // Negative control: one flipped weight byte must break check (a) for its row.
 #include <gtest/gtest.h>
 
@@ -125,6 +129,21 @@ struct Case {
   fc::QuantIsa isa;
 };
 
+// Every instruction set, and what each needs of the CPU (the skip messages).
+constexpr fc::QuantIsa kIsas[] = {fc::QuantIsa::kScalar, fc::QuantIsa::kAvx2,
+                                  fc::QuantIsa::kAvx512};
+
+std::string isa_needs(fc::QuantIsa isa) {
+  switch (isa) {
+    case fc::QuantIsa::kAvx2:
+      return "AVX2 + FMA + F16C";
+    case fc::QuantIsa::kAvx512:
+      return "AVX-512 F + BW + VL + DQ and AVX2 + FMA + F16C";
+    default:
+      return "nothing";
+  }
+}
+
 std::string case_name(const testing::TestParamInfo<Case>& p) {
   return io::ggml_type_name(uint32_t(p.param.type)) + "_" + fc::quant_isa_name(p.param.isa);
 }
@@ -133,8 +152,8 @@ class QuantMatmul : public testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     if (!fc::quant_isa_available(GetParam().isa)) {
-      GTEST_SKIP() << "this CPU (or build) lacks " << fc::quant_isa_name(GetParam().isa)
-                   << " (AVX2 + FMA + F16C)";
+      GTEST_SKIP() << "this CPU (or build) lacks " << fc::quant_isa_name(GetParam().isa) << " ("
+                   << isa_needs(GetParam().isa) << ")";
     }
   }
 
@@ -210,6 +229,8 @@ class QuantMatmul : public testing::TestWithParam<Case> {
     const GgmlType t = GetParam().type;
     return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
   }
+  int k_one() const { return k_quant() ? 256 : 32; }  // one block / super-block
+  int k_two() const { return k_quant() ? 512 : 64; }
   int k_small() const { return k_quant() ? 256 : 96; }
   int k_large() const { return k_quant() ? 768 : 544; }
 };
@@ -220,6 +241,11 @@ TEST_P(QuantMatmul, MatchesFp64ReferenceOnOddShapes) {
     EXPECT_EQ(run_shape(M, 37, k_large(), false, M == 3), 0) << "M " << M;
   }
   EXPECT_EQ(run_shape(2, 1, k_small(), false, true), 0);  // one output row
+  // fewer rows than a group; one group of 8 (three of 4) and a remainder in one task
+  EXPECT_EQ(run_shape(1, 7, k_one(), false, false), 0);
+  EXPECT_EQ(run_shape(2, 13, k_two(), false, true), 0);
+  EXPECT_EQ(run_shape(1, 13, k_one(), false, false), 0);
+  EXPECT_EQ(run_shape(3, 29, k_large(), false, false), 0);  // tasks of 16 and 13 rows
 }
 
 TEST_P(QuantMatmul, FlippedWeightByteIsCaught) {
@@ -229,7 +255,7 @@ TEST_P(QuantMatmul, FlippedWeightByteIsCaught) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> v;
-  for (fc::QuantIsa isa : {fc::QuantIsa::kScalar, fc::QuantIsa::kAvx2}) {
+  for (fc::QuantIsa isa : kIsas) {
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                        GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
                        GgmlType::Q5_K, GgmlType::Q6_K}) {
@@ -306,17 +332,15 @@ TEST(PreparedActsQuantize, Avx2BlocksEqualTheRule) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(want[0].qs[i], 0) << i;
 }
 
-// The prefill tiles' AVX2 dequantizers (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) must give io::dequantize's
-// floats bit for bit (itself bit-identical to gguf-py, tests/io/test_dequant*): checked through
-// quant_matmul's tiled path with x = one-hot rows, so y[m, n] = W[n, m] exactly (one product by 1,
-// the rest by 0, sgemm adds zeros; equal as floats, a -0 comes back +0), against io::dequantize.
-// Q5_K (no AVX2 dequantizer: io::dequantize itself) is the path's control.
-TEST(QuantMatmulPrefill, TilesDequantizeBitForBit) {
-  if (!fc::quant_isa_available(fc::QuantIsa::kAvx2)) {
-    GTEST_SKIP() << "this CPU or build lacks AVX2 + FMA + F16C";
-  }
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0,
-                     GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K}) {
+// The prefill tiles' AVX2 dequantizers (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) must give
+// io::dequantize's floats bit for bit (itself bit-identical to gguf-py, tests/io/test_dequant*):
+// checked through quant_matmul's tiled path with x = one-hot rows, so y[m, n] = W[n, m] exactly
+// (one product by 1, the rest by 0, sgemm adds zeros; equal as floats, a -0 comes back +0), against
+// io::dequantize. Q5_K (no AVX2 dequantizer: io::dequantize itself) is the path's control. kAvx512
+// takes the same AVX2 dequantizers.
+void check_tiles_bit_for_bit(fc::QuantIsa isa) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K,
+                     GgmlType::Q6_K, GgmlType::Q5_K}) {
     const int K = 256, N = 37;
     std::mt19937 rng(11);
     const std::vector<uint8_t> w = random_weights(t, N, K, rng);
@@ -328,15 +352,46 @@ TEST(QuantMatmulPrefill, TilesDequantizeBitForBit) {
     a.prepare(eye.data(), K, K);
     std::vector<float> y(size_t(K) * N);
     fc::ThreadPool pool(2);
-    fc::quant_matmul({t, w.data(), N, K}, a, y.data(), N, fc::QuantIsa::kAvx2, &pool);
+    fc::quant_matmul({t, w.data(), N, K}, a, y.data(), N, isa, &pool);
     int bad = 0;
     for (int n = 0; n < N; ++n) {
       for (int k = 0; k < K; ++k) {
         bad += y[size_t(k) * N + n] != ref[size_t(n) * K + k];  // (sgemm turns -0 into +0)
       }
     }
-    EXPECT_EQ(bad, 0) << io::ggml_type_name(uint32_t(t));
+    EXPECT_EQ(bad, 0) << io::ggml_type_name(uint32_t(t)) << " " << fc::quant_isa_name(isa);
   }
+}
+
+TEST(QuantMatmulPrefill, TilesDequantizeBitForBit) {
+  if (!fc::quant_isa_available(fc::QuantIsa::kAvx2)) {
+    GTEST_SKIP() << "this CPU or build lacks avx2 (" << isa_needs(fc::QuantIsa::kAvx2) << ")";
+  }
+  check_tiles_bit_for_bit(fc::QuantIsa::kAvx2);
+}
+
+TEST(QuantMatmulPrefill, Avx512TilesDequantizeBitForBit) {
+  if (!fc::quant_isa_available(fc::QuantIsa::kAvx512)) {
+    GTEST_SKIP() << "this CPU or build lacks avx512 (" << isa_needs(fc::QuantIsa::kAvx512) << ")";
+  }
+  check_tiles_bit_for_bit(fc::QuantIsa::kAvx512);
+}
+
+// best_quant_isa is the widest available set (kAvx512 only where kAvx2 is available too), and the
+// names are distinct.
+TEST(QuantIsaTest, BestIsTheWidestAvailable) {
+  const bool avx2 = fc::quant_isa_available(fc::QuantIsa::kAvx2);
+  const bool avx512 = fc::quant_isa_available(fc::QuantIsa::kAvx512);
+  EXPECT_TRUE(fc::quant_isa_available(fc::QuantIsa::kScalar));
+  EXPECT_TRUE(avx2 || !avx512);
+  const fc::QuantIsa want =
+      avx512 ? fc::QuantIsa::kAvx512 : (avx2 ? fc::QuantIsa::kAvx2 : fc::QuantIsa::kScalar);
+  EXPECT_EQ(fc::best_quant_isa(), want) << fc::quant_isa_name(fc::best_quant_isa());
+  EXPECT_STREQ(fc::quant_isa_name(fc::QuantIsa::kScalar), "scalar");
+  EXPECT_STREQ(fc::quant_isa_name(fc::QuantIsa::kAvx2), "avx2");
+  EXPECT_STREQ(fc::quant_isa_name(fc::QuantIsa::kAvx512), "avx512");
+  std::printf("best_quant_isa: %s (avx2 %s, avx512 %s)\n", fc::quant_isa_name(fc::best_quant_isa()),
+              avx2 ? "yes" : "no", avx512 ? "yes" : "no");
 }
 
 // quant_matmul_parts: parts of different types and odd row counts (4-row groups and their
@@ -389,9 +444,10 @@ TEST(QuantMatmulParts, PrefillTilesSplitPartsAndMatchFp64) {
 }
 
 TEST(QuantMatmulParts, EqualsEachPartAloneInItsColumns) {
-  for (fc::QuantIsa isa : {fc::QuantIsa::kScalar, fc::QuantIsa::kAvx2}) {
+  for (fc::QuantIsa isa : kIsas) {
     if (!fc::quant_isa_available(isa)) {
-      std::printf("[  SKIPPED ] %s: this CPU lacks it\n", fc::quant_isa_name(isa));
+      std::printf("[  SKIPPED ] %s: this CPU (or build) lacks it (%s)\n", fc::quant_isa_name(isa),
+                  isa_needs(isa).c_str());
       continue;
     }
     std::mt19937 rng(7);

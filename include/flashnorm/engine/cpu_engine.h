@@ -59,7 +59,7 @@ class CpuEngine final : public Engine {
   NormMode mode() const override { return mode_; }
   const char* device() const override { return "cpu"; }
   // "fp32, norm standard", "fp32, norm flashnorm", or with native weights
-  // "native weights (avx2), norm ...".
+  // "native weights (avx2), norm ..." (the instruction set's quant_isa_name).
   std::string describe() const override;
   // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
   // factor of model/audit.h's bound); 0 unless track_cancellation.

@@ -50,8 +50,8 @@ void decode_attention(const DecodeAttention& a, QuantIsa isa, ThreadPool* pool) 
   if (!quant_isa_available(isa)) {
     throw Error(fmt::format("decode_attention: this CPU or build lacks {}", quant_isa_name(isa)));
   }
-  if (a.n_head <= 0 || a.group <= 0 || a.n_head % a.group != 0 || a.head_dim <= 0 ||
-      a.first < 0 || a.first >= a.end) {
+  if (a.n_head <= 0 || a.group <= 0 || a.n_head % a.group != 0 || a.head_dim <= 0 || a.first < 0 ||
+      a.first >= a.end) {
     throw Error(fmt::format(
         "decode_attention: {} heads in groups of {}, head_dim {}, keys [{}, {}): not a valid shape",
         a.n_head, a.group, a.head_dim, a.first, a.end));
@@ -60,7 +60,10 @@ void decode_attention(const DecodeAttention& a, QuantIsa isa, ThreadPool* pool) 
                           float*, float*);
   HeadFn fn = detail::attend_head_scalar;
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
-  if (isa == QuantIsa::kAvx2 && a.head_dim % 8 == 0) fn = detail::attend_head_avx2;
+  // kAvx512 implies AVX2 + FMA (quant_isa_available) and takes the AVX2 loops
+  if ((isa == QuantIsa::kAvx2 || isa == QuantIsa::kAvx512) && a.head_dim % 8 == 0) {
+    fn = detail::attend_head_avx2;
+  }
 #endif
   const int D = a.head_dim;
   auto head = [&](int h) {

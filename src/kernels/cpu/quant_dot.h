@@ -1,7 +1,7 @@
 // The per-row dot products behind quant_matmul, one table per instruction set
-// (quant_dot_scalar.cpp, quant_dot_avx2.cpp). Each function takes one weight row of `k` elements
-// in its GGML type and the matching activation row (const float* for F32/F16/BF16,
-// const ActBlock* (32 elements each) for the quantized types).
+// (quant_dot_scalar.cpp, quant_dot_avx2.cpp, quant_dot_avx512.cpp). Each function takes one weight
+// row of `k` elements in its GGML type and the matching activation row (const float* for
+// F32/F16/BF16, const ActBlock* (32 elements each) for the quantized types).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,14 @@ QuantRowsFn avx2_rows(io::GgmlType type);
 bool dequantize_avx2(io::GgmlType type, const uint8_t* w, size_t nb, float* y);
 // quantize_act_row (quant_matmul.h) in AVX2, bit for bit the same blocks.
 void quantize_act_row_avx2(const float* x, int k, ActBlock* out);
+#endif
+#if defined(FLASHNORM_HAVE_AVX512_KERNELS)
+// The AVX-512 table (quant_dot_avx512.cpp): its own kernels for the quantized types, the AVX2
+// functions for F32, F16 and BF16. Call only where quant_isa_available(QuantIsa::kAvx512).
+const QuantDots& avx512_dots();
+// The AVX-512 multi-row kernel of `type` (eight rows per pass for the block32 types, the row dot
+// per row with prefetch for the K-quants), else avx2_rows(type).
+QuantRowsFn avx512_rows(io::GgmlType type);
 #endif
 
 // The table's function for `type`; nullptr when the type has none.

@@ -6,21 +6,15 @@
 #include <immintrin.h>
 
 #include "quant_dot.h"
+#include "quant_dot_x86.h"
 
 namespace flashnorm::kernels::cpu::detail {
 namespace {
 
+using namespace x86;  // f16, load32, hsum, q6_k_codes, rows_each (this file's own copies)
+
 constexpr int QK = 32;
 constexpr int QK_K = 256;
-
-float f16(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 32 bytes, 0x10 where bit j of qh is set (byte j), else 0.
 __m256i fifth_bits(uint32_t qh) {
@@ -31,8 +25,6 @@ __m256i fifth_bits(uint32_t qh) {
   b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bits), bits);
   return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
 }
-
-__m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // 8 int32 partial sums of 32 signed 8-bit codes (byte j = element j) times a block's activations.
 __m256i block_isum(__m256i q8, const int16_t* x) {
@@ -89,9 +81,9 @@ float dot_bf16(const uint8_t* w, const void* act, int k) {
 // 8 int32 lanes of the block sum of one 32-element block of the block32 types (the codes minus
 // their zero, or Q8_0's signed bytes) with the activation block's two halves x0 (elements 0-15)
 // and x1 (16-31).
-template <int kBytes, int kQsOff, int kQhOff, int kZero, bool kQ8>
+template <class L>
 __m256i block32_isum(const uint8_t* w, __m256i x0, __m256i x1) {
-  if constexpr (kQ8) {
+  if constexpr (L::kQ8) {
     const __m256i lo =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
     const __m256i hi =
@@ -100,34 +92,33 @@ __m256i block32_isum(const uint8_t* w, __m256i x0, __m256i x1) {
   } else {
     const __m256i m4 = _mm256_set1_epi16(0x0f);
     const __m256i v =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQsOff)));
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + L::kQsOff)));
     __m256i lo = _mm256_and_si256(v, m4);
     __m256i hi = _mm256_srli_epi16(v, 4);
-    if constexpr (kQhOff > 0) {
-      const __m256i h = fifth_bits(load_u32(w + kQhOff));
+    if constexpr (L::kQhOff > 0) {
+      const __m256i h = fifth_bits(load_u32(w + L::kQhOff));
       lo = _mm256_or_si256(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(h)));
       hi = _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(h, 1)));
     }
-    if constexpr (kZero != 0) {
-      lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(kZero));
-      hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(kZero));
+    if constexpr (L::kZero != 0) {
+      lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(L::kZero));
+      hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(L::kZero));
     }
     return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
   }
 }
 
-// The 32-element types: acc += d_w a.d sum((q - zero) qs) per block; for the types with a min,
-// m a.s summed beside it.
-template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero>
+// The 32-element nibble types (L::kQ8 false): acc += d_w a.d sum((q - zero) qs) per block; for
+// the types with a min, m a.s summed beside it.
+template <class L>
 float dot_nibbles(const uint8_t* w, const void* act, int k) {
   const ActBlock* a = static_cast<const ActBlock*>(act);
   __m256 acc = _mm256_setzero_ps();
   float off = 0;
-  for (int b = 0; b < k / QK; ++b, w += kBytes, ++a) {
-    const __m256i isum = block32_isum<kBytes, kQsOff, kQhOff, kZero, false>(
-        w, load32(a->qs), load32(a->qs + 16));
+  for (int b = 0; b < k / QK; ++b, w += L::kBytes, ++a) {
+    const __m256i isum = block32_isum<L>(w, load32(a->qs), load32(a->qs + 16));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w) * a->d), _mm256_cvtepi32_ps(isum), acc);
-    if constexpr (kHasMin) off += f16(w + 2) * a->s;
+    if constexpr (L::kHasMin) off += f16(w + 2) * a->s;
   }
   return hsum(acc) + off;
 }
@@ -180,26 +171,14 @@ float dot_k45(const uint8_t* w, const void* act, int k) {
 
 float dot_q6_k(const uint8_t* w, const void* act, int k) {
   const ActBlock* a = static_cast<const ActBlock*>(act);
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i m3 = _mm256_set1_epi8(0x03);
   const __m256i z32 = _mm256_set1_epi8(32);
   __m256 acc = _mm256_setzero_ps();
   for (int b = 0; b < k / QK_K; ++b, w += 210, a += 8) {
     const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
     const float d = f16(w + 208);
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = load32(w + 64 * h);
-      const __m256i ql1 = load32(w + 64 * h + 32);
-      const __m256i qh = load32(w + 128 + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                          _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4))};
+      __m256i q[4];
+      q6_k_codes(w, h, q);
       for (int i = 0; i < 4; ++i) {
         const ActBlock& x = a[4 * h + i];
         const int g = 8 * h + 2 * i;  // the two 16-element groups of these 32 elements
@@ -223,22 +202,12 @@ __m128 f16x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint
   return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
 }
 
-// Prefetches `bytes` bytes from p into the cache, one line at a time.
-void prefetch(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
-}
-
-// Rows ahead of the ones being computed that each group of rows prefetches.
-constexpr int kPrefetchRows = 4;
-
-
 // Four rows at a time of the block32 types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): per block, the four
 // rows' 8-lane sums converted to fp32 (each lane a sum of 4 products, exact: below 2^24) and
 // reduced by two levels of horizontal adds to [r0 r1 r2 r3 | r0 r1 r2 r3], scaled by the four
 // rows' d (one f16 conversion for the four) times the block's activation scale; the min terms
 // (m * s) of Q4_1/Q5_1 accumulated four rows at once beside. Remaining rows: the row dot.
-template <int kBytes, int kQsOff, int kQhOff, bool kHasMin, int kZero, bool kQ8>
+template <class L>
 void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k, float* y) {
   const ActBlock* a0 = static_cast<const ActBlock*>(act);
   const int nb = k / QK;
@@ -259,46 +228,34 @@ void rows_block32(const uint8_t* w, size_t rb, int rows, const void* act, int k,
     __m256 acc = _mm256_setzero_ps();
     __m128 off = _mm_setzero_ps();
     const ActBlock* a = a0;
-    for (int b = 0; b < nb; ++b, ++a, w0 += kBytes, w1 += kBytes, w2 += kBytes, w3 += kBytes) {
+    for (int b = 0; b < nb;
+         ++b, ++a, w0 += L::kBytes, w1 += L::kBytes, w2 += L::kBytes, w3 += L::kBytes) {
       for (int i = 0; i < pf_step; ++i) {
         _mm_prefetch(reinterpret_cast<const char*>(pf + (size_t(b) * pf_step + i) * 64),
                      _MM_HINT_NTA);
       }
       const __m256i x0 = load32(a->qs), x1 = load32(a->qs + 16);
-      const __m256 s0 =
-          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w0, x0, x1));
-      const __m256 s1 =
-          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w1, x0, x1));
-      const __m256 s2 =
-          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w2, x0, x1));
-      const __m256 s3 =
-          _mm256_cvtepi32_ps(block32_isum<kBytes, kQsOff, kQhOff, kZero, kQ8>(w3, x0, x1));
+      const __m256 s0 = _mm256_cvtepi32_ps(block32_isum<L>(w0, x0, x1));
+      const __m256 s1 = _mm256_cvtepi32_ps(block32_isum<L>(w1, x0, x1));
+      const __m256 s2 = _mm256_cvtepi32_ps(block32_isum<L>(w2, x0, x1));
+      const __m256 s3 = _mm256_cvtepi32_ps(block32_isum<L>(w3, x0, x1));
       const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
       const __m128 d = _mm_mul_ps(f16x4(w0, w1, w2, w3), _mm_set1_ps(a->d));
       acc = _mm256_fmadd_ps(s, _mm256_set_m128(d, d), acc);
-      if constexpr (kHasMin) {
+      if constexpr (L::kHasMin) {
         off = _mm_fmadd_ps(f16x4(w0 + 2, w1 + 2, w2 + 2, w3 + 2), _mm_set1_ps(a->s), off);
       }
     }
     __m128 res = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    if constexpr (kHasMin) res = _mm_add_ps(res, off);
+    if constexpr (L::kHasMin) res = _mm_add_ps(res, off);
     _mm_storeu_ps(y + r, res);
   }
   for (; r < rows; ++r, w += rb) {
-    if constexpr (kQ8) {
+    if constexpr (L::kQ8) {
       y[r] = dot_q8_0(w, act, k);
     } else {
-      y[r] = dot_nibbles<kBytes, kQsOff, kQhOff, kHasMin, kZero>(w, act, k);
+      y[r] = dot_nibbles<L>(w, act, k);
     }
-  }
-}
-
-// Any type: the row dot per row, the rows ahead prefetched.
-template <QuantDotFn kDot>
-void rows_each(const uint8_t* w, size_t rb, int rows, const void* act, int k, float* y) {
-  for (int r = 0; r < rows; ++r, w += rb) {
-    prefetch(w + kPrefetchRows * rb, rb);
-    y[r] = kDot(w, act, k);
   }
 }
 
@@ -348,12 +305,11 @@ bool dequantize_avx2(io::GgmlType type, const uint8_t* w, size_t nb, float* y) {
         const __m256i h = fifth_bits(load_u32(w + 2));  // byte j: 0x10 where bit j is set
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 6));
         const __m128i sixteen = _mm_set1_epi8(16);
-        const __m128i lo = _mm_sub_epi8(
-            _mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(h)), sixteen);
-        const __m128i hi =
-            _mm_sub_epi8(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m4),
-                                      _mm256_extracti128_si256(h, 1)),
-                         sixteen);
+        const __m128i lo =
+            _mm_sub_epi8(_mm_or_si128(_mm_and_si128(q, m4), _mm256_castsi256_si128(h)), sixteen);
+        const __m128i hi = _mm_sub_epi8(
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm256_extracti128_si256(h, 1)),
+            sixteen);
         store16_i8(y, lo, d, zero, false);
         store16_i8(y + 16, hi, d, zero, false);
       }
@@ -377,8 +333,10 @@ bool dequantize_avx2(io::GgmlType type, const uint8_t* w, size_t nb, float* y) {
           k_scale_min(2 * c, w + 4, &sc0, &m0);
           k_scale_min(2 * c + 1, w + 4, &sc1, &m1);
           // d1 * q - m1 as io::dequantize: x = d1 * q + (-m1) rounds the same (negation is exact)
-          const __m256 d1 = _mm256_set1_ps(d * float(sc0)), n1 = _mm256_set1_ps(-(dmin * float(m0)));
-          const __m256 d2 = _mm256_set1_ps(d * float(sc1)), n2 = _mm256_set1_ps(-(dmin * float(m1)));
+          const __m256 d1 = _mm256_set1_ps(d * float(sc0)),
+                       n1 = _mm256_set1_ps(-(dmin * float(m0)));
+          const __m256 d2 = _mm256_set1_ps(d * float(sc1)),
+                       n2 = _mm256_set1_ps(-(dmin * float(m1)));
           for (int h = 0; h < 2; ++h) {
             const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * h));
             store16_i8(y + 16 * h, _mm_and_si128(v, m4), d1, n1, true);
@@ -389,23 +347,13 @@ bool dequantize_avx2(io::GgmlType type, const uint8_t* w, size_t nb, float* y) {
       return true;
     }
     case io::GgmlType::Q6_K: {
-      const __m256i lo4 = _mm256_set1_epi8(0x0f), lo2 = _mm256_set1_epi8(3);
       const __m256i z32 = _mm256_set1_epi8(32);
       for (size_t b = 0; b < nb; ++b, w += 210) {
         const float d = f16(w + 208);
         const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
         for (int h = 0; h < 2; ++h, y += 128, sc += 8) {
-          const __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32);
-          const __m256i qh = load32(w + 128 + 32 * h);
-          // the 2-bit fields of qh at bits 0, 2, 4, 6 (masked after the 16-bit shifts)
-          auto high = [&](int shift) {
-            return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), lo2), 4);
-          };
-          const __m256i q[4] = {
-              _mm256_or_si256(_mm256_and_si256(ql0, lo4), high(0)),
-              _mm256_or_si256(_mm256_and_si256(ql1, lo4), high(2)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), lo4), high(4)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), lo4), high(6))};
+          __m256i q[4];
+          q6_k_codes(w, h, q);
           for (int s = 0; s < 4; ++s) {
             const __m256i v = _mm256_sub_epi8(q[s], z32);
             // (d * sc) * q, as io::dequantize
@@ -444,7 +392,8 @@ void quantize_act_row_avx2(const float* x, int k, ActBlock* out) {
       // clamped, then rounded to nearest even (the default MXCSR mode, as nearbyint)
       q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], id), nlim), lim));
     }
-    const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    const __m256i sum8 =
+        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
@@ -460,39 +409,35 @@ void quantize_act_row_avx2(const float* x, int k, ActBlock* out) {
 
 QuantRowsFn avx2_rows(io::GgmlType type) {
   switch (type) {
-    case io::GgmlType::Q4_0:
-      return rows_block32<18, 2, 0, false, 8, false>;
-    case io::GgmlType::Q4_1:
-      return rows_block32<20, 4, 0, true, 0, false>;
-    case io::GgmlType::Q5_0:
-      return rows_block32<22, 6, 2, false, 16, false>;
-    case io::GgmlType::Q5_1:
-      return rows_block32<24, 8, 4, true, 0, false>;
-    case io::GgmlType::Q8_0:
-      return rows_block32<34, 2, 0, false, 0, true>;
     case io::GgmlType::Q4_K:
       return rows_each<dot_k45<false>>;
     case io::GgmlType::Q5_K:
       return rows_each<dot_k45<true>>;
     case io::GgmlType::Q6_K:
       return rows_each<dot_q6_k>;
-    default:
-      return nullptr;
+    default:  // the block32 types, else none
+      return for_block32<QuantRowsFn>(
+          type, []<class L>() -> QuantRowsFn { return rows_block32<L>; }, nullptr);
   }
 }
 
 const QuantDots& avx2_dots() {
-  static const QuantDots t{dot_f32,
-                           dot_f16,
-                           dot_bf16,
-                           dot_nibbles<18, 2, 0, false, 8>,
-                           dot_nibbles<20, 4, 0, true, 0>,
-                           dot_nibbles<22, 6, 2, false, 16>,
-                           dot_nibbles<24, 8, 4, true, 0>,
-                           dot_q8_0,
-                           dot_k45<false>,
-                           dot_k45<true>,
-                           dot_q6_k};
+  auto block32 = [](io::GgmlType t) {
+    return for_block32<QuantDotFn>(
+        t,
+        []<class L>() -> QuantDotFn {
+          if constexpr (L::kQ8) {
+            return dot_q8_0;
+          } else {
+            return dot_nibbles<L>;
+          }
+        },
+        nullptr);
+  };
+  using T = io::GgmlType;
+  static const QuantDots t{dot_f32,          dot_f16,          dot_bf16,         block32(T::Q4_0),
+                           block32(T::Q4_1), block32(T::Q5_0), block32(T::Q5_1), block32(T::Q8_0),
+                           dot_k45<false>,   dot_k45<true>,    dot_q6_k};
   return t;
 }
 

@@ -34,8 +34,8 @@ constexpr size_t kTileElems = size_t(1) << 22;
 void dequantize_rows(const QuantMatrix& w, size_t rb, int r0, int r1, float* out, bool avx2) {
   const uint8_t* src = w.data + size_t(r0) * rb;
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
-  const size_t blocks = size_t(r1 - r0) * w.cols /
-                        io::ggml_type_traits(static_cast<uint32_t>(w.type))->block_elems;
+  const size_t blocks =
+      size_t(r1 - r0) * w.cols / io::ggml_type_traits(static_cast<uint32_t>(w.type))->block_elems;
   if (avx2 && detail::dequantize_avx2(w.type, src, blocks, out)) return;
 #else
   (void)avx2;
@@ -46,14 +46,15 @@ void dequantize_rows(const QuantMatrix& w, size_t rb, int r0, int r1, float* out
 
 // The prefill path: y = x' W^T, W the parts stacked (part i's rows are columns c_i.. of y),
 // dequantized a tile of rows at a time (spread over the pool, chunks of kRowsPerTask rows within
-// one part; the AVX2 dequantizers when `isa` is kAvx2) and each tile multiplied by one sgemm while the pool rests: q|k|v and gate|up are one
-// sgemm each, as in the fp32 path.
+// one part; the AVX2 dequantizers when `isa` is kAvx2 or kAvx512) and each tile multiplied by one
+// sgemm while the pool rests: q|k|v and gate|up are one sgemm each, as in the fp32 path.
 void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float* y, int ldy,
                 QuantIsa isa, ThreadPool* pool) {
   const int M = a.rows(), K = a.cols();
   int N = 0;
   for (const QuantMatrix& w : parts) N += w.rows;
-  const bool avx2 = isa == QuantIsa::kAvx2;  // checked available by quant_matmul_parts
+  // checked available by quant_matmul_parts; kAvx512 implies AVX2 (quant_isa_available)
+  const bool avx2 = isa == QuantIsa::kAvx2 || isa == QuantIsa::kAvx512;
   const int tile_rows =
       std::min(N, std::max(kRowsPerTask, static_cast<int>(kTileElems / size_t(K))));
   // kept between calls (at most kTileElems floats per calling thread): a fresh 10-16 MB vector
@@ -74,8 +75,8 @@ void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float
     for (const QuantMatrix& w : parts) {
       const int lo = std::max(n0, first), hi = std::min(n0 + nt, first + w.rows);
       for (int r = lo; r < hi; r += kRowsPerTask) {
-        chunks.push_back({&w, w.row_bytes(), r - first, std::min(hi, r + kRowsPerTask) - first,
-                          r - n0});
+        chunks.push_back(
+            {&w, w.row_bytes(), r - first, std::min(hi, r + kRowsPerTask) - first, r - n0});
       }
       first += w.rows;
     }
@@ -98,25 +99,56 @@ void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float
 }  // namespace
 
 bool quant_isa_available(QuantIsa isa) {
-  if (isa == QuantIsa::kScalar) return true;
+  switch (isa) {
+    case QuantIsa::kScalar:
+      return true;
+    case QuantIsa::kAvx2: {
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
-  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c"
-  static const bool avx2 = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-  }();
-  return avx2;
+      // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c"
+      static const bool avx2 = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+      }();
+      return avx2;
 #else
-  return false;
+      return false;
 #endif
+    }
+    case QuantIsa::kAvx512: {
+#if defined(FLASHNORM_HAVE_AVX512_KERNELS)
+      // the AVX2 functions too (its table's F32/F16/BF16, the tile dequantizers, the activation
+      // quantizer); __builtin_cpu_supports reports AVX-512 only where the OS saves the ZMM state
+      static const bool avx512 =
+          quant_isa_available(QuantIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512dq");
+      return avx512;
+#else
+      return false;
+#endif
+    }
+  }
+  return false;
 }
 
 QuantIsa best_quant_isa() {
-  return quant_isa_available(QuantIsa::kAvx2) ? QuantIsa::kAvx2 : QuantIsa::kScalar;
+  for (QuantIsa isa : {QuantIsa::kAvx512, QuantIsa::kAvx2}) {
+    if (quant_isa_available(isa)) return isa;
+  }
+  return QuantIsa::kScalar;
 }
 
-const char* quant_isa_name(QuantIsa isa) { return isa == QuantIsa::kAvx2 ? "avx2" : "scalar"; }
+const char* quant_isa_name(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512:
+      return "avx512";
+    default:
+      return "scalar";
+  }
+}
 
 bool quant_matmul_supported(io::GgmlType type) {
   return detail::dot_for(detail::scalar_dots(), type) != nullptr;
@@ -203,11 +235,12 @@ void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, flo
   if (!quant_isa_available(isa)) {
     throw Error(fmt::format("quant_matmul: this CPU or build lacks {}", quant_isa_name(isa)));
   }
+  const detail::QuantDots* table = &detail::scalar_dots();
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
-  const detail::QuantDots& table =
-      isa == QuantIsa::kAvx2 ? detail::avx2_dots() : detail::scalar_dots();
-#else
-  const detail::QuantDots& table = detail::scalar_dots();
+  if (isa == QuantIsa::kAvx2) table = &detail::avx2_dots();
+#endif
+#if defined(FLASHNORM_HAVE_AVX512_KERNELS)
+  if (isa == QuantIsa::kAvx512) table = &detail::avx512_dots();
 #endif
   // One entry per part: its kernels, row bytes and first output column; checked before any work.
   struct Part {
@@ -222,7 +255,7 @@ void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, flo
   const int threads = pool ? pool->size() : 1;
   int col = 0, tasks = 0;
   for (const QuantMatrix& w : parts) {
-    const detail::QuantDotFn dot = detail::dot_for(table, w.type);
+    const detail::QuantDotFn dot = detail::dot_for(*table, w.type);
     if (!dot) {
       throw Error(fmt::format("quant_matmul: weight type {} is not supported",
                               io::ggml_type_name(uint32_t(w.type))));
@@ -233,6 +266,9 @@ void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, flo
     detail::QuantRowsFn rows = nullptr;
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
     if (isa == QuantIsa::kAvx2) rows = detail::avx2_rows(w.type);
+#endif
+#if defined(FLASHNORM_HAVE_AVX512_KERNELS)
+    if (isa == QuantIsa::kAvx512) rows = detail::avx512_rows(w.type);
 #endif
     const size_t rb = w.row_bytes();
     // larger tasks for tall matrices (an LM head): longer contiguous streams, fewer claims

@@ -29,9 +29,9 @@ struct DecodeAttention {
   float* out = nullptr;    // [n_head * head_dim], head h at out + h * head_dim
 };
 
-// Computes a.out. isa: kAvx2 (head_dim a multiple of 8; otherwise the portable loops) or
-// kScalar; pool: nullptr runs every head on the caller. Errors: Error when the CPU or build lacks
-// `isa`, or the sizes are not positive / first >= end.
+// Computes a.out. isa: kAvx2 or kAvx512 (both the AVX2 loops; head_dim a multiple of 8, otherwise
+// the portable loops) or kScalar; pool: nullptr runs every head on the caller. Errors: Error when
+// the CPU or build lacks `isa`, or the sizes are not positive / first >= end.
 void decode_attention(const DecodeAttention& a, QuantIsa isa, ThreadPool* pool);
 
 // Softmax of s[first, end) in place: the maximum subtracted, std::exp, the exponentials summed in

@@ -9,7 +9,8 @@
 // within 4e-5 (docs/quantized.md). Weight layouts: GGUF specification and ggml-common.h, as decoded
 // by io/dequant.h (the tests compare against io::dequantize in fp64).
 // Decode on AVX2: the block32 types four weight rows per pass over x, the weight rows ahead
-// prefetched (quant_dot.h's QuantRowsFn).
+// prefetched (quant_dot.h's QuantRowsFn); on AVX-512 eight rows per pass, each block's 32 codes in
+// one 512-bit register.
 // Activation quantization: per block of 32, amax = max |x|, d = amax / 32767,
 // q = nearbyint(clamp(x * (1 / d), -32767, 32767)) (round to nearest even; all 0 when d is below
 // FLT_MIN, i.e. amax under 4e-34, where 1 / d would overflow; a NaN element gives -32767), so each
@@ -26,14 +27,16 @@
 namespace flashnorm::kernels::cpu {
 
 // Instruction sets a dot product can run with. kAvx2: AVX2 + FMA + F16C (x86-64, checked at run
-// time with __builtin_cpu_supports); kScalar: portable C++.
-enum class QuantIsa { kScalar, kAvx2 };
+// time with __builtin_cpu_supports); kAvx512: AVX-512 F + BW + VL + DQ besides kAvx2's (x86-64,
+// checked likewise; no VNNI: plain vpmaddwd), the quantized types' decode kernels in 512 bits,
+// F32/F16/BF16 weights, prefill tiles and the activation quantizer as kAvx2; kScalar: portable C++.
+enum class QuantIsa { kScalar, kAvx2, kAvx512 };
 
 // Whether this build and this CPU can run `isa`.
 bool quant_isa_available(QuantIsa isa);
-// The fastest available instruction set.
+// The fastest available instruction set: kAvx512, else kAvx2, else kScalar.
 QuantIsa best_quant_isa();
-// "scalar" / "avx2".
+// "scalar" / "avx2" / "avx512".
 const char* quant_isa_name(QuantIsa isa);
 
 // Whether quant_matmul computes from weights of `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
