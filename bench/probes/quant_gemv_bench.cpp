@@ -1,11 +1,11 @@
 // Kernel lab (host code: the kernels are in the library) for quant_gemv
 // (kernels/cuda/quant_gemv.h), issue "On the H200 (2)" item 2: decode (M = 1 by default) from Q4_K
-// / Q6_K / Q8_0 blocks against the bf16 fused decode kernel (LinearContext, kDecode, flashnorm
-// order) on the same weights, at the shapes of Llama-3-8B and SmolLM2-135M. Self-verifying: the
-// bf16 weights are the quantized ones dequantized and rounded to bf16, and each quantized result
-// must agree with the bf16 kernel's within 2e-2 of the largest output (the bf16 rounding of the
-// weights), or the program fails. Timing: CUDA graphs of `steps` calls, each on the next of enough
-// weight copies to exceed 240 MB (past the 60 MB L2), replayed interleaved
+// / Q6_K / Q8_0 / Q4_1 / Q5_0 blocks against the bf16 fused decode kernel (LinearContext, kDecode,
+// flashnorm order) on the same weights, at the shapes of Llama-3-8B and SmolLM2-135M.
+// Self-verifying: the bf16 weights are the quantized ones dequantized and rounded to bf16, and each
+// quantized result must agree with the bf16 kernel's within 2e-2 of the largest output (the bf16
+// rounding of the weights), or the program fails. Timing: CUDA graphs of `steps` calls, each on the
+// next of enough weight copies to exceed 240 MB (past the 60 MB L2), replayed interleaved
 // (time_graphs_interleaved), medians of 7 rounds. Random data (never zeros).
 //   quant_gemv_bench [M]   one JSON line per shape on stdout
 #include <cuda_runtime_api.h>
@@ -47,12 +47,24 @@ struct Dev {  // RAII device buffer (cudaMalloc / cudaFree)
 };
 
 io::GgmlType ggml(fk::QuantType t) {
-  return t == fk::QuantType::kQ8_0
-             ? io::GgmlType::Q8_0
-             : (t == fk::QuantType::kQ4_K ? io::GgmlType::Q4_K : io::GgmlType::Q6_K);
+  switch (t) {
+    case fk::QuantType::kQ4_0:
+      return io::GgmlType::Q4_0;
+    case fk::QuantType::kQ4_1:
+      return io::GgmlType::Q4_1;
+    case fk::QuantType::kQ5_0:
+      return io::GgmlType::Q5_0;
+    case fk::QuantType::kQ8_0:
+      return io::GgmlType::Q8_0;
+    case fk::QuantType::kQ4_K:
+      return io::GgmlType::Q4_K;
+    default:
+      return io::GgmlType::Q6_K;
+  }
 }
 const char* name(fk::QuantType t) {
-  return t == fk::QuantType::kQ8_0 ? "q8_0" : (t == fk::QuantType::kQ4_K ? "q4_k" : "q6_k");
+  const char* names[] = {"q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q6_k"};
+  return names[static_cast<int>(t)];
 }
 
 }  // namespace
@@ -68,7 +80,8 @@ int main(int argc, char** argv) {
                           {"llama3-8b gate|up", 28672, 4096}, {"llama3-8b down", 4096, 14336},
                           {"smollm2 q|k|v", 960, 576},        {"smollm2 gate|up", 3072, 576},
                           {"smollm2 down", 576, 1536}};
-  const fk::QuantType types[] = {fk::QuantType::kQ4_K, fk::QuantType::kQ6_K, fk::QuantType::kQ8_0};
+  const fk::QuantType types[] = {fk::QuantType::kQ4_K, fk::QuantType::kQ6_K, fk::QuantType::kQ8_0,
+                                 fk::QuantType::kQ4_1, fk::QuantType::kQ5_0};
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s) == cudaSuccess);
   fk::LinearContext ctx;
@@ -80,10 +93,11 @@ int main(int argc, char** argv) {
       if (sh.K % fk::quant_block_elems(t)) continue;
       if (fk::quant_gemv_shared_bytes(M, sh.K) > fk::kQuantGemvMaxSharedBytes) {
         // a shape quant_gemv refuses (its staged x over the shared-memory limit) is reported
-        std::printf("{\"gpu\": \"%s\", \"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, "
-                    "\"type\": \"%s\", \"skipped\": \"%zu bytes of staged x exceed %zu\"}\n",
-                    prop.name, sh.what, M, sh.N, sh.K, name(t), fk::quant_gemv_shared_bytes(M, sh.K),
-                    fk::kQuantGemvMaxSharedBytes);
+        std::printf(
+            "{\"gpu\": \"%s\", \"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, "
+            "\"type\": \"%s\", \"skipped\": \"%zu bytes of staged x exceed %zu\"}\n",
+            prop.name, sh.what, M, sh.N, sh.K, name(t), fk::quant_gemv_shared_bytes(M, sh.K),
+            fk::kQuantGemvMaxSharedBytes);
         continue;
       }
       const std::vector<uint8_t> wq = flashnorm::testing::random_quant_blocks(t, sh.N, sh.K, rng);

@@ -247,3 +247,75 @@ TEST(QuantDequantize, EqualsIoDequantizeRoundedOnce) {
     }
   }
 }
+
+// The fused decode ops: x_glu (x the fp32 gate|up rows [M, 2K], staged as round(silu(g) * u) /
+// round(gelu_tanh(g) * u)) and accumulate (y += result; y_rounded = round(y)), against the fp64
+// reference of the same formula: y0 + (round(act(g) u)) W^T, within the loose bound above (fp32
+// sums and the int16 staging, plus one dt ulp of the staged input for the GLU's fast exp).
+TEST(QuantGemv, FusedGluAndResidualAdd) {
+  for (QuantType t : {QuantType::kQ4_1, QuantType::kQ4_K}) {
+    for (fk::GluKind kind : {fk::GluKind::kSwiGLU, fk::GluKind::kGeGLU}) {
+      SCOPED_TRACE(testing::Message() << "type " << int(t) << " glu " << int(kind));
+      const int M = 2, N = 37, K = 1280;
+      const std::vector<uint8_t> w = random_blocks(t, N, K, 21);
+      std::vector<float> wf(size_t(N) * K);
+      io::dequantize(ggml(t), w, wf);
+      std::mt19937 rng(9);
+      std::normal_distribution<float> nd(0.f, 1.5f);
+      std::vector<float> gu(size_t(M) * 2 * K), y0(size_t(M) * N);
+      for (float& v : gu) v = nd(rng);
+      for (float& v : y0) v = nd(rng);
+      DevMem dw(w.size()), dx(gu.size() * 4), dy(y0.size() * 4), dr(y0.size() * 2);
+      ASSERT_TRUE(dw.p && dx.p && dy.p && dr.p);
+      CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dx.p, gu.data(), gu.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dy.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
+      fk::QuantGemvArgs a;
+      a.type = t, a.dt = kBF, a.M = M, a.N = N, a.K = K, a.x = dx.p, a.ldx = 2 * K;
+      a.x_glu = true, a.glu_kind = kind, a.w = dw.p, a.y = static_cast<float*>(dy.p), a.ldy = N;
+      a.scale_rows = false, a.accumulate = true, a.y_rounded = dr.p;
+      ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
+      std::vector<float> y(y0.size());
+      std::vector<uint16_t> yr(y0.size());
+      CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(yr.data(), dr.p, yr.size() * 2, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      int rounded_wrong = 0;
+      for (int m = 0; m < M; ++m) {
+        std::vector<double> xg(K);
+        std::vector<double> db(K / 32, 0.0);
+        for (int k = 0; k < K; ++k) {
+          const double g = gu[size_t(m) * 2 * K + k], u = gu[size_t(m) * 2 * K + K + k];
+          const double act =
+              kind == fk::GluKind::kSwiGLU
+                  ? g / (1 + std::exp(-g))
+                  : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+          xg[k] = from_half_bits(kBF, to_half_bits(kBF, float(act * u)));
+          db[k / 32] = std::max(db[k / 32], std::fabs(xg[k]) / 32767);
+        }
+        for (int n = 0; n < N; ++n) {
+          double ref = y0[size_t(m) * N + n], mag = std::fabs(ref), allow = 0;
+          for (int k = 0; k < K; ++k) {
+            const double wk = wf[size_t(n) * K + k];
+            ref += xg[k] * wk, mag += std::fabs(xg[k] * wk);
+            // int16 staging, and one bf16 ulp (2^-8 relative) of the staged value
+            allow += (0.505 * db[k / 32] + std::fabs(xg[k]) / 256) * std::fabs(wk);
+          }
+          const float got = y[size_t(m) * N + n];
+          worst = std::max(worst, std::fabs(got - ref) / (2e-6 * mag + allow));
+          rounded_wrong += yr[size_t(m) * N + n] != to_half_bits(kBF, got);
+        }
+      }
+      EXPECT_LE(worst, 1.0);
+      EXPECT_EQ(rounded_wrong, 0);
+      // negative control: without the residual add the result is off by y0
+      a.accumulate = false, a.y_rounded = nullptr;
+      ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
+      std::vector<float> y2(y0.size());
+      CUDA_OK(cudaMemcpy(y2.data(), dy.p, y2.size() * 4, cudaMemcpyDeviceToHost));
+      double diff = 0;
+      for (size_t i = 0; i < y.size(); ++i) diff = std::max(diff, double(std::fabs(y[i] - y2[i])));
+      EXPECT_GT(diff, 0.5);
+    }
+  }
+}

@@ -146,7 +146,10 @@ std::string CudaEngine::describe() const {
   if (e.mode == NormMode::FlashNorm) {
     variant = o.flashnorm.deferred == Deferred::kTwoStream ? " (two-stream" : " (fused";
     if (e.w.head_is_emb) variant += "; tied LM head: final RMSNorm keeps its gain";
-    if (e.cfg.tied_head && !e.w.head_is_emb) variant += "; tied LM head folded into an untied copy";
+    if (e.cfg.tied_head && !e.w.head_is_emb) {
+      variant += e.w.qhead.empty() ? "; tied LM head folded into an untied copy"
+                                   : "; tied LM head in its blocks, the final gain applied to x";
+    }
     variant += ")";
   } else if (o.standard == StandardNorm::kFusedAdd) {
     variant = " (residual add + RMSNorm fused)";

@@ -14,7 +14,7 @@ fk::GluKind Forward::glu_kind() const {
 
 bool Forward::glu_in_down(int T) const {
   return opt.launch.fuse_decode_ops && decode_path(T) && size_t(T) * d.F * 2 <= 48 * 1024 &&
-         !w.quant_down;
+         (!w.quant_down || T <= kQuantGemvMaxM);
 }
 
 bool Forward::decode_path(int M) const {
@@ -32,9 +32,10 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
                     bool y_f32, bool add_residual, bool glu, const void* bias, const QuantProj* q) {
   if (ldy == 0) ldy = N;
   if (q && !q->empty()) {
-    if (add_residual || glu || !y_f32)
-      throw Error("internal: a quantized projection with a fused op or a dt output");
-    if (M <= kQuantGemvMaxM) return quant(*q, x, M, nullptr, false, y, ldy, bias);
+    if (!y_f32) throw Error("internal: a quantized projection with a dt output");
+    if (M <= kQuantGemvMaxM)
+      return quant(*q, x, M, nullptr, false, y, ldy, bias, glu, add_residual);
+    if (add_residual || glu) throw Error("internal: a fused op on a quantized prompt pass");
     wt = expand(*q, nullptr);
   }
   if (decode_path(M)) {
@@ -106,12 +107,18 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
 }
 
 void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
-                    int ldy, const void* bias) {
+                    int ldy, const void* bias, bool glu, bool add_residual) {
+  if (add_residual && bias) throw Error("internal: a fused residual add with a bias");
   for (const QuantPart& part : q.parts) {
     fk::QuantGemvArgs a;
-    a.type = part.type, a.dt = dt, a.M = M, a.N = part.N, a.K = q.K, a.x = x, a.ldx = q.K;
+    a.type = part.type, a.dt = dt, a.M = M, a.N = part.N, a.K = q.K, a.x = x;
+    a.ldx = glu ? 2 * q.K : q.K, a.x_glu = glu, a.glu_kind = glu_kind();
     a.gain = gain, a.w = part.w.get(), a.y = static_cast<float*>(y) + part.n0, a.ldy = ldy;
     a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
+    if (add_residual) {  // x32 += the result, xb = round(x32)
+      a.y = ws.x32.as<float>() + part.n0, a.ldy = d.H, a.accumulate = true;
+      a.y_rounded = static_cast<char*>(ws.xb.get()) + size_t(part.n0) * 2;
+    }
     ok(fk::quant_gemv(a, s));
   }
   if (bias) ok(fk::add_bias(dt, M, q.N, static_cast<float*>(y), ldy, bias, s, opt.launch.pdl));
@@ -172,8 +179,10 @@ void Forward::layer(int l, int T) {
     prof.op(kAttn, s, [&] { ok(fk::rope_kv(ra, s)); });
     prof.op(kAttn, s, [&] { ok(fk::attention(aa, s)); });
   }
-  const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post && ly.qo.empty() &&
-                        ly.qdown.empty() &&
+  // quantized o / down: quant_gemv's epilogue (no bias there) up to kQuantGemvMaxM tokens
+  const bool quant_res = (ly.qo.empty() && ly.qdown.empty()) ||
+                         (T <= kQuantGemvMaxM && !ly.bo.get() && !ly.bdown.get());
+  const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post && quant_res &&
                         !(mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd);
   prof.op(kOtherProj, s, [&] {
     plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res, false,

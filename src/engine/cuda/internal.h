@@ -185,9 +185,11 @@ struct Forward {
               const void* bias = nullptr, const QuantProj* q = nullptr,
               const DeviceBuffer* gain32 = nullptr);
   // q's parts by quant_gemv: y[:, n0 ..] = s * ((x * gain) W^T) (+ bias), s = rstd where `rstd`
-  // and the part is scaled, else 1; gain fp32 or null. M <= kQuantGemvMaxM.
+  // and the part is scaled, else 1; gain fp32 or null. M <= kQuantGemvMaxM. glu: x is the fp32
+  // gate|up output (the GLU applied as it is staged); add_residual: x32 += the result and
+  // xb = round(x32) instead of y (no bias).
   void quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
-             int ldy, const void* bias);
+             int ldy, const void* bias, bool glu = false, bool add_residual = false);
   // q expanded into ws.wtile ([N, K] dt, times gain when set); returns the tile.
   const void* expand(const QuantProj& q, const float* gain);
   void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain);

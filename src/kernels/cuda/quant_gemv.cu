@@ -36,6 +36,8 @@ struct Params {
   int64_t ldy;
   bool scale_rows;
   float eps;
+  bool accumulate;
+  void* y_rounded;
 };
 
 __device__ __forceinline__ float h2f(uint32_t bits16) {
@@ -311,7 +313,9 @@ __host__ __device__ constexpr size_t staged_bytes(int mt, int K) {
   return static_cast<size_t>(mt) * padded(K) * 2 + static_cast<size_t>(mt) * (K / 32) * 8;
 }
 
-template <class E, template <int> class F, int MT>
+// XG: 0 x in dt; 1 / 2 x the fp32 gate|up rows [M, 2K] of a SwiGLU / GeGLU, staged as
+// round_dt(act(gate) * up) (the standalone GLU kernel's values).
+template <class E, template <int> class F, int MT, int XG>
 __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
   using T = typename E::T;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -335,7 +339,20 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
       const bool in = c < K / 8;
       float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       if (in && m < p.M) {
-        detail::unpack8<E>(__ldg(reinterpret_cast<const uint4*>(x + m * p.ldx) + c), f);
+        if constexpr (XG == 0) {
+          detail::unpack8<E>(__ldg(reinterpret_cast<const uint4*>(x + m * p.ldx) + c), f);
+        } else {
+          const float* gu = static_cast<const float*>(p.x) + m * p.ldx + 8 * c;
+          const float4 g0 = __ldg(reinterpret_cast<const float4*>(gu));
+          const float4 g1 = __ldg(reinterpret_cast<const float4*>(gu) + 1);
+          const float4 u0 = __ldg(reinterpret_cast<const float4*>(gu + K));
+          const float4 u1 = __ldg(reinterpret_cast<const float4*>(gu + K) + 1);
+          const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+          const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            f[i] = E::to_f(E::from_f(detail::glu_value<XG == 2>(g[i], u[i])));
+        }
       }
       float amax = 0.f;
 #pragma unroll
@@ -401,12 +418,17 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       const float v = detail::warp_sum(acc[r][m]);
-      if (lane == 0 && n0 + r < p.N && m < p.M) p.y[m * p.ldy + n0 + r] = rstd[m] * v;
+      if (lane == 0 && n0 + r < p.N && m < p.M) {
+        float* yp = p.y + m * p.ldy + n0 + r;
+        const float out = p.accumulate ? *yp + rstd[m] * v : rstd[m] * v;
+        *yp = out;
+        if (p.y_rounded) static_cast<T*>(p.y_rounded)[m * p.ldy + n0 + r] = E::from_f(out);
+      }
     }
   }
 }
 
-template <class E, template <int> class F>
+template <class E, template <int> class F, int XG>
 Status launch_type(const Params& p, int M, cudaStream_t s, bool pdl) {
   auto go = [&](auto kernel, int mt) {
     const size_t smem = staged_bytes(mt, p.K);
@@ -420,10 +442,17 @@ Status launch_type(const Params& p, int M, cudaStream_t s, bool pdl) {
     const int grid = (p.N + kRowsPerCta - 1) / kRowsPerCta;
     return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
   };
-  if (M == 1) return go(quant_gemv_kernel<E, F, 1>, 1);
-  if (M == 2) return go(quant_gemv_kernel<E, F, 2>, 2);
-  if (M <= 4) return go(quant_gemv_kernel<E, F, 4>, 4);
-  return go(quant_gemv_kernel<E, F, 8>, 8);
+  if (M == 1) return go(quant_gemv_kernel<E, F, 1, XG>, 1);
+  if (M == 2) return go(quant_gemv_kernel<E, F, 2, XG>, 2);
+  if (M <= 4) return go(quant_gemv_kernel<E, F, 4, XG>, 4);
+  return go(quant_gemv_kernel<E, F, 8, XG>, 8);
+}
+
+template <class E, template <int> class F>
+Status launch_glu(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
+  if (xg == 1) return launch_type<E, F, 1>(p, M, s, pdl);
+  if (xg == 2) return launch_type<E, F, 2>(p, M, s, pdl);
+  return launch_type<E, F, 0>(p, M, s, pdl);
 }
 
 }  // namespace
@@ -464,8 +493,8 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
         "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 "
         "KiB");
   if (!a.x || !a.w || !a.y) return invalid("quant_gemv: x, w and y must be non-null");
-  if (a.ldx < a.K || a.ldx % 8 != 0 || !aligned16(a.x))
-    return invalid("quant_gemv: ldx >= K, ldx % 8 == 0 and x 16-byte aligned");
+  if (a.ldx < (a.x_glu ? 2 * int64_t(a.K) : a.K) || a.ldx % 8 != 0 || !aligned16(a.x))
+    return invalid("quant_gemv: ldx >= K (2K with x_glu), ldx % 8 == 0 and x 16-byte aligned");
   if (a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");
   const int64_t row_bytes = static_cast<int64_t>(a.K / be) * quant_block_bytes(a.type);
   if (a.type == QuantType::kQ4_K && !aligned16(a.w))
@@ -473,23 +502,24 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   if (a.type != QuantType::kQ4_K && reinterpret_cast<uintptr_t>(a.w) % 2 != 0)
     return invalid("quant_gemv: w must be 2-byte aligned");
   const Params p{
-      a.M,       a.N, a.K,   a.x,          a.ldx, a.gain, static_cast<const uint8_t*>(a.w),
-      row_bytes, a.y, a.ldy, a.scale_rows, a.eps};
+      a.M,       a.N, a.K,   a.x,          a.ldx, a.gain,       static_cast<const uint8_t*>(a.w),
+      row_bytes, a.y, a.ldy, a.scale_rows, a.eps, a.accumulate, a.y_rounded};
+  const int xg = !a.x_glu ? 0 : (a.glu_kind == GluKind::kGeGLU ? 2 : 1);
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);
     switch (a.type) {
       case QuantType::kQ4_0:
-        return launch_type<E, Q4_0>(p, a.M, s, a.pdl);
+        return launch_glu<E, Q4_0>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ4_1:
-        return launch_type<E, Q4_1>(p, a.M, s, a.pdl);
+        return launch_glu<E, Q4_1>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ5_0:
-        return launch_type<E, Q5_0>(p, a.M, s, a.pdl);
+        return launch_glu<E, Q5_0>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ8_0:
-        return launch_type<E, Q8_0>(p, a.M, s, a.pdl);
+        return launch_glu<E, Q8_0>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ4_K:
-        return launch_type<E, Q4_K>(p, a.M, s, a.pdl);
+        return launch_glu<E, Q4_K>(p, a.M, s, a.pdl, xg);
       default:
-        return launch_type<E, Q6_K>(p, a.M, s, a.pdl);
+        return launch_glu<E, Q6_K>(p, a.M, s, a.pdl, xg);
     }
   });
 }
