@@ -14,7 +14,7 @@ fk::GluKind Forward::glu_kind() const {
 
 bool Forward::glu_in_down(int T) const {
   return opt.launch.fuse_decode_ops && decode_path(T) && size_t(T) * d.F * 2 <= 48 * 1024 &&
-         (!w.quant_down || T <= kQuantGemvMaxM);
+         (!w.quant_down || T == 1);  // quant_gemv's GLU variant: M = 1
 }
 
 bool Forward::decode_path(int M) const {

@@ -448,11 +448,20 @@ Status launch_type(const Params& p, int M, cudaStream_t s, bool pdl) {
   return go(quant_gemv_kernel<E, F, 8, XG>, 8);
 }
 
+// The GLU variants exist for M = 1 only (batch-1 decode; kept to one instance per format and kind
+// for the library's size): quant_gemv refuses x_glu with M > 1.
 template <class E, template <int> class F>
 Status launch_glu(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
-  if (xg == 1) return launch_type<E, F, 1>(p, M, s, pdl);
-  if (xg == 2) return launch_type<E, F, 2>(p, M, s, pdl);
-  return launch_type<E, F, 0>(p, M, s, pdl);
+  if (xg == 0) return launch_type<E, F, 0>(p, M, s, pdl);
+  const size_t smem = staged_bytes(1, p.K);
+  auto kernel = xg == 1 ? quant_gemv_kernel<E, F, 1, 1> : quant_gemv_kernel<E, F, 1, 2>;
+  if (smem + 32 * sizeof(float) > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
+  }
+  const int grid = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
 }  // namespace
@@ -493,6 +502,7 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
         "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 "
         "KiB");
   if (!a.x || !a.w || !a.y) return invalid("quant_gemv: x, w and y must be non-null");
+  if (a.x_glu && a.M != 1) return invalid("quant_gemv: x_glu needs M == 1");
   if (a.ldx < (a.x_glu ? 2 * int64_t(a.K) : a.K) || a.ldx % 8 != 0 || !aligned16(a.x))
     return invalid("quant_gemv: ldx >= K (2K with x_glu), ldx % 8 == 0 and x 16-byte aligned");
   if (a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");

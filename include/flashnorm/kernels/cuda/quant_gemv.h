@@ -53,8 +53,9 @@ struct QuantGemvArgs {
   bool scale_rows = true;
   float eps = 1e-6f;
   bool pdl = false;  // programmatic dependent launch (engine_ops.h)
-  // Fused decode ops (the bf16 decode GEMV's, linear.h): x_glu: x is the fp32 gate|up output
-  // [M, 2K] (ldx >= 2K) and the staged input is round_dt(act(gate) * up) (glu_kind); accumulate:
+  // Fused decode ops (the bf16 decode GEMV's, linear.h): x_glu (M = 1 only): x is the fp32 gate|up
+  // output [1, 2K] (ldx >= 2K) and the staged input is round_dt(act(gate) * up) (glu_kind);
+  // accumulate:
   // y += the result (the residual add), and y_rounded (dt, stride ldy, or null) = round_dt(y).
   bool x_glu = false;
   GluKind glu_kind = GluKind::kSwiGLU;
