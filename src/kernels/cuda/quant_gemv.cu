@@ -1,8 +1,12 @@
 // The decode GEMV from GGML blocks (quant_gemv.h). Block layouts and value formulas: io/dequant.h
 // (src/io/gguf/dequant.cpp: deq_q8_0, deq_q4_k, deq_q6_k), which the test uses as its reference.
 //
-// CTA = 8 warps; each warp owns kRowsPerWarp output rows and walks them together (the loads of all
-// its rows are issued before their products, for memory-level parallelism). Before that, the CTA
+// CTA = 8 warps; each warp owns kRowsPerWarp output rows of a group of kRowsPerCta and walks them
+// together (the loads of all its rows are issued before their products, for memory-level
+// parallelism); a CTA takes group blockIdx.x and, when there are more groups than kCtasPerSm per
+// SM, every gridDim.x-th after it, so that its staged x serves several groups. Its first group's
+// bytes are prefetched into L2 before the PDL wait (weights are constant), each next group's while
+// the current one is computed. Before the products, the CTA
 // stages its M x rows in shared memory: x * gain quantized to int16 per block of 32 (the CPU
 // engine's activation rule, kernels/cpu/quant_matmul.h) with the block scales and the sums of
 // squares of the raw x (block reduction): every CTA computes the same rstd, so no second launch
@@ -313,6 +317,16 @@ __host__ __device__ constexpr size_t staged_bytes(int mt, int K) {
   return static_cast<size_t>(mt) * padded(K) * 2 + static_cast<size_t>(mt) * (K / 32) * 8;
 }
 
+// Prefetch into L2 the bytes of row group g (kRowsPerCta contiguous rows, fewer at the end), one
+// 128-byte line per thread and step.
+__device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
+  const int64_t first = static_cast<int64_t>(g) * kRowsPerCta;
+  const int64_t rows = min(static_cast<int64_t>(kRowsPerCta), p.N - first);
+  const uint8_t* base = p.w + first * p.row_bytes;
+  for (int64_t off = threadIdx.x * 128; off < rows * p.row_bytes; off += blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+}
+
 // XG: 0 x in dt; 1 / 2 x the fp32 gate|up rows [M, 2K] of a SwiGLU / GeGLU, staged as
 // round_dt(act(gate) * up) (the standalone GLU kernel's values).
 template <class E, template <int> class F, int MT, int XG>
@@ -320,7 +334,12 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
   using T = typename E::T;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[32];
-  pdl_begin();
+  // PDL: let the next kernel launch, pull this CTA's first rows into L2 while the preceding
+  // kernel finishes (weights are constant: nothing still running writes them), then wait for it
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  prefetch_rows(p, blockIdx.x);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int K = p.K;
   int16_t* xq = reinterpret_cast<int16_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + static_cast<size_t>(MT) * padded(K) * 2);
@@ -395,37 +414,58 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int nblk = K / F<MT>::kElems;
   const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
-  const int n0 = blockIdx.x * kRowsPerCta + warp * kRowsPerWarp;
-  float acc[kRowsPerWarp][MT];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
-  for (int it = 0; it < steps; ++it) {
-    typename F<MT>::Raw raw[kRowsPerWarp];
-    bool ok[kRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
-      ok[r] = F<MT>::load(p.w + n * p.row_bytes, nblk, it, lane, raw[r]);
-    }
+  // row groups of kRowsPerCta rows: blockIdx.x, then every gridDim.x-th (the staged x reused)
+  for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+    if (g + static_cast<int>(gridDim.x) < groups) prefetch_rows(p, g + gridDim.x);
+    const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
+    float acc[kRowsPerWarp][MT];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
-      if (ok[r]) F<MT>::dot(raw[r], it, lane, staged, acc[r]);
-  }
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+      for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
+    for (int it = 0; it < steps; ++it) {
+      typename F<MT>::Raw raw[kRowsPerWarp];
+      bool ok[kRowsPerWarp];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      const float v = detail::warp_sum(acc[r][m]);
-      if (lane == 0 && n0 + r < p.N && m < p.M) {
-        float* yp = p.y + m * p.ldy + n0 + r;
-        const float out = p.accumulate ? *yp + rstd[m] * v : rstd[m] * v;
-        *yp = out;
-        if (p.y_rounded) static_cast<T*>(p.y_rounded)[m * p.ldy + n0 + r] = E::from_f(out);
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
+        ok[r] = F<MT>::load(p.w + n * p.row_bytes, nblk, it, lane, raw[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        if (ok[r]) F<MT>::dot(raw[r], it, lane, staged, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const float v = detail::warp_sum(acc[r][m]);
+        if (lane == 0 && n0 + r < p.N && m < p.M) {
+          float* yp = p.y + m * p.ldy + n0 + r;
+          const float out = p.accumulate ? *yp + rstd[m] * v : rstd[m] * v;
+          *yp = out;
+          if (p.y_rounded) static_cast<T*>(p.y_rounded)[m * p.ldy + n0 + r] = E::from_f(out);
+        }
       }
     }
   }
+}
+
+// CTAs of a launch over `groups` row groups: one per group up to kCtasPerSm per SM, else that many
+// with every CTA taking the same number of groups (the staged x is reused across a CTA's groups).
+constexpr int kCtasPerSm = 4;
+int grid_for(int groups) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 132;
+    return n;
+  }();
+  const int cap = kCtasPerSm * sms;
+  if (groups <= cap) return groups;
+  const int rounds = (groups + cap - 1) / cap;
+  return (groups + rounds - 1) / rounds;
 }
 
 template <class E, template <int> class F, int XG>
@@ -439,7 +479,7 @@ Status launch_type(const Params& p, int M, cudaStream_t s, bool pdl) {
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
     }
-    const int grid = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+    const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta);
     return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
   };
   if (M == 1) return go(quant_gemv_kernel<E, F, 1, XG>, 1);
@@ -460,7 +500,7 @@ Status launch_glu(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
   }
-  const int grid = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta);
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
