@@ -46,22 +46,7 @@ struct Dev {  // RAII device buffer (cudaMalloc / cudaFree)
   Dev& operator=(const Dev&) = delete;
 };
 
-io::GgmlType ggml(fk::QuantType t) {
-  switch (t) {
-    case fk::QuantType::kQ4_0:
-      return io::GgmlType::Q4_0;
-    case fk::QuantType::kQ4_1:
-      return io::GgmlType::Q4_1;
-    case fk::QuantType::kQ5_0:
-      return io::GgmlType::Q5_0;
-    case fk::QuantType::kQ8_0:
-      return io::GgmlType::Q8_0;
-    case fk::QuantType::kQ4_K:
-      return io::GgmlType::Q4_K;
-    default:
-      return io::GgmlType::Q6_K;
-  }
-}
+io::GgmlType ggml(fk::QuantType t) { return fk::ggml_type(t); }
 const char* name(fk::QuantType t) {
   const char* names[] = {"q4_0", "q4_1", "q5_0", "q8_0", "q4_k", "q6_k"};
   return names[static_cast<int>(t)];

@@ -23,22 +23,7 @@ namespace {
 using fk::QuantType;
 namespace io = flashnorm::io;
 
-io::GgmlType ggml(QuantType t) {
-  switch (t) {
-    case QuantType::kQ4_0:
-      return io::GgmlType::Q4_0;
-    case QuantType::kQ4_1:
-      return io::GgmlType::Q4_1;
-    case QuantType::kQ5_0:
-      return io::GgmlType::Q5_0;
-    case QuantType::kQ8_0:
-      return io::GgmlType::Q8_0;
-    case QuantType::kQ4_K:
-      return io::GgmlType::Q4_K;
-    default:
-      return io::GgmlType::Q6_K;
-  }
-}
+io::GgmlType ggml(QuantType t) { return fk::ggml_type(t); }
 
 std::vector<uint8_t> random_blocks(QuantType t, int N, int K, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <optional>
 
 #include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/error.h"
@@ -40,36 +39,16 @@ void append_rows(FoldTarget t, const Tensor& w, const std::vector<double>* gain,
             std::span<uint16_t>(out.data() + at, data.size()));
 }
 
-// The quant_gemv format of a GGML type, or none.
-std::optional<fk::QuantType> gemv_type(io::GgmlType t) {
-  switch (t) {
-    case io::GgmlType::Q4_0:
-      return fk::QuantType::kQ4_0;
-    case io::GgmlType::Q4_1:
-      return fk::QuantType::kQ4_1;
-    case io::GgmlType::Q5_0:
-      return fk::QuantType::kQ5_0;
-    case io::GgmlType::Q8_0:
-      return fk::QuantType::kQ8_0;
-    case io::GgmlType::Q4_K:
-      return fk::QuantType::kQ4_K;
-    case io::GgmlType::Q6_K:
-      return fk::QuantType::kQ6_K;
-    default:
-      return std::nullopt;
-  }
-}
-
 // The projection whose rows are those of `parts` stacked, in their file blocks, when every part is
 // a native tensor of a type quant_gemv reads; else empty (the caller uploads it in dt). Adjacent
 // parts of one type and one `scaled` flag share one buffer (one launch).
 QuantProj quant_proj(std::initializer_list<std::pair<const Tensor*, bool>> parts) {
   QuantProj q;
   for (const auto& [t, scaled] : parts)
-    if (t->raw.empty() || !gemv_type(t->type)) return q;
+    if (t->raw.empty() || !fk::quant_type(t->type)) return q;
   std::vector<std::vector<uint8_t>> bytes;
   for (const auto& [t, scaled] : parts) {
-    const fk::QuantType type = *gemv_type(t->type);
+    const fk::QuantType type = *fk::quant_type(t->type);
     q.K = static_cast<int>(t->cols());
     if (q.parts.empty() || q.parts.back().type != type || q.parts.back().scaled != scaled) {
       QuantPart p;

@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
+#include "flashnorm/io/ggml_types.h"
 #include "flashnorm/kernels/cuda/linear.h"
 #include "flashnorm/kernels/cuda/status.h"
 
@@ -25,6 +27,31 @@ namespace flashnorm::kernels::cuda {
 
 // The weight block formats quant_gemv reads.
 enum class QuantType { kQ4_0, kQ4_1, kQ5_0, kQ8_0, kQ4_K, kQ6_K };
+
+// The GGML type of a format, and the format of a GGML type (none for the types quant_gemv does not
+// read).
+inline io::GgmlType ggml_type(QuantType t) {
+  switch (t) {
+    case QuantType::kQ4_0:
+      return io::GgmlType::Q4_0;
+    case QuantType::kQ4_1:
+      return io::GgmlType::Q4_1;
+    case QuantType::kQ5_0:
+      return io::GgmlType::Q5_0;
+    case QuantType::kQ8_0:
+      return io::GgmlType::Q8_0;
+    case QuantType::kQ4_K:
+      return io::GgmlType::Q4_K;
+    default:
+      return io::GgmlType::Q6_K;
+  }
+}
+inline std::optional<QuantType> quant_type(io::GgmlType t) {
+  for (QuantType q : {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ8_0,
+                      QuantType::kQ4_K, QuantType::kQ6_K})
+    if (ggml_type(q) == t) return q;
+  return std::nullopt;
+}
 
 // Elements per block (32 or 256) and bytes per block (18, 20, 22, 34, 144, 210) of `t`.
 int quant_block_elems(QuantType t);
