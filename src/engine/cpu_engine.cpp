@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "flashnorm/engine/layer_plan.h"
 #include "flashnorm/error.h"
 #include "flashnorm/fold/fold_gain.h"
 #include "flashnorm/io/dequant.h"
+#include "flashnorm/kernels/cpu/blas_threads.h"
 #include "flashnorm/kernels/cpu/decode_attention.h"
 #include "flashnorm/model/audit.h"
 
@@ -98,6 +100,7 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   if (native_) {
     isa_ = kernels::cpu::best_quant_isa();
     pool_ = std::make_unique<kernels::cpu::ThreadPool>();
+    one_blas_thread_ = pool_->size() > 1 && kernels::cpu::BlasThreads::available();
   }
   // Native weights are never folded: the gain multiplies x instead.
   const bool fold = mode == NormMode::FlashNorm && !native_;
@@ -362,8 +365,11 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
     kernels::cpu::decode_attention(da, isa_, pool_.get());
     return;
   }
-  std::vector<float> s(size_t(T) * P);
-  for (int h = 0; h < c.n_head; ++h) {
+  // Native weights with a pool: the heads spread over it, each sgemm on its thread (BLAS on one
+  // thread during native passes: run()); else one head after another, BLAS threaded.
+  auto head = [&](int h) {
+    thread_local std::vector<float> s;
+    s.resize(size_t(T) * P);
     const int kh = h / group;
     // S[T, P] = Q_h K_h^T * scale; causal (query t sees keys 0..pos0+t), and on sliding-window
     // layers only the last `sliding_window` of them.
@@ -380,6 +386,11 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
     // O_h[T, D] = S V_h.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, P, 1.0f, s.data(), P, vc + kh * D,
                 nkv, 0.0f, out + h * D, nq);
+  };
+  if (one_blas_thread_) {
+    pool_->run(c.n_head, head);
+  } else {
+    for (int h = 0; h < c.n_head; ++h) head(h);
   }
 }
 
@@ -394,6 +405,8 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
   const ModelConfig& c = m_.cfg;
   const ArchHooks& hk = m_.arch->hooks;
   if (chunks.empty()) throw Error("forward: no sequences");
+  std::optional<kernels::cpu::BlasThreads> blas_on_one_thread;
+  if (one_blas_thread_) blas_on_one_thread.emplace(1);
   int T = 0;  // rows of all chunks, stacked
   for (size_t i = 0; i < chunks.size(); ++i) {
     const int n = static_cast<int>(chunks[i].tokens.size());

@@ -139,9 +139,12 @@ class CpuEngine final : public Engine {
   std::vector<Layer> layers_;
   std::vector<float> head_;  // [vocab, H]: the LM head (folded in FlashNorm mode)
   const float* out_gain_ = nullptr;
-  Sequence single_;                                     // forward()'s sequence
-  std::map<int, Sequence> seqs_;                        // open sequences by id
-  bool native_ = false;  // the model's matrices are native (Tensor::raw)
+  Sequence single_;               // forward()'s sequence
+  std::map<int, Sequence> seqs_;  // open sequences by id
+  bool native_ = false;           // the model's matrices are native (Tensor::raw)
+  // native weights, a pool of several threads and OpenBLAS: passes run OpenBLAS on one thread
+  // (kernels/cpu/blas_threads.h), the pool spreading the prefill tiles' sgemm and attention's heads
+  bool one_blas_thread_ = false;
   kernels::cpu::QuantIsa isa_ = kernels::cpu::QuantIsa::kScalar;
   std::unique_ptr<kernels::cpu::ThreadPool> pool_;
   kernels::cpu::PreparedActs acts_;

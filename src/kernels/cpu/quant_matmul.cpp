@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "flashnorm/error.h"
 #include "flashnorm/io/dequant.h"
+#include "flashnorm/kernels/cpu/blas_threads.h"
 #include "quant_dot.h"
 
 #if defined(FLASHNORM_HAVE_AVX2_KERNELS)
@@ -59,6 +61,12 @@ void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float
       std::min(N, std::max(kRowsPerTask, static_cast<int>(kTileElems / size_t(K))));
   // kept between calls (at most kTileElems floats per calling thread): a fresh 10-16 MB vector
   // per call cost its page faults and zeroing every time
+  // With OpenBLAS and a pool of several threads, each pool thread dequantizes its share of a tile
+  // and multiplies it by a single-threaded sgemm (BlasThreads), instead of the pool dequantizing
+  // the tile and OpenBLAS's own threads multiplying it.
+  const bool fused = pool && pool->size() > 1 && BlasThreads::available();
+  std::optional<BlasThreads> one_blas_thread;
+  if (fused) one_blas_thread.emplace(1);
   thread_local std::vector<float> tile;
   if (tile.size() < size_t(tile_rows) * K) tile.resize(size_t(tile_rows) * K);
   float* const tile_data = tile.data();  // the caller's (a task names `tile`: its own thread's)
@@ -85,6 +93,21 @@ void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float
       dequantize_rows(*c.w, c.rb, c.r0, c.r1, tile_data + size_t(c.at) * K, avx2);
     };
     const int tasks = static_cast<int>(chunks.size());
+    if (fused) {
+      // thread t: the chunks of its share of the tile's rows, then their sgemm (BLAS on one
+      // thread): no hand-off between the pool and the BLAS library's threads
+      const int T = pool->size();
+      pool->run(T, [&](int t) {
+        const int lo = tasks * t / T, hi = tasks * (t + 1) / T;
+        if (lo == hi) return;
+        for (int i = lo; i < hi; ++i) task(i);
+        const Chunk& last = chunks[hi - 1];
+        const int r0 = chunks[lo].at, r1 = last.at + (last.r1 - last.r0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, r1 - r0, K, 1.0f, a.f32(), K,
+                    tile_data + size_t(r0) * K, K, 0.0f, y + n0 + r0, ldy);
+      });
+      continue;
+    }
     if (pool) {
       pool->run(tasks, task);
       pool->rest();  // the BLAS library's threads take the cores

@@ -1,0 +1,26 @@
+// OpenBLAS's thread count for a scope. The CPU engine's native prefill multiplies each pool
+// thread's share of a dequantized tile with its own single-threaded sgemm
+// (kernels/cpu/quant_matmul.h) and spreads attention's heads over the pool, so OpenBLAS's own
+// threads would only compete for the cores (their spinning took a tenth of a prompt's samples on 2
+// cores).
+#pragma once
+
+namespace flashnorm::kernels::cpu {
+
+// Sets OpenBLAS's thread count to `n` for the object's life and restores it after. Process-wide:
+// a BLAS call on another thread meanwhile runs with it too (its speed changes, not its result).
+// A no-op where the BLAS library is not OpenBLAS (active() false).
+class BlasThreads {
+ public:
+  explicit BlasThreads(int n);
+  ~BlasThreads();
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+  // Whether the BLAS library is OpenBLAS (its thread count can be set).
+  static bool available();
+
+ private:
+  int old_ = 0;
+};
+
+}  // namespace flashnorm::kernels::cpu
