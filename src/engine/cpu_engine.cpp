@@ -478,7 +478,7 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     normed_projection(x.data(), T, L.ffn_gain, L.wgu.data(), 2 * F, gu.data(),
                       L.bgu.empty() ? nullptr : L.bgu.data(), {}, L.gu_q);
-    for (int t = 0; t < T; ++t) {
+    auto glu_row = [&](int t) {
       const float* g = &gu[size_t(t) * 2 * F];
       const float* u = g + F;
       float* a = &act[size_t(t) * F];
@@ -487,6 +487,11 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
       } else {
         for (int i = 0; i < F; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SiLU
       }
+    };
+    if (pool_ && T > 1) {  // native prompts: rows over the pool (the same values)
+      pool_->run(T, glu_row);
+    } else {
+      for (int t = 0; t < T; ++t) glu_row(t);
     }
     if (native_) {
       native_matmul(act.data(), T, L.wdown_q, proj.data());
