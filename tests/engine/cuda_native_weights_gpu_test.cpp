@@ -10,9 +10,12 @@
 // one by one. The bars are the bf16 engine's against fp32 (cuda_engine_gpu_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
+#include <span>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/cuda_engine.h"
@@ -43,13 +46,14 @@ GgmlType type_for(const std::string& name, uint64_t K) {
 }
 
 // A random checkpoint (tests/support/random_llama.h) as GGUF with its matrices quantized.
-std::string quantized_gguf(bool gemma) {
-  static std::map<bool, std::string> made;
-  if (made.count(gemma)) return made[gemma];
-  const auto dir = testing::fresh_dir(gemma ? "native_g3" : "native_ll");
+std::string quantized_gguf(bool gemma, int ffn = 512) {
+  static std::map<std::pair<bool, int>, std::string> made;
+  if (made.count({gemma, ffn})) return made[{gemma, ffn}];
+  const auto dir =
+      testing::fresh_dir(std::string(gemma ? "native_g3_" : "native_ll_") + std::to_string(ffn));
   testing::RandomLlamaOptions o =
       gemma ? testing::small_gemma3_options(13) : testing::RandomLlamaOptions{};
-  o.hidden = 256, o.ffn = 512, o.n_head = 4, o.head_dim = 64, o.vocab = 320;
+  o.hidden = 256, o.ffn = ffn, o.n_head = 4, o.head_dim = 64, o.vocab = 320;
   o.n_head_kv = gemma ? 1 : 2;
   if (!gemma) o.n_layer = 3, o.seed = 9;
   testing::write_random_gguf(dir / "f32.gguf", o);
@@ -63,7 +67,7 @@ std::string quantized_gguf(bool gemma) {
       t.bytes = io::quantize(t.type, v);
     }
   });
-  return made[gemma] = out.string();
+  return made[{gemma, ffn}] = out.string();
 }
 
 struct Case {
@@ -115,6 +119,30 @@ TEST_P(CudaNativeWeights, MatchCpuFp32OfTheSameBlocks) {
   std::printf("[%s] decode: top-1 %.4f max rel logit diff %.3e\n", c.name, double(same) / n, worst);
   EXPECT_LT(worst, 3e-2);
   EXPECT_GE(double(same) / n, 0.9);
+}
+
+// An FFN of 14336 (Llama 3 8B's): the down projection's staged x for 8 rows exceeds quant_gemv's
+// shared memory, so passes of 5-8 tokens run in slices of rows. Each pass length 1..8 against the
+// CPU fp32 engine.
+TEST(CudaNativeWeightsWide, ShortPassesOfAWideFfn) {
+  const std::string path = quantized_gguf(false, 14336);
+  for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+    CpuEngine cpu(load_model(path, true, WeightStorage::kF32), NormMode::Standard, 128);
+    CudaEngine gpu(load_model(path, true, WeightStorage::kNative), mode);
+    const int V = cpu.config().vocab;
+    std::vector<int32_t> seq;
+    for (int i = 0; i < 36; ++i) seq.push_back((i * 37 + 11) % V);
+    double worst = 0;
+    size_t at = 0;
+    for (int n = 1; n <= 8; ++n) {  // passes of 1, 2, ..., 8 tokens
+      const std::span<const int32_t> part(seq.data() + at, n);
+      worst = std::max(worst, max_rel_diff(cpu.forward(part), gpu.forward(part)));
+      at += n;
+    }
+    std::printf("[wide ffn, %s] passes of 1..8 tokens: max rel logit diff %.3e\n",
+                mode == NormMode::Standard ? "standard" : "flashnorm", worst);
+    EXPECT_LT(worst, 3e-2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaNativeWeights,

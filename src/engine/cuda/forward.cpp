@@ -3,6 +3,8 @@
 // projection, the GLU, the down projection and residual add; then the normed LM head, the final
 // logit soft-capping (Gemma 3, where the config has it) and the sampler. The normed projections are
 // where the modes differ (engine/cuda_engine.h).
+#include <algorithm>
+
 #include "flashnorm/error.h"
 #include "internal.h"
 
@@ -109,17 +111,28 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
 void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
                     int ldy, const void* bias, bool glu, bool add_residual) {
   if (add_residual && bias) throw Error("internal: a fused residual add with a bias");
-  for (const QuantPart& part : q.parts) {
-    fk::QuantGemvArgs a;
-    a.type = part.type, a.dt = dt, a.M = M, a.N = part.N, a.K = q.K, a.x = x;
-    a.ldx = glu ? 2 * q.K : q.K, a.x_glu = glu, a.glu_kind = glu_kind();
-    a.gain = gain, a.w = part.w.get(), a.y = static_cast<float*>(y) + part.n0, a.ldy = ldy;
-    a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
-    if (add_residual) {  // x32 += the result, xb = round(x32)
-      a.y = ws.x32.as<float>() + part.n0, a.ldy = d.H, a.accumulate = true;
-      a.y_rounded = static_cast<char*>(ws.xb.get()) + size_t(part.n0) * 2;
+  // rows per launch: as many as quant_gemv stages within its shared memory (a wide K, e.g. an
+  // FFN of 14336, takes fewer than 8); every row's rstd and residual add are its own, so slices
+  // compute the same values
+  int rows = M;
+  while (rows > 1 && fk::quant_gemv_shared_bytes(rows, q.K) > fk::kQuantGemvMaxSharedBytes)
+    rows = (rows + 1) / 2;
+  const int ldx = glu ? 2 * q.K : q.K;
+  for (int r0 = 0; r0 < M; r0 += rows) {
+    const int m = std::min(rows, M - r0);
+    for (const QuantPart& part : q.parts) {
+      fk::QuantGemvArgs a;
+      a.type = part.type, a.dt = dt, a.M = m, a.N = part.N, a.K = q.K;
+      a.x = static_cast<const char*>(x) + size_t(r0) * ldx * (glu ? 4 : 2);
+      a.ldx = ldx, a.x_glu = glu, a.glu_kind = glu_kind(), a.gain = gain, a.w = part.w.get();
+      a.y = static_cast<float*>(y) + size_t(r0) * ldy + part.n0, a.ldy = ldy;
+      a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
+      if (add_residual) {  // x32 += the result, xb = round(x32)
+        a.y = ws.x32.as<float>() + size_t(r0) * d.H + part.n0, a.ldy = d.H, a.accumulate = true;
+        a.y_rounded = static_cast<char*>(ws.xb.get()) + (size_t(r0) * d.H + part.n0) * 2;
+      }
+      ok(fk::quant_gemv(a, s));
     }
-    ok(fk::quant_gemv(a, s));
   }
   if (bias) ok(fk::add_bias(dt, M, q.N, static_cast<float*>(y), ldy, bias, s, opt.launch.pdl));
 }

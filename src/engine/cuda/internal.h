@@ -94,7 +94,7 @@ struct DeviceWeights {
   bool head_is_emb = false;  // the LM head reads emb (tied, its gain not folded)
   bool any_quant = false, quant_down = false;  // some projection / some down projection quantized
   size_t tile_elems = 0;      // largest quantized projection (N x K): the prompt passes' dt tile
-  std::string quant_summary;  // e.g. "q|k|v, o, gate|up, down, head in blocks; 0 in dt"
+  std::string quant_summary;  // "N of M projections in their blocks" (native weights)
   DeviceBuffer qkv_mask, zero_mask;  // uint8 scale masks
   bool qkv_masked = false, qkv_all_unscaled = false;
   DeviceBuffer cos_g, sin_g, cos_l, sin_l;  // RoPE tables: global and local bases

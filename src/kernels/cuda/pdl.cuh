@@ -2,9 +2,9 @@
 // Dependent Launch and Synchronization"). A kernel launched with the attribute may start while the
 // preceding kernel on the stream is still running; it must wait (griddepcontrol.wait: the preceding
 // grid has completed and its memory is visible) before it touches any buffer that kernel could
-// read or write. Inside a CUDA graph capture the attribute becomes a programmatic edge. Two kernels
-// read constant data before their wait (the decode GEMV its weights, decode_attention the KV-cache
-// rows below *pos); since a kernel that triggers before its own wait lets launches run ahead, what
+// read or write. Inside a CUDA graph capture the attribute becomes a programmatic edge. Three kernels
+// read constant data before their wait (the decode GEMV its weights, quant_gemv its blocks (an L2
+// prefetch), decode_attention the KV-cache rows below *pos); since a kernel that triggers before its own wait lets launches run ahead, what
 // they read early must not be written by any kernel still running (linear.h, LinearArgs::pdl).
 #pragma once
 
