@@ -68,23 +68,32 @@ void register_bench(CLI::App& app) {
   sub->add_option("--commit", o->commit, "commit id to record");
   sub->add_flag("--dirty", o->dirty, "record that the working tree had uncommitted changes");
   sub->add_option("--driver", o->driver, "driver version to record (nvidia-smi)");
-  sub->add_option("--model", o->model.model,
-                  "instead of the kernels: decode benchmark of this model on the CUDA engine "
-                  "(standard vs flashnorm, batch 1)")
-      ->check(CLI::ExistingFile);
+  CLI::Option* model =
+      sub->add_option("--model", o->model.model,
+                      "instead of the kernels: decode benchmark of this model on the CUDA engine "
+                      "(standard vs flashnorm, batch 1)")
+          ->check(CLI::ExistingFile);
+  // the --model benchmark's options: refused without --model (the kernel benchmark has no use
+  // for them)
   sub->add_option("--prompt-tokens", o->model.prompt_tokens, "--model: prompt length")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(model);
   sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")
-      ->capture_default_str();
-  sub->add_option("--runs", o->model.runs, "--model: rounds (medians)")->capture_default_str();
+      ->capture_default_str()
+      ->needs(model);
+  sub->add_option("--runs", o->model.runs, "--model: rounds (medians)")
+      ->capture_default_str()
+      ->needs(model);
   sub->add_option("--weights", o->model.weights,
                   "--model: native also runs standard, flashnorm and standard fused add+norm on "
                   "the GGUF file's own quantized blocks, beside the bf16 engines")
       ->check(CLI::IsMember({"f32", "native"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(model);
   sub->add_flag("--quick", o->model.quick,
                 "--model: only standard, flashnorm and standard fused add+norm (no ablations; "
-                "large models)");
+                "large models)")
+      ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {
       o->model.out = o->out;

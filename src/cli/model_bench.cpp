@@ -79,7 +79,10 @@ void run_model_bench(const ModelBenchArgs& a) {
     bool fuse_decode_ops;
     bool allow_ring = false;
     TiedHead tied_head = TiedHead::kKeepGain;
-    bool native = false;  // on the file's blocks (--weights native)
+    // on the file's blocks (--weights native): the index of the same configuration on bf16
+    // weights; -1: on bf16 weights
+    int bf16_of = -1;
+    bool native() const { return bf16_of >= 0; }
     std::unique_ptr<CudaEngine> e;
     std::vector<double> prompt_tps, decode_us;
     StepProfile prof;
@@ -94,7 +97,7 @@ void run_model_bench(const ModelBenchArgs& a) {
   if (native) {  // the main three again on the file's own blocks
     for (int i : {0, 1, 3}) {
       Config c{cfgs[i].name + ", native", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
-      c.native = true;
+      c.bf16_of = i;
       cfgs.push_back(std::move(c));
     }
   }
@@ -122,7 +125,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.gemv.allow_ring = c.allow_ring;
-    c.e = std::make_unique<CudaEngine>(c.native ? *native_model : model, c.mode, o);
+    c.e = std::make_unique<CudaEngine>(c.native() ? *native_model : model, c.mode, o);
   }
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(0, model.cfg.vocab - 1);
@@ -180,7 +183,7 @@ void run_model_bench(const ModelBenchArgs& a) {
         c.name, tps, 1e6 / us, us, std_us / us, c.prof.norm_us, c.prof.normed_proj_us,
         c.prof.other_proj_us, c.prof.attention_us, c.prof.other_us);
     j["configs"].push_back({{"name", c.name},
-                            {"native_weights", c.native},
+                            {"native_weights", c.native()},
                             {"engine", c.e->describe()},
                             {"prompt_tokens_per_s", tps},
                             {"prompt_tokens_per_s_runs", c.prompt_tps},
@@ -207,16 +210,13 @@ void run_model_bench(const ModelBenchArgs& a) {
   }
   // Native weights against the same configuration in bf16 (decode, and prompt tokens/s).
   for (size_t k = 0; k < cfgs.size(); ++k) {
-    if (!cfgs[k].native) continue;
-    const std::string base = cfgs[k].name.substr(0, cfgs[k].name.size() - 8);  // ", native"
-    for (size_t b = 0; b < cfgs.size(); ++b) {
-      if (cfgs[b].native || cfgs[b].name != base) continue;
-      const double dec = median(cfgs[b].decode_us) / median(cfgs[k].decode_us);
-      const double pr = median(cfgs[k].prompt_tps) / median(cfgs[b].prompt_tps);
-      j["configs"][k]["decode_speedup_vs_bf16"] = dec;
-      j["configs"][k]["prompt_speed_vs_bf16"] = pr;
-      fmt::print("{:<24} vs bf16: decode {:.3f}x, prompt {:.3f}x\n", cfgs[k].name, dec, pr);
-    }
+    if (!cfgs[k].native()) continue;
+    const Config& b = cfgs[cfgs[k].bf16_of];
+    const double dec = median(b.decode_us) / median(cfgs[k].decode_us);
+    const double pr = median(cfgs[k].prompt_tps) / median(b.prompt_tps);
+    j["configs"][k]["decode_speedup_vs_bf16"] = dec;
+    j["configs"][k]["prompt_speed_vs_bf16"] = pr;
+    fmt::print("{:<24} vs bf16: decode {:.3f}x, prompt {:.3f}x\n", cfgs[k].name, dec, pr);
   }
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,
   // FlashNorm's standalone norm kernels (the final RMSNorm of a tied head that keeps its gain) plus

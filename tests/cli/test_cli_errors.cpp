@@ -159,6 +159,11 @@ TEST(CliErrors, DeviceSelection) {
     expect_one_line_error(run_cli("bench --model " + testing::smollm2_path()), "without CUDA");
 #endif
   }
+  // the --model benchmark's options without --model: refused, not ignored
+  for (const char* opt :
+       {"--quick", "--weights native", "--runs 3", "--prompt-tokens 64", "--decode-tokens 16"}) {
+    expect_one_line_error(run_cli(std::string("bench ") + opt), "requires --model");
+  }
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }

@@ -135,11 +135,6 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
       append_rows(t, m.get(p.down), nullptr, w);
       ly.wdown = upload(w);
     }
-    for (const QuantProj* q : {&ly.qqkv, &ly.qgu, &ly.qo, &ly.qdown}) {
-      if (q->empty()) continue;
-      e.any_quant = true;
-      e.tile_elems = std::max(e.tile_elems, size_t(q->N) * q->K);
-    }
     e.quant_down = e.quant_down || !ly.qdown.empty();
     if (!ly.qqkv.empty()) ly.attn_gain32 = gain_f32(ag);
     if (!ly.qgu.empty()) ly.ffn_gain32 = gain_f32(fg);
@@ -173,8 +168,6 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
     // applied to x in FlashNorm mode, so nothing to fold)
     e.qhead = quant_proj({{&m.head(), true}});
     if (!e.qhead.empty()) {
-      e.any_quant = true;
-      e.tile_elems = std::max(e.tile_elems, size_t(e.qhead.N) * e.qhead.K);
       e.out_gain32 = gain_f32(og);
     } else if (c.tied_head && (!fold || opt.flashnorm.tied_head == TiedHead::kKeepGain)) {
       e.head_is_emb = true;
@@ -184,11 +177,17 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
       e.head = upload(w);
     }
   }
+  // the projections kept in blocks: how many, and the largest (its tile)
   int n_quant = 0, n_half = 0;
+  auto count = [&](const QuantProj& q) {
+    if (q.empty()) return void(++n_half);
+    ++n_quant;
+    e.tile_elems = std::max(e.tile_elems, size_t(q.N) * q.K);
+  };
   for (const DeviceWeights::Layer& ly : e.layers)
-    for (const QuantProj* q : {&ly.qqkv, &ly.qgu, &ly.qo, &ly.qdown})
-      ++(q->empty() ? n_half : n_quant);
-  ++(e.qhead.empty() ? n_half : n_quant);
+    for (const QuantProj* q : {&ly.qqkv, &ly.qgu, &ly.qo, &ly.qdown}) count(*q);
+  count(e.qhead);
+  e.any_quant = n_quant > 0;
   e.quant_summary = fmt::format("{} of {} projections in their blocks", n_quant, n_quant + n_half);
   std::vector<float> cs, sn;
   rope_tables(d.max_ctx, d.D, c.rope_global, cs, sn);

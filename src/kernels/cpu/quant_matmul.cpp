@@ -48,8 +48,10 @@ void dequantize_rows(const QuantMatrix& w, size_t rb, int r0, int r1, float* out
 
 // The prefill path: y = x' W^T, W the parts stacked (part i's rows are columns c_i.. of y),
 // dequantized a tile of rows at a time (spread over the pool, chunks of kRowsPerTask rows within
-// one part; the AVX2 dequantizers when `isa` is kAvx2 or kAvx512) and each tile multiplied by one
-// sgemm while the pool rests: q|k|v and gate|up are one sgemm each, as in the fp32 path.
+// one part; the AVX2 dequantizers when `isa` is kAvx2 or kAvx512) and each tile multiplied by
+// sgemm: with OpenBLAS and a pool of several threads, each thread's share of the tile by its own
+// single-threaded sgemm; otherwise one sgemm while the pool rests (q|k|v and gate|up one sgemm
+// each, as in the fp32 path).
 void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float* y, int ldy,
                 QuantIsa isa, ThreadPool* pool) {
   const int M = a.rows(), K = a.cols();
@@ -59,14 +61,14 @@ void tiled_gemm(std::span<const QuantMatrix> parts, const PreparedActs& a, float
   const bool avx2 = isa == QuantIsa::kAvx2 || isa == QuantIsa::kAvx512;
   const int tile_rows =
       std::min(N, std::max(kRowsPerTask, static_cast<int>(kTileElems / size_t(K))));
-  // kept between calls (at most kTileElems floats per calling thread): a fresh 10-16 MB vector
-  // per call cost its page faults and zeroing every time
   // With OpenBLAS and a pool of several threads, each pool thread dequantizes its share of a tile
   // and multiplies it by a single-threaded sgemm (BlasThreads), instead of the pool dequantizing
   // the tile and OpenBLAS's own threads multiplying it.
   const bool fused = pool && pool->size() > 1 && BlasThreads::available();
   std::optional<BlasThreads> one_blas_thread;
   if (fused) one_blas_thread.emplace(1);
+  // kept between calls (at most kTileElems floats per calling thread): a fresh 10-16 MB vector
+  // per call cost its page faults and zeroing every time
   thread_local std::vector<float> tile;
   if (tile.size() < size_t(tile_rows) * K) tile.resize(size_t(tile_rows) * K);
   float* const tile_data = tile.data();  // the caller's (a task names `tile`: its own thread's)

@@ -468,33 +468,16 @@ int grid_for(int groups) {
   return (groups + rounds - 1) / rounds;
 }
 
-template <class E, template <int> class F, int XG>
-Status launch_type(const Params& p, int M, cudaStream_t s, bool pdl) {
-  auto go = [&](auto kernel, int mt) {
-    const size_t smem = staged_bytes(mt, p.K);
-    // the opt-in counts the kernel's static shared memory (red[32]) too: dynamic memory of
-    // exactly 48 KiB alone needs no opt-in, but with red[] it does
-    if (smem + 32 * sizeof(float) > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
-    }
-    const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta);
-    return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
-  };
-  if (M == 1) return go(quant_gemv_kernel<E, F, 1, XG>, 1);
-  if (M == 2) return go(quant_gemv_kernel<E, F, 2, XG>, 2);
-  if (M <= 4) return go(quant_gemv_kernel<E, F, 4, XG>, 4);
-  return go(quant_gemv_kernel<E, F, 8, XG>, 8);
-}
+// The rows a kernel instance stages for M rows: M rounded up to 1, 2, 4 or 8.
+int staged_rows(int M) { return M <= 1 ? 1 : (M == 2 ? 2 : (M <= 4 ? 4 : 8)); }
 
-// The GLU variants exist for M = 1 only (batch-1 decode; kept to one instance per format and kind
-// for the library's size): quant_gemv refuses x_glu with M > 1.
-template <class E, template <int> class F>
-Status launch_glu(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
-  if (xg == 0) return launch_type<E, F, 0>(p, M, s, pdl);
-  const size_t smem = staged_bytes(1, p.K);
-  auto kernel = xg == 1 ? quant_gemv_kernel<E, F, 1, 1> : quant_gemv_kernel<E, F, 1, 2>;
+// One launch of a quant_gemv_kernel instance that stages mt rows: the shared-memory opt-in where
+// it needs one, the grid of grid_for.
+template <class Kernel>
+Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, bool pdl) {
+  const size_t smem = staged_bytes(mt, p.K);
+  // the opt-in counts the kernel's static shared memory (red[32]) too: dynamic memory of exactly
+  // 48 KiB alone needs no opt-in, but with red[] it does
   if (smem + 32 * sizeof(float) > 48 * 1024) {
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -504,11 +487,28 @@ Status launch_glu(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
+// The instance of format F for M rows. The GLU variants (xg 1: SwiGLU, 2: GeGLU) exist for M = 1
+// only (batch-1 decode; one instance per format and kind, for the library's size): quant_gemv
+// refuses x_glu with M > 1.
+template <class E, template <int> class F>
+Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
+  if (xg == 1) return launch_kernel(quant_gemv_kernel<E, F, 1, 1>, 1, p, s, pdl);
+  if (xg == 2) return launch_kernel(quant_gemv_kernel<E, F, 1, 2>, 1, p, s, pdl);
+  switch (staged_rows(M)) {
+    case 1:
+      return launch_kernel(quant_gemv_kernel<E, F, 1, 0>, 1, p, s, pdl);
+    case 2:
+      return launch_kernel(quant_gemv_kernel<E, F, 2, 0>, 2, p, s, pdl);
+    case 4:
+      return launch_kernel(quant_gemv_kernel<E, F, 4, 0>, 4, p, s, pdl);
+    default:
+      return launch_kernel(quant_gemv_kernel<E, F, 8, 0>, 8, p, s, pdl);
+  }
+}
+
 }  // namespace
 
-size_t quant_gemv_shared_bytes(int M, int K) {
-  return staged_bytes(M <= 1 ? 1 : (M == 2 ? 2 : (M <= 4 ? 4 : 8)), K);
-}
+size_t quant_gemv_shared_bytes(int M, int K) { return staged_bytes(staged_rows(M), K); }
 
 int quant_block_elems(QuantType t) {
   return t == QuantType::kQ4_K || t == QuantType::kQ6_K ? 256 : 32;
@@ -536,8 +536,7 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   const int be = quant_block_elems(a.type);
   if (a.K < be || a.K % be != 0)
     return invalid("quant_gemv: K must be a positive multiple of the block (32 or 256)");
-  const int mt = a.M == 1 ? 1 : (a.M == 2 ? 2 : (a.M <= 4 ? 4 : 8));
-  if (staged_bytes(mt, a.K) > kQuantGemvMaxSharedBytes)
+  if (quant_gemv_shared_bytes(a.M, a.K) > kQuantGemvMaxSharedBytes)
     return invalid(
         "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 "
         "KiB");
@@ -559,17 +558,17 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
     using E = decltype(e);
     switch (a.type) {
       case QuantType::kQ4_0:
-        return launch_glu<E, Q4_0>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q4_0>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ4_1:
-        return launch_glu<E, Q4_1>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q4_1>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ5_0:
-        return launch_glu<E, Q5_0>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q5_0>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ8_0:
-        return launch_glu<E, Q8_0>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q8_0>(p, a.M, s, a.pdl, xg);
       case QuantType::kQ4_K:
-        return launch_glu<E, Q4_K>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q4_K>(p, a.M, s, a.pdl, xg);
       default:
-        return launch_glu<E, Q6_K>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q6_K>(p, a.M, s, a.pdl, xg);
     }
   });
 }
