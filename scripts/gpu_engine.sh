@@ -24,8 +24,9 @@
 # stage `torchprof` (needs _C.so): torch_hf_profile.log.
 # stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
-# in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json.
-# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b,
+# in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
+# bench_l1b.json.
+# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
 # cpusimd, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
@@ -35,6 +36,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_engine.log") 2>&1
 STAGES=${STAGES:-"ktests tests race nojoin verify generate bench sanitize"}
 STEPS=${STEPS:-2048}
+PROMPTS=${PROMPTS:-512,4096}  # prompt lengths of the native, native8b and l1b benchmarks
 COMMIT=${FN_COMMIT:-unknown}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 t0=$(date +%s)
@@ -209,7 +211,8 @@ if has native; then
     check "verify native $name" "${PIPESTATUS[0]}"
     stamp "bench --model --weights native: $name"
     "$BIN/flashnorm" bench --model "$mdir/$name" --weights native --quick --runs 5 \
-      --out "$OUT/bench_native_$i.json" --commit "$COMMIT" --driver "$DRIVER"
+      --prompt-tokens "$PROMPTS" --out "$OUT/bench_native_$i.json" --commit "$COMMIT" \
+      --driver "$DRIVER"
     check "bench native $name" $?
   done
 fi
@@ -229,9 +232,22 @@ if has native8b; then
   check "random_quant_gguf" "${PIPESTATUS[0]}"
   stamp "bench --model --weights native: Llama-3-8B shapes, Q4_K"
   "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 3 \
-    --prompt-tokens 512 --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
+    --prompt-tokens "$PROMPTS" --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
     --commit "$COMMIT" --driver "$DRIVER"
   check "bench native l8b" $?
+fi
+if has l1b; then
+  # Prompt passes at Llama-3.2-1B shapes (16 layers, hidden 2048, 32 / 8 heads of 64, FFN 8192,
+  # vocabulary 128256; a random Q8_0 file run in bf16): flashnorm against standard and standard
+  # fused add+norm (issue "On the H200 (2)", item 3)
+  stamp "random Llama-3.2-1B-shaped model"
+  "$BIN/random_quant_gguf" /tmp/fn_l1b.gguf q8_0 --layers 16 --hidden 2048 --ffn 8192 \
+    --heads 32 --kv-heads 8 --distinct 4 2>&1 | tail -1
+  check "random_quant_gguf l1b" "${PIPESTATUS[0]}"
+  stamp "bench --model: Llama-3.2-1B shapes, bf16"
+  "$BIN/flashnorm" bench --model /tmp/fn_l1b.gguf --quick --runs 5 --prompt-tokens "$PROMPTS" \
+    --decode-tokens 64 --out "$OUT/bench_l1b.json" --commit "$COMMIT" --driver "$DRIVER"
+  check "bench l1b" $?
 fi
 if has archs; then
   # The new architectures (issue "On the H200 (1)", item 3): random Llama 3- and Qwen 3-shaped

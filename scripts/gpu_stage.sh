@@ -63,15 +63,24 @@ D=.cache/device
 rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
 mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
-# the CLI with its CUDA module (libflashnorm_cuda.so), which it loads from its own directory
-cp $B/src/cli/flashnorm $B/src/cli/libflashnorm_cuda.so \
-  $B/tests/engine/cuda_engine_gpu_test $B/tests/engine/engine_race_test \
-  $B/tests/kernels/kernels_gpu_test $B/tests/kernels/kernels_race_test \
-  $B/tests/kernels/engine_ops_gpu_test $B/tests/kernels/kernels_c_api_test \
-  $B/bench/probes/quant_gemv_bench $B/bench/probes/random_quant_gguf \
-  $B/tests/kernels/kernels_quant_matmul_test $S/fn/bin/
+# the CLI with its CUDA module (libflashnorm_cuda.so), which it loads from its own directory, and
+# the test programs: all of them, or with FN_PROGRAMS="name ..." only those (each GPU program is
+# about 25 MiB; all of them with the libraries compress to about 54 MiB, beyond what one call
+# carries beside the working tree)
+PROGRAMS=(tests/engine/cuda_engine_gpu_test tests/engine/engine_race_test
+  tests/kernels/kernels_gpu_test tests/kernels/kernels_race_test tests/kernels/engine_ops_gpu_test
+  tests/kernels/kernels_c_api_test bench/probes/quant_gemv_bench bench/probes/random_quant_gguf
+  tests/kernels/kernels_quant_matmul_test)
+cp $B/src/cli/flashnorm $B/src/cli/libflashnorm_cuda.so $S/fn/bin/
+for p in "${PROGRAMS[@]}"; do
+  if [[ -z ${FN_PROGRAMS:-} || " $FN_PROGRAMS " == *" $(basename $p) "* ]]; then
+    cp $B/$p $S/fn/bin/
+  fi
+done
 strip $S/fn/bin/*
-cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
+if [[ -z ${FN_PROGRAMS:-} || " $FN_PROGRAMS " == *" libflashnorm_capi "* ]]; then
+  cp $B/src/kernels/cuda/libflashnorm_capi.so $S/fn/lib/ && strip $S/fn/lib/libflashnorm_capi.so
+fi
 for l in libopenblas.so.0 libpcre2-8.so.0 libfmt.so.9 libgfortran.so.5 libquadmath.so.0 \
   libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11 libssl.so.3 libcrypto.so.3 libz.so.1 \
   libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do

@@ -75,7 +75,10 @@ void register_bench(CLI::App& app) {
           ->check(CLI::ExistingFile);
   // the --model benchmark's options: refused without --model (the kernel benchmark has no use
   // for them)
-  sub->add_option("--prompt-tokens", o->model.prompt_tokens, "--model: prompt length")
+  sub->add_option("--prompt-tokens", o->model.prompt_tokens,
+                  "--model: prompt lengths, comma-separated (each timed; decode follows a prompt "
+                  "of the first)")
+      ->delimiter(',')
       ->capture_default_str()
       ->needs(model);
   sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")

@@ -3,9 +3,10 @@
 // --norm flashnorm; reports perplexity of each on a text, greedy agreement over N generated tokens
 // on several prompts, and the largest relative logit difference (teacher-forced).
 // With --device cuda: the CUDA engine (bf16) in standard mode, flashnorm mode (fused and
-// two-stream; folded at load, and each given folded file; for a tied LM head also fused with the
-// other --fold-tied-head choice) against the CPU fp32 engine on the original, and flashnorm
-// against standard on the GPU (issue 4's equivalence table).
+// two-stream; folded at load, and each given folded file; fused with the other --prefill-norm
+// choice; for a tied LM head also fused with the other --fold-tied-head choice) against the CPU
+// fp32 engine on the original, and flashnorm against standard on the GPU (issue 4's equivalence
+// table).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -59,13 +60,13 @@ void write_json(std::optional<io::AtomicFile>& f, const nlohmann::json& j) {
 }
 
 // The CUDA engine's equivalence run: GPU engines (standard; flashnorm fused and two-stream on the
-// original, folded at load; for a tied head, flashnorm fused with the other fold_tied_head choice;
-// flashnorm fused on each folded file) against the CPU fp32 engine on the original in standard
-// mode, then flashnorm against standard on the GPU; greedy tokens of each GPU engine against the
-// GPU standard engine. With --weights native (dev.weights): every engine, the CPU reference
-// included, on the file's own blocks (WeightStorage::kNative): the CUDA engine's quantized
-// projections against the CPU engine's native path; no folded files, no head-fold variant (a
-// native head is applied in its blocks).
+// original, folded at load; flashnorm fused with the other --prefill-norm; for a tied head,
+// flashnorm fused with the other fold_tied_head choice; flashnorm fused on each folded file)
+// against the CPU fp32 engine on the original in standard mode, then flashnorm against standard on
+// the GPU; greedy tokens of each GPU engine against the GPU standard engine. With --weights native
+// (dev.weights): every engine, the CPU reference included, on the file's own blocks
+// (WeightStorage::kNative): the CUDA engine's quantized projections against the CPU engine's native
+// path; no folded files, no head-fold variant (a native head is applied in its blocks).
 nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std::string>& folded,
                              const DeviceArgs& dev, const std::vector<int32_t>& text, int ctx,
                              const std::vector<std::vector<int32_t>>& prompts, int n_greedy,
@@ -92,6 +93,12 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   gpu.push_back(
       {"flashnorm (two-stream)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
   d.deferred = "fused";
+  // both ways of applying rstd in prompt passes (teacher forcing runs prompt passes only)
+  d.prefill_norm = dev.prefill_norm == "add" ? "deferred" : "add";
+  gpu.push_back({d.prefill_norm == "add" ? "flashnorm (fused, prompts: rstd in the add)"
+                                         : "flashnorm (fused, prompts: rstd deferred)",
+                 make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
+  d.prefill_norm = dev.prefill_norm;
   if (gpu[0].e->config().tied_head && !native) {  // both ways of a tied head
     d.fold_tied_head = !dev.fold_tied_head;
     gpu.push_back(

@@ -31,6 +31,12 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
                   "rstd on two streams joined by events)")
       ->check(CLI::IsMember({"fused", "two-stream"}))
       ->capture_default_str();
+  cmd->add_option("--prefill-norm", d.prefill_norm,
+                  "cuda, flashnorm mode, passes of more than 16 tokens: add (the residual add "
+                  "writes x * rstd, the GEMM runs on it with the folded weights) or deferred "
+                  "(the GEMM on raw x, rstd applied to its output rows)")
+      ->check(CLI::IsMember({"add", "deferred"}))
+      ->capture_default_str();
   cmd->add_flag("--eager", d.eager, "cuda: launch decode steps eagerly instead of a CUDA graph");
   cmd->add_flag("--fold-tied-head", d.fold_tied_head,
                 "cuda, flashnorm mode, LM head tied to the embedding: fold the final norm's gain "
@@ -68,12 +74,15 @@ std::string resolve_device(const std::string& device) {
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track) {
   const std::string dev = resolve_device(d.device);
-  if (dev == "cpu" && (d.dtype != "bf16" || d.deferred != "fused" || d.eager || d.fold_tied_head)) {
+  const bool flashnorm_opts = d.deferred != "fused" || d.fold_tied_head || d.prefill_norm != "add";
+  if (dev == "cpu" && (d.dtype != "bf16" || d.eager || flashnorm_opts)) {
     std::fprintf(stderr,
-                 "note: --dtype, --deferred, --eager and --fold-tied-head apply to the CUDA engine "
-                 "only; the CPU engine runs fp32 or native weights (--weights)\n");
-  } else if (mode == NormMode::Standard && (d.deferred != "fused" || d.fold_tied_head)) {
-    std::fprintf(stderr, "note: --deferred and --fold-tied-head apply to --norm flashnorm only\n");
+                 "note: --dtype, --deferred, --prefill-norm, --eager and --fold-tied-head apply to "
+                 "the CUDA engine only; the CPU engine runs fp32 or native weights (--weights)\n");
+  } else if (mode == NormMode::Standard && flashnorm_opts) {
+    std::fprintf(stderr,
+                 "note: --deferred, --prefill-norm and --fold-tied-head apply to --norm flashnorm "
+                 "only\n");
   } else if (d.fold_tied_head && !model.cfg.tied_head) {
     std::fprintf(stderr,
                  "note: --fold-tied-head: this model's LM head is not tied to the embedding (a "
@@ -86,6 +95,7 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
   o.track_cancellation = track;
   o.dtype = d.dtype == "fp16" ? HalfType::kFP16 : HalfType::kBF16;
   o.deferred = d.deferred == "two-stream" ? Deferred::kTwoStream : Deferred::kFused;
+  o.prefill = d.prefill_norm == "deferred" ? PrefillNorm::kDeferred : PrefillNorm::kInAdd;
   o.decode = d.eager ? DecodeLaunch::kEager : DecodeLaunch::kGraph;
   o.tied_head = d.fold_tied_head ? TiedHead::kFoldCopy : TiedHead::kKeepGain;
   return flashnorm::make_engine(std::move(model), mode, o);

@@ -20,12 +20,13 @@ namespace flashnorm::cli {
 // Where and how a model runs: --device auto|cpu|cuda, and for cuda --dtype, --deferred, --eager,
 // --fold-tied-head.
 struct DeviceArgs {
-  std::string device = "auto";     // auto: cuda when a usable GPU is present, else cpu
-  std::string dtype = "bf16";      // cuda weights/activations: bf16 or fp16
-  std::string deferred = "fused";  // cuda flashnorm mode: fused or two-stream
-  bool eager = false;              // cuda: no CUDA graph for decode steps
-  bool fold_tied_head = false;     // cuda flashnorm mode: CudaEngineOptions::fold_tied_head
-  std::string weights = "f32";     // cpu: f32 (dequantized at load) or native (GGUF blocks)
+  std::string device = "auto";       // auto: cuda when a usable GPU is present, else cpu
+  std::string dtype = "bf16";        // cuda weights/activations: bf16 or fp16
+  std::string deferred = "fused";    // cuda flashnorm mode: fused or two-stream
+  std::string prefill_norm = "add";  // cuda flashnorm mode, prompts: add or deferred (PrefillNorm)
+  bool eager = false;                // cuda: no CUDA graph for decode steps
+  bool fold_tied_head = false;       // cuda flashnorm mode: CudaEngineOptions::fold_tied_head
+  std::string weights = "f32";       // cpu: f32 (dequantized at load) or native (GGUF blocks)
 };
 void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.

@@ -1,6 +1,7 @@
 // `flashnorm bench --model FILE`: end-to-end decode benchmark of the CUDA engine (issue 4).
 // For each configuration (standard; flashnorm fused; flashnorm two-stream; as a stronger
-// baseline, standard with the residual add and RMSNorm fused in one kernel; and, as an ablation,
+// baseline, standard with the residual add and RMSNorm fused in one kernel; flashnorm with its
+// prompt passes' rstd deferred to the GEMM output (PrefillNorm::kDeferred); and, as an ablation,
 // both modes with the decode ops unfused: separate residual-add, RoPE/KV-write, attention and
 // merge kernels, and both modes with the decode GEMV's cp.async ring allowed; for a tied LM head
 // also flashnorm with the final gain folded into an untied copy of the head), interleaved over
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <span>
 
 #include "flashnorm/engine/cuda_engine.h"
 #include "flashnorm/error.h"
@@ -46,9 +48,12 @@ nlohmann::json profile_json(const StepProfile& p) {
 }  // namespace
 
 void run_model_bench(const ModelBenchArgs& a) {
-  if (a.prompt_tokens < 2 || a.decode_tokens < 8 || a.runs < 1) {
+  const std::vector<int>& lens = a.prompt_tokens;
+  if (lens.empty() || *std::min_element(lens.begin(), lens.end()) < 2 || a.decode_tokens < 8 ||
+      a.runs < 1) {
     throw Error("bench --model: need --prompt-tokens >= 2, --decode-tokens >= 8, --runs >= 1");
   }
+  const int max_len = *std::max_element(lens.begin(), lens.end());
   std::string why;
   if (!cuda_device_available(&why)) {
     throw Error("bench --model: no usable NVIDIA GPU (" + why + ")");
@@ -79,12 +84,14 @@ void run_model_bench(const ModelBenchArgs& a) {
     bool fuse_decode_ops;
     bool allow_ring = false;
     TiedHead tied_head = TiedHead::kKeepGain;
+    PrefillNorm prefill = PrefillNorm::kInAdd;
     // on the file's blocks (--weights native): the index of the same configuration on bf16
     // weights; -1: on bf16 weights
     int bf16_of = -1;
     bool native() const { return bf16_of >= 0; }
     std::unique_ptr<CudaEngine> e;
-    std::vector<double> prompt_tps, decode_us;
+    std::vector<std::vector<double>> prompt_tps;  // [length][run]
+    std::vector<double> decode_us;
     StepProfile prof;
   };
   const StandardNorm sep = StandardNorm::kSeparate, fused_add = StandardNorm::kFusedAdd;
@@ -94,6 +101,9 @@ void run_model_bench(const ModelBenchArgs& a) {
   cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, sep, true});
   cfgs.push_back(
       {"standard fused add+norm", NormMode::Standard, Deferred::kFused, fused_add, true});
+  // Prompt passes with rstd deferred to the GEMM's output (the default applies it in the add)
+  cfgs.push_back({"flashnorm, deferred prompts", NormMode::FlashNorm, Deferred::kFused, sep, true,
+                  false, TiedHead::kKeepGain, PrefillNorm::kDeferred});
   if (native) {  // the main three again on the file's own blocks
     for (int i : {0, 1, 3}) {
       Config c{cfgs[i].name + ", native", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
@@ -115,13 +125,18 @@ void run_model_bench(const ModelBenchArgs& a) {
                       false, TiedHead::kFoldCopy});
     }
   }
-  const int ctx = a.prompt_tokens + a.decode_tokens + 64;
+  const int ctx = std::max(max_len, lens[0] + a.decode_tokens) + 64;
+  if (ctx > model.cfg.context)
+    throw Error(fmt::format("bench --model: prompt and decode need {} positions, the model has {}",
+                            ctx, model.cfg.context));
   for (auto& c : cfgs) {
+    c.prompt_tps.resize(lens.size());
     CudaEngineOptions o;
-    o.capacity.max_context = std::min(ctx, model.cfg.context);
-    o.capacity.max_batch = a.prompt_tokens;
+    o.capacity.max_context = ctx;
+    o.capacity.max_batch = max_len;
     o.flashnorm.deferred = c.deferred;
     o.flashnorm.tied_head = c.tied_head;
+    o.flashnorm.prefill = c.prefill;
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.gemv.allow_ring = c.allow_ring;
@@ -129,28 +144,33 @@ void run_model_bench(const ModelBenchArgs& a) {
   }
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(0, model.cfg.vocab - 1);
-  std::vector<int32_t> prompt(a.prompt_tokens);
-  for (auto& t : prompt) t = id(rng);
+  std::vector<int32_t> ids(max_len);
+  for (auto& t : ids) t = id(rng);
+  auto prompt = [&](size_t i) { return std::span<const int32_t>(ids.data(), lens[i]); };
   using clk = std::chrono::steady_clock;
   for (auto& c : cfgs) {  // warm-up: plans, graph capture
-    c.e->reset();
-    c.e->forward(prompt);
+    for (size_t i = lens.size(); i-- > 0;) {
+      c.e->reset();
+      c.e->forward(prompt(i));
+    }
     c.e->time_decode_steps(8);
   }
   for (int r = 0; r < a.runs; ++r) {
     for (auto& c : cfgs) {
-      c.e->reset();
-      cudaDeviceSynchronize();
-      auto t0 = clk::now();
-      c.e->forward(prompt);
-      const double s = std::chrono::duration<double>(clk::now() - t0).count();
-      c.prompt_tps.push_back(a.prompt_tokens / s);
+      for (size_t i = lens.size(); i-- > 0;) {  // the first length last: decode follows it
+        c.e->reset();
+        cudaDeviceSynchronize();
+        auto t0 = clk::now();
+        c.e->forward(prompt(i));
+        const double s = std::chrono::duration<double>(clk::now() - t0).count();
+        c.prompt_tps[i].push_back(lens[i] / s);
+      }
       c.decode_us.push_back(c.e->time_decode_steps(a.decode_tokens));
     }
   }
   for (auto& c : cfgs) {
     c.e->reset();
-    c.e->forward(prompt);
+    c.e->forward(prompt(0));
     c.prof = c.e->profile_decode_step(20);
   }
   nlohmann::json j = gpu_run_stamp(now, a.commit, a.driver);
@@ -159,7 +179,8 @@ void run_model_bench(const ModelBenchArgs& a) {
             {"arch", model.cfg.arch},
             {"batch", 1},
             {"weights", a.weights},
-            {"prompt_tokens", a.prompt_tokens},
+            {"prompt_tokens", lens[0]},
+            {"prompt_lengths", lens},
             {"decode_tokens", a.decode_tokens},
             {"runs", a.runs},
             {"method",
@@ -170,13 +191,13 @@ void run_model_bench(const ModelBenchArgs& a) {
             {"configs", nlohmann::json::array()}});
   const double std_us = median(cfgs[0].decode_us);
   fmt::print("{} | {} | prompt {} tokens, decode {} tokens at batch 1, {} runs (medians)\n",
-             j["gpu"].get<std::string>(), a.model, a.prompt_tokens, a.decode_tokens, a.runs);
+             j["gpu"].get<std::string>(), a.model, lens[0], a.decode_tokens, a.runs);
   fmt::print("{:<24} {:>12} {:>11} {:>9} {:>8} | {:>7} {:>9} {:>9} {:>9} {:>8} (us, eager)\n",
              "config", "prompt tok/s", "decode tok/s", "us/step", "speedup", "norm", "normedproj",
              "otherproj", "attention", "other");
   for (auto& c : cfgs) {
     const double us = median(c.decode_us);
-    const double tps = median(c.prompt_tps);
+    const double tps = median(c.prompt_tps[0]);
     fmt::print(
         "{:<24} {:>12.0f} {:>11.1f} {:>9.1f} {:>7.3f}x | {:>7.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
         "{:>8.1f}\n",
@@ -186,7 +207,8 @@ void run_model_bench(const ModelBenchArgs& a) {
                             {"native_weights", c.native()},
                             {"engine", c.e->describe()},
                             {"prompt_tokens_per_s", tps},
-                            {"prompt_tokens_per_s_runs", c.prompt_tps},
+                            {"prompt_tokens_per_s_runs", c.prompt_tps[0]},
+                            {"prompts", nlohmann::json::array()},
                             {"decode_us_per_step", us},
                             {"decode_us_per_step_runs", c.decode_us},
                             {"decode_tokens_per_s", 1e6 / us},
@@ -213,10 +235,28 @@ void run_model_bench(const ModelBenchArgs& a) {
     if (!cfgs[k].native()) continue;
     const Config& b = cfgs[cfgs[k].bf16_of];
     const double dec = median(b.decode_us) / median(cfgs[k].decode_us);
-    const double pr = median(cfgs[k].prompt_tps) / median(b.prompt_tps);
+    const double pr = median(cfgs[k].prompt_tps[0]) / median(b.prompt_tps[0]);
     j["configs"][k]["decode_speedup_vs_bf16"] = dec;
     j["configs"][k]["prompt_speed_vs_bf16"] = pr;
     fmt::print("{:<24} vs bf16: decode {:.3f}x, prompt {:.3f}x\n", cfgs[k].name, dec, pr);
+  }
+  // Prompt tokens/s at each length, against standard and standard fused add+norm (cfgs[3]).
+  fmt::print("{:<28} {:>7} {:>12} {:>12} {:>14}\n", "prompt pass", "tokens", "tok/s", "vs standard",
+             "vs fused add");
+  for (size_t k = 0; k < cfgs.size(); ++k) {
+    const Config& c = cfgs[k];
+    for (size_t i = 0; i < lens.size(); ++i) {
+      const double tps = median(c.prompt_tps[i]);
+      const double vs_std = tps / median(cfgs[0].prompt_tps[i]);  // both: the bf16 engines
+      const double vs_fused = tps / median(cfgs[3].prompt_tps[i]);
+      j["configs"][k]["prompts"].push_back({{"tokens", lens[i]},
+                                            {"tokens_per_s", tps},
+                                            {"tokens_per_s_runs", c.prompt_tps[i]},
+                                            {"vs_standard", vs_std},
+                                            {"vs_standard_fused_add_norm", vs_fused}});
+      fmt::print("{:<28} {:>7} {:>12.0f} {:>11.3f}x {:>13.3f}x\n", c.name, lens[i], tps, vs_std,
+                 vs_fused);
+    }
   }
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,
   // FlashNorm's standalone norm kernels (the final RMSNorm of a tied head that keeps its gain) plus

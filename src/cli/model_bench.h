@@ -2,12 +2,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace flashnorm::cli {
 
 struct ModelBenchArgs {
   std::string model, out, commit, driver;
-  int prompt_tokens = 512, decode_tokens = 256, runs = 5;
+  // prompt lengths, each timed as one prompt pass; decode follows a prompt of the first
+  std::vector<int> prompt_tokens = {512};
+  int decode_tokens = 256, runs = 5;
   bool dirty = false;
   // "native": also the three main configurations on the file's own blocks (WeightStorage::kNative)
   // beside the bf16 ones, interleaved in the same rounds

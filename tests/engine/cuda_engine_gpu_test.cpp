@@ -28,9 +28,10 @@ struct Case {
   Deferred deferred;
   HalfType dt;
   StandardNorm standard = StandardNorm::kSeparate;
-  TiedHead tied_head = TiedHead::kKeepGain;  // FlashNorm mode
-  bool biases = false;                       // llama with attention_bias and mlp_bias
-  float softcap = 0;                         // gemma3 final_logit_softcapping (0: none)
+  TiedHead tied_head = TiedHead::kKeepGain;   // FlashNorm mode
+  bool biases = false;                        // llama with attention_bias and mlp_bias
+  float softcap = 0;                          // gemma3 final_logit_softcapping (0: none)
+  PrefillNorm prefill = PrefillNorm::kInAdd;  // FlashNorm mode's prompt passes
 };
 
 // The engine options of a case, with a 128-position cache.
@@ -38,6 +39,7 @@ CudaEngineOptions case_options(const Case& c) {
   CudaEngineOptions o;
   o.capacity.max_context = 128, o.dtype = c.dt, o.standard = c.standard;
   o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
+  o.flashnorm.prefill = c.prefill;
   return o;
 }
 
@@ -186,6 +188,18 @@ const Case kCases[] = {
      StandardNorm::kSeparate, TiedHead::kKeepGain, false, 2.0f},
     {"gemma3_softcap_fn_bf16", true, true, NormMode::FlashNorm, Deferred::kFused, HalfType::kBF16,
      StandardNorm::kSeparate, TiedHead::kKeepGain, false, 2.0f},
+    // FlashNorm's prompt passes (more than 16 tokens: the 48-token chunks of the teacher-forced
+    // test) with rstd deferred to the GEMM output instead of applied by the residual add (the
+    // default, every FlashNorm case above): tied and untied heads, post norms, QK-norm, biases
+    {"llama_fn_prefdeferred_bf16", false, true, NormMode::FlashNorm, Deferred::kFused,
+     HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kKeepGain, false, 0,
+     PrefillNorm::kDeferred},
+    {"gemma3_fn_prefdeferred_bf16", true, false, NormMode::FlashNorm, Deferred::kFused,
+     HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kKeepGain, false, 0,
+     PrefillNorm::kDeferred},
+    {"llama_bias_fn2s_prefdeferred_bf16", false, false, NormMode::FlashNorm, Deferred::kTwoStream,
+     HalfType::kBF16, StandardNorm::kSeparate, TiedHead::kKeepGain, true, 0,
+     PrefillNorm::kDeferred},
 };
 INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineVsCpu, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });

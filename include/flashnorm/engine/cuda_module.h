@@ -37,7 +37,7 @@ inline constexpr const char* kCudaModuleFile = "libflashnorm_cuda.so";
 // The name of the extern "C" factory the module exports.
 inline constexpr const char* kCudaModuleSymbol = "flashnorm_cuda_module";
 // Bumped whenever CudaModule's members change.
-inline constexpr int kCudaModuleAbi = 1;
+inline constexpr int kCudaModuleAbi = 2;
 
 // A stamp of the sizes of the types that cross the boundary: a module from another build (other
 // headers, other compiler flags) is refused instead of misreading them.

@@ -15,6 +15,20 @@ enum class Deferred {
   kTwoStream,  // the seed's scheme: cuBLASLt GEMM + rstd on a side stream, events, post-scale
 };
 
+// Where FlashNorm mode applies rstd in passes of more than 16 tokens (prefill; decode always defers
+// it into the GEMV's epilogue).
+enum class PrefillNorm {
+  // The residual add that produces x also computes rstd(x) and writes x * rstd (the gain is folded
+  // into W), and the projection is the plain GEMM: Standard's kFusedAdd kernels less the gain
+  // multiply, with no standalone norm kernel after the first layer's. A standalone fused GEMM does
+  // not beat cuBLAS on prefill shapes (docs/kernels.md); the add that already exists carries the
+  // reduction instead.
+  kInAdd,
+  // flashnorm_linear on raw x (the prefill GEMM with rstd in its epilogue; with
+  // Deferred::kTwoStream, the GEMM and rstd on two streams joined by an event).
+  kDeferred,
+};
+
 // FlashNorm mode with an LM head tied to the token embedding (SmolLM2, Gemma). No effect on an
 // untied head (a folded file's included).
 enum class TiedHead {
@@ -59,6 +73,7 @@ struct CudaFlashNorm {
   bool cancel = true;  // drop the rstd that QK-norm cancels (scale mask 0 on those columns)
   Deferred deferred = Deferred::kFused;
   TiedHead tied_head = TiedHead::kKeepGain;
+  PrefillNorm prefill = PrefillNorm::kInAdd;
 };
 
 // Kernel launches of a forward pass.

@@ -29,6 +29,7 @@ struct EngineOptions {
   HalfType dtype = HalfType::kBF16;  // CUDA only
   Deferred deferred = Deferred::kFused;        // CUDA, FlashNorm mode
   TiedHead tied_head = TiedHead::kKeepGain;    // CUDA, FlashNorm mode
+  PrefillNorm prefill = PrefillNorm::kInAdd;   // CUDA, FlashNorm mode
   DecodeLaunch decode = DecodeLaunch::kGraph;  // CUDA
 };
 

@@ -145,6 +145,8 @@ std::string CudaEngine::describe() const {
   std::string variant;
   if (e.mode == NormMode::FlashNorm) {
     variant = o.flashnorm.deferred == Deferred::kTwoStream ? " (two-stream" : " (fused";
+    variant += o.flashnorm.prefill == PrefillNorm::kInAdd ? "; prompts: rstd in the residual add"
+                                                          : "; prompts: rstd deferred";
     if (e.w.head_is_emb) variant += "; tied LM head: final RMSNorm keeps its gain";
     if (e.cfg.tied_head && !e.w.head_is_emb) {
       variant += e.w.qhead.empty() ? "; tied LM head folded into an untied copy"

@@ -62,12 +62,14 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
 // y = normalized(x) W^T for a projection fed by an RMSNorm, x = rows row0 .. row0+M-1 of xb.
 // Standard runs the norm (unless the preceding residual add already wrote xn:
 // StandardNorm::kFusedAdd) then the plain projection; FlashNorm runs flashnorm_linear on raw x with
-// the folded W. keep_gain: FlashNorm mode's tied LM head (TiedHead::kKeepGain), normalized as in
-// Standard mode since its gain is not folded. bias ([N] dt, or null) is added last, after the
-// FlashNorm row scale: y = rstd * (x W*^T) + b. A quantized projection (q; gain32 its fp32 gain)
-// runs, in FlashNorm mode, quant_gemv on raw x with the gain applied to x and rstd to the rows of
-// its scaled parts, or for longer passes the deferred GEMM on its tile expanded with the gain
-// folded in; in Standard mode the norm then the plain quantized projection.
+// the folded W, or in a norm_in_add pass the plain projection on xn = x * rstd (written by the
+// residual add; by a gainless rms_norm for the first layer) with the folded W. keep_gain: FlashNorm
+// mode's tied LM head (TiedHead::kKeepGain), normalized as in Standard mode since its gain is not
+// folded. bias ([N] dt, or null) is added last, after the FlashNorm row scale: y = rstd * (x W*^T)
+// + b. A quantized projection (q; gain32 its fp32 gain) runs, in FlashNorm mode, quant_gemv on raw
+// x with the gain applied to x and rstd to the rows of its scaled parts, or for longer passes the
+// deferred GEMM on its tile expanded with the gain folded in; in Standard mode the norm then the
+// plain quantized projection.
 void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, void* y,
                      const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain,
                      const void* bias, const QuantProj* q, const DeviceBuffer* gain32) {
@@ -87,6 +89,25 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     xn_ready = false;
     prof.op(kNormedProj, s,
             [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias, q); });
+    return;
+  }
+  if (norm_in_add) {
+    if (!xn_ready) {  // the first layer: no add before it
+      prof.op(kNorm, s, [&] {
+        fk::RmsNormArgs a;
+        a.dtype = dt, a.M = M, a.K = d.H, a.x = x, a.ldx = d.H, a.gain = nullptr;
+        a.y = const_cast<void*>(xnr), a.ldy = d.H, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
+        ok(fk::rms_norm(a, s));
+      });
+    }
+    xn_ready = false;
+    prof.op(kNormedProj, s, [&] {
+      if (quantized) {  // the gain on normalized x (head rows) or folded into the tile
+        if (M <= kQuantGemvMaxM) return quant(*q, xnr, M, gain32->as<float>(), false, y, ldy, bias);
+        wt = expand(*q, gain32->as<float>());
+      }
+      plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias);
+    });
     return;
   }
   prof.op(kNormedProj, s, [&] {
@@ -148,12 +169,16 @@ const void* Forward::expand(const QuantProj& q, const float* gain) {
 }
 
 // x32 += sublayer output (post-norm for Gemma); xb = round(x32). With StandardNorm::kFusedAdd
-// (Standard mode) also xn = RMSNorm(x32) * next_gain, the input of the next normed projection.
-void Forward::residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain) {
-  const bool fuse = mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd;
+// (Standard mode) also xn = RMSNorm(x32) * next_gain, the input of the next normed projection; in a
+// norm_in_add pass xn = RMSNorm(x32) (times next_gain where the consumer keeps it).
+void Forward::residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain,
+                       bool next_folded) {
+  const bool std_fuse = mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd;
+  const bool fuse = std_fuse || norm_in_add;
+  const void* g = fuse && (std_fuse || !next_folded) ? next_gain : nullptr;
   prof.op(fuse ? kNorm : kOther, s, [&] {
     ok(fk::residual_add(dt, T, d.H, ws.proj.as<float>(), has_post ? post.as<float>() : nullptr,
-                        cfg.eps, ws.x32.as<float>(), ws.xb.get(), s, fuse ? next_gain : nullptr,
+                        cfg.eps, ws.x32.as<float>(), ws.xb.get(), s, g,
                         fuse ? ws.xn.get() : nullptr, opt.launch.pdl));
   });
   xn_ready = fuse;
@@ -201,7 +226,7 @@ void Forward::layer(int l, int T) {
     plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res, false,
           ly.bo.get(), &ly.qo);
   });
-  if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get());
+  if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get(), true);
   normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true,
          false, ly.bgu.get(), &ly.qgu, &ly.ffn_gain32);
   const bool fuse_glu = glu_in_down(T);
@@ -214,13 +239,16 @@ void Forward::layer(int l, int T) {
           true, fuse_res, fuse_glu, ly.bdown.get(), &ly.qdown);
   });
   if (!fuse_res) {
-    residual(T, ly.post_ffn, ly.has_post,
-             l + 1 < d.L ? w.layers[l + 1].attn_gain.get() : w.out_gain.get());
+    const bool last = l + 1 == d.L;  // the next norm is the final one, a tied head keeps it
+    residual(T, ly.post_ffn, ly.has_post, last ? w.out_gain.get() : w.layers[l + 1].attn_gain.get(),
+             !(last && w.head_is_emb));
   }
 }
 
 void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed) {
   xn_ready = false;  // never carried over from a pass that threw
+  norm_in_add = mode == NormMode::FlashNorm && opt.flashnorm.prefill == PrefillNorm::kInAdd &&
+                T > fk::LinearContext::kAutoDecodeMaxM;
   prof.op(kOther, s, [&] {
     ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
                         ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));

@@ -162,7 +162,11 @@ struct Forward {
   fk::LinearContext& ctx;
   StepProfiler& prof;
   cudaStream_t s;
-  bool xn_ready = false;  // xn holds the next normed projection's input (StandardNorm::kFusedAdd)
+  bool xn_ready = false;  // xn holds the next normed projection's input (written by the add)
+  // This pass normalizes in the residual adds (FlashNorm mode, PrefillNorm::kInAdd, a pass of
+  // more than 16 tokens): xn = x * rstd, the gain folded into the weights (or, for a quantized
+  // projection, into its expanded tile; for a tied head that keeps its gain, applied by the add).
+  bool norm_in_add = false;
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
   // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
@@ -192,7 +196,11 @@ struct Forward {
              int ldy, const void* bias, bool glu = false, bool add_residual = false);
   // q expanded into ws.wtile ([N, K] dt, times gain when set); returns the tile.
   const void* expand(const QuantProj& q, const float* gain);
-  void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain);
+  // x32 += ws.proj (post-normed where has_post); xb = round(x32); with Standard's kFusedAdd or
+  // norm_in_add, also xn = the next normed projection's input. next_gain: that norm's dt gain;
+  // next_folded: its consumer folds it (FlashNorm: xn = x * rstd only).
+  void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain,
+                bool next_folded);
   void layer(int l, int T);
 };
 

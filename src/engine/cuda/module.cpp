@@ -27,7 +27,7 @@ std::unique_ptr<Engine> make_cuda_engine(const Model& model, NormMode mode,
   CudaEngineOptions c;
   c.capacity.max_context = o.max_context;
   c.dtype = o.dtype;
-  c.flashnorm = {o.cancel, o.deferred, o.tied_head};
+  c.flashnorm = {o.cancel, o.deferred, o.tied_head, o.prefill};
   c.launch.decode = o.decode;
   return std::make_unique<CudaEngine>(model, mode, c);
 }

@@ -18,6 +18,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "engine_op.cuh"
 #include "flashnorm/kernels/cuda/quant_gemv.h"
@@ -88,7 +91,7 @@ __device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, 
 // addresses).
 template <int MT>
 struct Q8_0 {
-  static constexpr int kBlockBytes = 34, kElems = 32, kPerStep = 8;
+  static constexpr int kBlockBytes = 34, kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
   struct Raw {
     uint32_t d, q0, q1;
   };
@@ -129,7 +132,7 @@ struct SmallBlock {
   static constexpr int kQs = S == Small::kQ4_0 ? 2 : (S == Small::kQ4_1 ? 4 : 6);  // qs offset
   template <int MT>
   struct F {
-    static constexpr int kElems = 32, kPerStep = 8;
+    static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
     struct Raw {
       uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 signed codes
     };
@@ -188,7 +191,7 @@ using Q5_0 = SmallBlock<Small::kQ5_0>::F<MT>;
 // sum w x = dx (d sc sum(q xq) - dmin m sum(xq)).
 template <int MT>
 struct Q4_K {
-  static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8;
+  static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8, kUnroll = 2, kMinCtas = 3;
   struct Raw {
     uint4 head, q0, q1;
   };
@@ -254,6 +257,7 @@ struct Q4_K {
 template <int MT>
 struct Q6_K {
   static constexpr int kBlockBytes = 210, kElems = 256, kPerStep = 4;
+  static constexpr int kUnroll = MT == 1 ? 2 : 1, kMinCtas = 4;  // more rows: 255 registers
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
     uint32_t sc, d;                         // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
@@ -329,8 +333,11 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
 
 // XG: 0 x in dt; 1 / 2 x the fp32 gate|up rows [M, 2K] of a SwiGLU / GeGLU, staged as
 // round_dt(act(gate) * up) (the standalone GLU kernel's values).
+// One-row instances are held to the registers that let F::kMinCtas CTAs share an SM (64 for four,
+// without spills; Q4_K's two-step loads need 80, three CTAs).
 template <class E, template <int> class F, int MT, int XG>
-__global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
+__global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
+    quant_gemv_kernel(Params p) {
   using T = typename E::T;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[32];
@@ -423,17 +430,25 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
       for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
-    for (int it = 0; it < steps; ++it) {
-      typename F<MT>::Raw raw[kRowsPerWarp];
-      bool ok[kRowsPerWarp];
+    // kUnroll steps of both rows loaded before their products: that many more bytes in flight per
+    // warp, and a short row (SmolLM2's K = 576 is 3 steps of Q4_1) in one memory round trip
+    // instead of one per step. Same products in the same order per row.
+    constexpr int U = F<MT>::kUnroll;
+    for (int it0 = 0; it0 < steps; it0 += U) {
+      typename F<MT>::Raw raw[U][kRowsPerWarp];
+      bool ok[U][kRowsPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
-        ok[r] = F<MT>::load(p.w + n * p.row_bytes, nblk, it, lane, raw[r]);
-      }
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (ok[r]) F<MT>::dot(raw[r], it, lane, staged, acc[r]);
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
+          ok[u][r] = F<MT>::load(p.w + n * p.row_bytes, nblk, it0 + u, lane, raw[u][r]);
+        }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r)
+          if (ok[u][r]) F<MT>::dot(raw[u][r], it0 + u, lane, staged, acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -451,10 +466,12 @@ __global__ void __launch_bounds__(kWarps * 32) quant_gemv_kernel(Params p) {
   }
 }
 
-// CTAs of a launch over `groups` row groups: one per group up to kCtasPerSm per SM, else that many
-// with every CTA taking the same number of groups (the staged x is reused across a CTA's groups).
+// CTAs of a launch over `groups` row groups: one per group up to per_sm per SM (the CTAs of the
+// instance resident at once, at most kCtasPerSm), else that many with every CTA taking the same
+// number of groups (the staged x is reused across a CTA's groups): one wave, never a second one
+// of a few CTAs.
 constexpr int kCtasPerSm = 4;
-int grid_for(int groups) {
+int grid_for(int groups, int per_sm) {
   static const int sms = [] {
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -462,10 +479,24 @@ int grid_for(int groups) {
       n = 132;
     return n;
   }();
-  const int cap = kCtasPerSm * sms;
+  const int cap = std::clamp(per_sm, 1, kCtasPerSm) * sms;
   if (groups <= cap) return groups;
   const int rounds = (groups + cap - 1) / cap;
   return (groups + rounds - 1) / rounds;
+}
+
+// CTAs of `kernel` resident per SM with smem bytes of dynamic shared memory (the occupancy
+// calculator; cached per kernel and size, the query costs host time on every eager launch).
+int resident_ctas(const void* kernel, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, size_t>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(kernel, smem);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, smem) != cudaSuccess)
+    n = 1;
+  return cache[key] = n;
 }
 
 // The rows a kernel instance stages for M rows: M rounded up to 1, 2, 4 or 8.
@@ -483,7 +514,8 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
   }
-  const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta);
+  const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta,
+                            resident_ctas(reinterpret_cast<const void*>(kernel), smem));
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 

@@ -52,10 +52,16 @@ __global__ void residual_kernel(const float* p, int H, const float* post_gain, f
   for (int v = threadIdx.x; v < H / 8; v += blockDim.x) {
     const float4* xo = reinterpret_cast<const float4*>(xr + v * 8);
     const float4 a = xo[0], b = xo[1];
-    float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, g[8];
-    detail::unpack8<E>(reinterpret_cast<const uint4*>(next_gain)[v], g);
+    float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (next_gain) {
+      float g[8];
+      detail::unpack8<E>(reinterpret_cast<const uint4*>(next_gain)[v], g);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] *= rn * g[i];
+      for (int i = 0; i < 8; ++i) x[i] *= rn * g[i];
+    } else {  // the gain folded into the consumer's weights
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] *= rn;
+    }
     reinterpret_cast<uint4*>(xn + static_cast<int64_t>(t) * H)[v] = detail::pack8<E>(x);
   }
 }
@@ -68,8 +74,8 @@ Status residual_add(DType dt, int T, int H, const float* p, const float* post_ga
   if (T < 1 || H < 8 || H % 8) return invalid("residual_add: T >= 1, H % 8 == 0");
   if (!p || !x32 || !xb || !aligned16(p) || !aligned16(x32) || !aligned16(xb))
     return invalid("residual_add: null or misaligned pointer");
-  if ((xn == nullptr) != (next_gain == nullptr) || !aligned16(xn) || !aligned16(next_gain))
-    return invalid("residual_add: next_gain and xn go together, 16-byte aligned");
+  if ((next_gain && !xn) || !aligned16(xn) || !aligned16(next_gain))
+    return invalid("residual_add: next_gain needs xn; both 16-byte aligned");
   return by_dtype(dt, [&](auto e) {
     using E = decltype(e);
     using T_ = typename E::T;

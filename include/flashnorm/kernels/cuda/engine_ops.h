@@ -33,9 +33,10 @@ Status embed_tokens(DType dt, int T, int H, int vocab, const int32_t* tokens, co
 
 // Residual add of a sublayer output: x32[t, :] += post_gain ? RMSNorm(p[t, :]) * post_gain
 // : p[t, :], then xb[t, :] = round_dt(x32[t, :]). p: [T, H] fp32; post_gain: [H] fp32 multiplier
-// (Gemma's post-attention / post-FFN norm; eps inside the square root) or null. With next_gain
-// ([H] dt) and xn ([T, H] dt) set, also xn[t, :] = round_dt(x32 * rstd(x32) * next_gain): the next
-// RMSNorm fused into the add (vLLM's fused_add_rms_norm; fp32 sum of squares). H % 8 == 0.
+// (Gemma's post-attention / post-FFN norm; eps inside the square root) or null. With xn ([T, H] dt)
+// set, also xn[t, :] = round_dt(x32 * rstd(x32) * next_gain): the next RMSNorm fused into the add
+// (vLLM's fused_add_rms_norm; fp32 sum of squares); next_gain [H] dt, or null for a gain of 1 (one
+// folded into the consumer's weights: FlashNorm's PrefillNorm::kInAdd). H % 8 == 0.
 Status residual_add(DType dt, int T, int H, const float* p, const float* post_gain, float eps,
                     float* x32, void* xb, cudaStream_t s, const void* next_gain = nullptr,
                     void* xn = nullptr, bool pdl = false);
