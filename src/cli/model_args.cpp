@@ -32,7 +32,7 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
       ->check(CLI::IsMember({"fused", "two-stream"}))
       ->capture_default_str();
   cmd->add_option("--prefill-norm", d.prefill_norm,
-                  "cuda, flashnorm mode, passes of more than 16 tokens: add (the residual add "
+                  "cuda, flashnorm mode, passes of more than 64 tokens: add (the residual add "
                   "writes x * rstd, the GEMM runs on it with the folded weights) or deferred "
                   "(the GEMM on raw x, rstd applied to its output rows)")
       ->check(CLI::IsMember({"add", "deferred"}))

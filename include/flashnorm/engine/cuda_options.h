@@ -15,8 +15,8 @@ enum class Deferred {
   kTwoStream,  // the seed's scheme: cuBLASLt GEMM + rstd on a side stream, events, post-scale
 };
 
-// Where FlashNorm mode applies rstd in passes of more than 16 tokens (prefill; decode always defers
-// it into the GEMV's epilogue).
+// Where FlashNorm mode applies rstd in passes of more than 64 tokens (prompts; shorter passes,
+// decode included, always defer it to the projection's output rows).
 enum class PrefillNorm {
   // The residual add that produces x also computes rstd(x) and writes x * rstd (the gain is folded
   // into W), and the projection is the plain GEMM: Standard's kFusedAdd kernels less the gain

@@ -248,7 +248,7 @@ void Forward::layer(int l, int T) {
 void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed) {
   xn_ready = false;  // never carried over from a pass that threw
   norm_in_add = mode == NormMode::FlashNorm && opt.flashnorm.prefill == PrefillNorm::kInAdd &&
-                T > fk::LinearContext::kAutoDecodeMaxM;
+                T > kDeferredMaxT;
   prof.op(kOther, s, [&] {
     ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
                         ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));

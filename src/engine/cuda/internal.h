@@ -36,6 +36,11 @@ constexpr int kSplitMaxT = fk::kDecodeAttentionMaxT;
 // Passes of at most this many tokens read quantized projections with quant_gemv; longer ones expand
 // them into a dt tile for the GEMM (quant_gemv takes M <= 8).
 constexpr int kQuantGemvMaxM = 8;
+// FlashNorm mode defers rstd to the projections' outputs in passes of at most this many tokens
+// (decode, batched decode: flashnorm_linear's decode kernel, or its GEMM with rstd in the epilogue
+// where tuning found that faster up to 64 rows); longer passes (prompts) apply it in the residual
+// add (PrefillNorm::kInAdd).
+constexpr int kDeferredMaxT = 64;
 // Keys per chunk: 128 for head_dim 64, fewer for wider heads (decode_attention keeps a chunk's keys
 // and values in shared memory: split * D <= 8192 floats each).
 inline int split_keys(int D) { return std::clamp(8192 / D, 16, 128); }
@@ -164,8 +169,9 @@ struct Forward {
   cudaStream_t s;
   bool xn_ready = false;  // xn holds the next normed projection's input (written by the add)
   // This pass normalizes in the residual adds (FlashNorm mode, PrefillNorm::kInAdd, a pass of
-  // more than 16 tokens): xn = x * rstd, the gain folded into the weights (or, for a quantized
-  // projection, into its expanded tile; for a tied head that keeps its gain, applied by the add).
+  // more than kDeferredMaxT tokens): xn = x * rstd, the gain folded into the weights (or, for a
+  // quantized projection, into its expanded tile; for a tied head that keeps its gain, applied by
+  // the add).
   bool norm_in_add = false;
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
