@@ -13,9 +13,11 @@
 //   Standard:  rms_norm (rms_norm.h, gain in the weight dtype) then the plain projection
 //              (StandardNorm::kFusedAdd: the norm written by the preceding residual add).
 //   FlashNorm: flashnorm_linear on the raw x with folded weights (kDecode's fused kernel for
-//              decode, kPrefill for prompts; Deferred::kTwoStream: the seed's two-stream scheme
-//              with its event join), QK-norm-cancelled columns unscaled (scale_mask) when
-//              CudaFlashNorm::cancel.
+//              decode, kPrefill up to 64 tokens; Deferred::kTwoStream: the seed's two-stream
+//              scheme with its event join), QK-norm-cancelled columns unscaled (scale_mask) when
+//              CudaFlashNorm::cancel; passes of more than 64 tokens (PrefillNorm::kInAdd): the
+//              residual add writes x * rstd and the plain projection runs on it with the folded
+//              weights (PrefillNorm::kDeferred: flashnorm_linear as above).
 // Plain projections (o, down, and the Standard mode's normed ones) use the same kernel in both
 // modes: the decode kernel with every column unscaled for M <= 16 tokens, cuBLASLt above, so that
 // the modes differ by the normalization alone.
