@@ -77,30 +77,26 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
   if (ldy == 0) ldy = N;
   const void* x = static_cast<const char*>(ws.xb.get()) + size_t(row0) * d.H * 2;
   const void* xnr = static_cast<const char*>(ws.xn.get()) + size_t(row0) * d.H * 2;
-  if (mode == NormMode::Standard || keep_gain) {
+  // xn = RMSNorm(x) * g (g null: 1) unless the preceding residual add already wrote it
+  auto norm_into_xn = [&](const void* g) {
     if (!xn_ready) {
       prof.op(kNorm, s, [&] {
         fk::RmsNormArgs a;
-        a.dtype = dt, a.M = M, a.K = d.H, a.x = x, a.ldx = d.H, a.gain = gain;
+        a.dtype = dt, a.M = M, a.K = d.H, a.x = x, a.ldx = d.H, a.gain = g;
         a.y = const_cast<void*>(xnr), a.ldy = d.H, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
         ok(fk::rms_norm(a, s));
       });
     }
     xn_ready = false;
+  };
+  if (mode == NormMode::Standard || keep_gain) {
+    norm_into_xn(gain);
     prof.op(kNormedProj, s,
             [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias, q); });
     return;
   }
   if (norm_in_add) {
-    if (!xn_ready) {  // the first layer: no add before it
-      prof.op(kNorm, s, [&] {
-        fk::RmsNormArgs a;
-        a.dtype = dt, a.M = M, a.K = d.H, a.x = x, a.ldx = d.H, a.gain = nullptr;
-        a.y = const_cast<void*>(xnr), a.ldy = d.H, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
-        ok(fk::rms_norm(a, s));
-      });
-    }
-    xn_ready = false;
+    norm_into_xn(nullptr);  // the first layer's (no add before it); the gain is folded
     prof.op(kNormedProj, s, [&] {
       if (quantized) {  // the gain on normalized x (head rows) or folded into the tile
         if (M <= kQuantGemvMaxM) return quant(*q, xnr, M, gain32->as<float>(), false, y, ldy, bias);
