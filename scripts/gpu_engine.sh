@@ -25,9 +25,9 @@
 # stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
 # in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
-# bench_l1b.json.
+# bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# cpusimd, ncu, ncuk.
+# bucket, cpusimd, ncu, ncuk.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -60,7 +60,7 @@ export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
 needs_model=0
-for st in race nojoin ncu ncuk verify generate bench sanitize; do has $st && needs_model=1; done
+for st in race nojoin ncu ncuk verify generate bench sanitize bucket; do has $st && needs_model=1; done
 if [[ $needs_model == 1 ]]; then
   if [[ ! -f "$M" ]]; then
     cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
@@ -108,6 +108,18 @@ if has race; then
     > "$OUT/race.log" 2>&1
   check engine_race_test $?
   grep -vE "^  text:" "$OUT/race.log"; grep -E "^  text:" "$OUT/race.log" | cut -c1-220
+fi
+
+if has bucket; then
+  # Decode with the KV cache the run needs and with a 4160-position one: a captured decode step
+  # launches the attention's key chunks up to the end of its 512-position bucket, not the whole
+  # cache's (AttentionArgs::key_bound), so the two should decode at the same speed
+  for c in 0 4160; do
+    stamp "bench --model, --ctx $c (0: what the run needs)"
+    "$BIN/flashnorm" bench --model "$M" --quick --runs 3 --prompt-tokens 512 --decode-tokens 128 \
+      --ctx $c --out "$OUT/bench_ctx$c.json" --commit "$COMMIT" --driver "$DRIVER"
+    check "bench --ctx $c" $?
+  done
 fi
 
 if has nojoin; then

@@ -84,6 +84,10 @@ void register_bench(CLI::App& app) {
   sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")
       ->capture_default_str()
       ->needs(model);
+  sub->add_option("--ctx", o->model.ctx,
+                  "--model: KV cache positions (default: what the prompts and decode steps need)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(model);
   sub->add_option("--runs", o->model.runs, "--model: rounds (medians)")
       ->capture_default_str()
       ->needs(model);

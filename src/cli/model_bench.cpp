@@ -125,7 +125,11 @@ void run_model_bench(const ModelBenchArgs& a) {
                       false, TiedHead::kFoldCopy});
     }
   }
-  const int ctx = std::max(max_len, lens[0] + a.decode_tokens) + 64;
+  const int need = std::max(max_len, lens[0] + a.decode_tokens);
+  if (a.ctx != 0 && a.ctx < need)
+    throw Error(fmt::format("bench --model: --ctx {} is below the {} positions the run needs",
+                            a.ctx, need));
+  const int ctx = a.ctx != 0 ? a.ctx : need + 64;
   if (ctx > model.cfg.context)
     throw Error(fmt::format("bench --model: prompt and decode need {} positions, the model has {}",
                             ctx, model.cfg.context));
@@ -182,6 +186,7 @@ void run_model_bench(const ModelBenchArgs& a) {
             {"prompt_tokens", lens[0]},
             {"prompt_lengths", lens},
             {"decode_tokens", a.decode_tokens},
+            {"kv_cache_positions", ctx},
             {"runs", a.runs},
             {"method",
              "prompt: host clock around one eager forward of the prompt; decode: CUDA "

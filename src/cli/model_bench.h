@@ -11,6 +11,7 @@ struct ModelBenchArgs {
   // prompt lengths, each timed as one prompt pass; decode follows a prompt of the first
   std::vector<int> prompt_tokens = {512};
   int decode_tokens = 256, runs = 5;
+  int ctx = 0;  // KV cache positions; 0: what the prompts and the decode steps need (+ 64)
   bool dirty = false;
   // "native": also the three main configurations on the file's own blocks (WeightStorage::kNative)
   // beside the bf16 ones, interleaved in the same rounds

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "flashnorm/engine/sampler.h"
 #include "flashnorm/error.h"
@@ -22,8 +23,12 @@ double log_prob(std::span<const float> logits, int32_t target) {
 double max_rel_diff(std::span<const float> ref, std::span<const float> got) {
   double scale = 0, diff = 0;
   for (size_t j = 0; j < ref.size(); ++j) {
+    const double d = std::fabs(double(ref[j]) - got[j]);
+    // std::max would drop a NaN (every comparison with it is false): a NaN or infinite value on
+    // either side is an infinite difference
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
     scale = std::max(scale, std::fabs(double(ref[j])));
-    diff = std::max(diff, std::fabs(double(ref[j]) - got[j]));
+    diff = std::max(diff, d);
   }
   return diff / std::max(scale, 1e-30);
 }

@@ -160,8 +160,8 @@ TEST(CliErrors, DeviceSelection) {
 #endif
   }
   // the --model benchmark's options without --model: refused, not ignored
-  for (const char* opt :
-       {"--quick", "--weights native", "--runs 3", "--prompt-tokens 64", "--decode-tokens 16"}) {
+  for (const char* opt : {"--quick", "--weights native", "--runs 3", "--prompt-tokens 64",
+                          "--decode-tokens 16", "--ctx 4096", "--prompt-tokens 512,4096"}) {
     expect_one_line_error(run_cli(std::string("bench ") + opt), "requires --model");
   }
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");

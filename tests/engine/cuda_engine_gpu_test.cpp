@@ -357,6 +357,43 @@ TEST(CudaEngine, FusedDecodeOpsMatchSeparateKernelsOverSeveralChunks) {
   }
 }
 
+// A captured decode step launches the attention's key chunks up to the end of its bucket of
+// kKeyBucket (512) positions and is recaptured when the position enters the next bucket: graph
+// replays from position 500 to 540 (across 512) and an eager engine's steps (chunks up to each
+// step's own position) give the same logits, random Llama and Gemma 3 (sliding window) checkpoints
+// with a 2048-position context, both modes. A graph that kept the first bucket's chunks past
+// position 512 would drop keys and give NaN (attention's coverage check), failing the comparison.
+TEST(CudaEngine, DecodeGraphFollowsThePositionBucket) {
+  for (bool gemma : {false, true})
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+      SCOPED_TRACE(case_name(gemma, mode));
+      const auto dir =
+          testing::fresh_dir(gemma ? "cuda_engine_bucket_g3" : "cuda_engine_bucket_ll");
+      testing::RandomLlamaOptions ro =
+          gemma ? testing::small_gemma3_options(11) : testing::RandomLlamaOptions{};
+      ro.context = 2048;
+      testing::write_random_llama(dir, ro);
+      CudaEngineOptions o;
+      o.capacity.max_context = 1100, o.gemv.choice = GemvChoice::kHeuristic;
+      CudaEngine g(load_model(dir), mode, o);
+      CudaEngineOptions eo = o;
+      eo.launch.decode = DecodeLaunch::kEager;
+      CudaEngine ref(load_model(dir), mode, eo);
+      const std::vector<int32_t> ids = random_ids(540, g.config().vocab, 8);
+      const std::span<const int32_t> all(ids);
+      g.forward(all.subspan(0, 500)), ref.forward(all.subspan(0, 500));
+      double worst = 0;
+      for (size_t t = 500; t < ids.size(); ++t) {
+        const std::vector<float> lg = g.forward(all.subspan(t, 1)),
+                                 lr = ref.forward(all.subspan(t, 1));
+        const double d = max_rel_diff(lr, lg);
+        worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+      }
+      std::printf("graph vs eager steps 500..539: max rel logit diff %.3e\n", worst);
+      EXPECT_LT(worst, 1e-6);
+    }
+}
+
 TEST(CudaEngine, RefusesBadTokensAndFullCache) {
   CudaEngineOptions o;
   o.capacity.max_context = 16;

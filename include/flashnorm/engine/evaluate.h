@@ -45,7 +45,7 @@ std::vector<ComparisonStats> compare_teacher_forced(
 std::vector<int32_t> greedy_tokens(Engine& e, std::span<const int32_t> prompt, int n);
 
 // Largest absolute difference relative to the logit scale: max_j |ref_j - got_j| / max_j |ref_j|
-// (fp64; spans of equal length).
+// (fp64; spans of equal length); +infinity when a value on either side is NaN or infinite.
 double max_rel_diff(std::span<const float> ref, std::span<const float> got);
 
 // log-softmax of logits[target] in fp64.

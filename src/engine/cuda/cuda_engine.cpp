@@ -74,7 +74,7 @@ struct CudaEngine::Impl {
   void decode_step(float temperature, uint64_t seed) {
     check_capacity(1);
     if (pos_stale) set_pos_device(pos);
-    graph.step(f, temperature, seed);
+    graph.step(f, pos, temperature, seed);
     ++pos;
   }
 
@@ -107,6 +107,7 @@ struct CudaEngine::Impl {
                                     cudaMemcpyHostToDevice, s()));
       FN_CUDA_CHECK(
           cudaMemcpyAsync(ws.d_pos.get(), ws.h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
+      f.key_bound = pos + n;
       f.run(n, rows, false, 0, 0);
       if (rows > 0) {
         FN_CUDA_CHECK(cudaMemcpyAsync(ws.h_logits.as<float>(), ws.logits.get(),
@@ -244,6 +245,7 @@ StepProfile CudaEngine::profile_decode_step(int reps) {
     FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
     e.prof.start();
     try {
+      e.f.key_bound = e.pos + 1;
       e.f.run(1, 1, true, 0.0f, 0);
     } catch (...) {
       e.prof.stop();

@@ -1,17 +1,22 @@
 // The CUDA engine's decode-step graph (internal.h): capture on first use after an eager warm-up
 // step, replay afterwards, recapture when what the graph baked in changes.
+#include <algorithm>
+
 #include "internal.h"
 
 namespace flashnorm::cuda_engine {
 
-void DecodeGraph::step(Forward& f, float temperature, uint64_t seed) {
+void DecodeGraph::step(Forward& f, int pos, float temperature, uint64_t seed) {
   if (f.opt.launch.decode == DecodeLaunch::kEager || !warmed_) {
+    f.key_bound = pos + 1;
     f.run(1, 1, true, temperature, seed);
     warmed_ = true;
     return;
   }
+  const int bound = std::min(f.d.max_ctx, (pos / kKeyBucket + 1) * kKeyBucket);
   if (graph_.empty() || temp_ != temperature || seed_ != seed ||
-      generation_ != f.ctx.workspace_generation()) {
+      generation_ != f.ctx.workspace_generation() || key_bound_ != bound) {
+    f.key_bound = bound;
     cudaGraph_t g = nullptr;
     FN_CUDA_CHECK(cudaStreamBeginCapture(f.s, cudaStreamCaptureModeThreadLocal));
     try {
@@ -23,7 +28,7 @@ void DecodeGraph::step(Forward& f, float temperature, uint64_t seed) {
     }
     FN_CUDA_CHECK(cudaStreamEndCapture(f.s, &g));
     graph_.set(g);
-    temp_ = temperature, seed_ = seed;
+    temp_ = temperature, seed_ = seed, key_bound_ = bound;
     generation_ = f.ctx.workspace_generation();
   }
   graph_.launch(f.s);

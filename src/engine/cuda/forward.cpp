@@ -205,6 +205,7 @@ void Forward::layer(int l, int T) {
   aa.max_ctx = d.max_ctx, aa.window = ly.local ? cfg.sliding_window : 0;
   aa.scale = cfg.attn_scale, aa.pos = ws.d_pos.as<int32_t>(), aa.q = ws.q.as<float>();
   aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = ws.att.get(), aa.pdl = pdl;
+  aa.key_bound = key_bound;
   if (T <= kSplitMaxT) aa.split_keys = split_keys(d.D), aa.partials = ws.partials.as<float>();
   if (T <= kSplitMaxT && fuse_ops) {  // one kernel (engine_ops.h)
     prof.op(kAttn, s,

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "flashnorm/median.h"
-
 #include "internal.h"
 
 namespace flashnorm::cuda_engine {

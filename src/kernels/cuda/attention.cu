@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
   float* ws =
       a.partials ? a.partials + ((static_cast<int64_t>(t) * a.n_head + h) * gridDim.z + z) * (D + 2)
                  : nullptr;
-  if (k0 >= k1) {  // an empty split (the grid covers max_ctx keys)
+  if (k0 >= k1) {  // an empty split (the grid covers key_bound keys)
     if (ws && threadIdx.x == 0) ws[0] = -INFINITY, ws[1] = 0.f;
     return;
   }
@@ -61,9 +61,13 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
   pdl_begin();
   const int h = blockIdx.x, t = blockIdx.y, D = a.D, d = threadIdx.x;
   const float* base = a.partials + (static_cast<int64_t>(t) * a.n_head + h) * splits * (D + 2);
+  // chunks that stop short of the last visible key (a key_bound below the position): NaN
+  const int visible = *a.pos + t + 1;
+  const int first = a.window > 0 ? max(0, visible - a.window) : 0;
+  const bool covered = first + splits * a.split_keys >= visible;
   if (d < D) {
     static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * a.n_head * D + h * D + d] =
-        E::from_f(detail::merge_chunks(base, splits, D, d));
+        E::from_f(covered ? detail::merge_chunks(base, splits, D, d) : NAN);
   }
 }
 
@@ -71,8 +75,10 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
 
 Status attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.D < 4 || a.D % 4 ||
-      a.D > 256 || a.max_ctx < 1 || a.max_ctx > 32768 || a.window < 0 || a.split_keys < 0)
-    return invalid("attention: D % 4 == 0 and <= 256, max_ctx <= 32768, heads divide");
+      a.D > 256 || a.max_ctx < 1 || a.max_ctx > 32768 || a.window < 0 || a.split_keys < 0 ||
+      a.key_bound < 0)
+    return invalid(
+        "attention: D % 4 == 0 and <= 256, max_ctx <= 32768, heads divide, key_bound >= 0");
   if (!a.pos || !a.q || !a.k_cache || !a.v_cache || !a.out)
     return invalid("attention: null pointer");
   if (a.split_keys > 0 && !a.partials) return invalid("attention: split_keys needs partials");

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads)
   const int p0 = *r.pos, pt = p0 + t, visible = pt + 1;
   const int first = a.window > 0 ? max(0, visible - a.window) : 0;
   const int k0 = first + z * a.split_keys, k1 = min(visible, k0 + a.split_keys);
-  const bool live = k0 < k1;  // else an empty chunk (the grid covers max_ctx keys)
+  const bool live = k0 < k1;  // else an empty chunk (the grid covers key_bound keys)
   float* q = sm;
   float* knew = q + D;
   float* vnew = knew + T * D;
@@ -178,9 +178,12 @@ __global__ void __launch_bounds__(kThreads)
   __threadfence();
   const int splits = gridDim.z;
   const float* base = a.partials + (static_cast<int64_t>(t) * r.n_head + h) * splits * (D + 2);
+  // chunks that stop short of the last visible key (a key_bound below the position): NaN, not a
+  // silently truncated softmax
+  const bool covered = first + splits * a.split_keys >= visible;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] =
-        E::from_f(detail::merge_chunks(base, splits, D, d));
+        E::from_f(covered ? detail::merge_chunks(base, splits, D, d) : NAN);
   }
   if (threadIdx.x == 0)
     counters[t * r.n_head + h] = 0u;  // ready for the next stream-ordered launch
@@ -192,10 +195,10 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
                         cudaStream_t s) {
   if (r.T < 1 || r.T > kDecodeAttentionMaxT || r.n_head < 1 || r.n_head_kv < 1 ||
       r.n_head % r.n_head_kv || r.D < 4 || r.D % 4 || r.D > 256 || r.max_ctx < 1 ||
-      r.max_ctx > 32768 || a.window < 0 || a.split_keys < 1)
+      r.max_ctx > 32768 || a.window < 0 || a.split_keys < 1 || a.key_bound < 0)
     return invalid(
         "decode_attention: 1 <= T <= 16, D % 4 == 0 and <= 256, n_head % n_head_kv == 0, "
-        "max_ctx <= 32768, split_keys >= 1");
+        "max_ctx <= 32768, split_keys >= 1, key_bound >= 0");
   if (a.T != r.T || a.n_head != r.n_head || a.n_head_kv != r.n_head_kv || a.D != r.D ||
       a.max_ctx != r.max_ctx || a.dt != r.dt)
     return invalid("decode_attention: rope and attn disagree on T, heads, D, max_ctx or dtype");

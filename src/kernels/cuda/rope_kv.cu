@@ -70,7 +70,8 @@ Status rope_kv(const RopeKvArgs& a, cudaStream_t s) {
 }
 
 int attention_splits(const AttentionArgs& a) {
-  return a.split_keys > 0 ? (a.max_ctx + a.split_keys - 1) / a.split_keys : 1;
+  const int keys = a.key_bound > 0 ? std::min(a.key_bound, a.max_ctx) : a.max_ctx;
+  return a.split_keys > 0 ? (keys + a.split_keys - 1) / a.split_keys : 1;
 }
 
 }  // namespace flashnorm::kernels::cuda

@@ -71,10 +71,10 @@ Status rope_kv(const RopeKvArgs& a, cudaStream_t s);
 // out[t, h*D:(h+1)*D] = softmax_j(scale * q_t,h . k_j,h/g) v_j,h/g for keys j in
 // [max(0, p_t + 1 - window), p_t] (window = 0: all earlier keys), g = n_head / n_head_kv; fp32
 // arithmetic, out rounded to dt. One CTA per (head, query) — or, with split_keys > 0 (decode),
-// per (head, query, chunk of split_keys keys) over ceil(max_ctx / split_keys) chunks (empty ones
-// exit at once), merged by a second kernel from `partials` (flash-decoding). Scores go through
-// shared memory; not a tiled FlashAttention (its cost is reported in the engine profile).
-// Errors: D % 4 == 0, D <= 256, max_ctx <= 32768, partials set when split_keys > 0.
+// per (head, query, chunk of split_keys keys) over ceil(min(key_bound, max_ctx) / split_keys)
+// chunks (empty ones exit at once), merged by a second kernel from `partials` (flash-decoding).
+// Scores go through shared memory; not a tiled FlashAttention (its cost is reported in the engine
+// profile). Errors: D % 4 == 0, D <= 256, max_ctx <= 32768, partials set when split_keys > 0.
 struct AttentionArgs {
   DType dt = DType::kBF16;
   int T = 0, n_head = 0, n_head_kv = 0, D = 0, max_ctx = 0, window = 0;
@@ -83,8 +83,13 @@ struct AttentionArgs {
   const float* q = nullptr;
   const float* k_cache = nullptr;
   const float* v_cache = nullptr;
-  void* out = nullptr;        // [T, n_head * D] dt
-  int split_keys = 0;         // 0: one CTA per (head, query)
+  void* out = nullptr;  // [T, n_head * D] dt
+  int split_keys = 0;   // 0: one CTA per (head, query)
+  // With split_keys: 0 (max_ctx), or a bound on *pos + T, the keys any query of the launch can
+  // see: only the chunks below it are launched (a decode graph captured for a bucket of
+  // positions launches the chunks up to the bucket's end instead of the whole cache's). A bound
+  // below *pos + T would drop keys: those queries' outputs are NaN instead.
+  int key_bound = 0;
   float* partials = nullptr;  // [T][n_head][attention_splits()][D + 2] fp32 when split_keys > 0
   bool pdl = false;           // both kernels
 };
