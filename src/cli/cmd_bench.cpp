@@ -98,8 +98,8 @@ void register_bench(CLI::App& app) {
       ->capture_default_str()
       ->needs(model);
   sub->add_flag("--quick", o->model.quick,
-                "--model: only standard, flashnorm and standard fused add+norm (no ablations; "
-                "large models)")
+                "--model: only standard, flashnorm, flashnorm two-stream, standard fused "
+                "add+norm and flashnorm with deferred prompts (no ablations; large models)")
       ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {

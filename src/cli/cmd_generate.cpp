@@ -71,8 +71,10 @@ void register_generate(CLI::App& app) {
                       "chat template family for --chat or --messages: chatml, gemma or llama3 "
                       "(default: recognised from the model's template, which is never executed)")
           ->check(CLI::IsMember({"chatml", "gemma", "llama3"}));
-  cmd->add_flag("--no-cancel", a->no_cancel,
-                "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`)");
+  cmd->add_flag(
+      "--no-cancel", a->no_cancel,
+      "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`; the CUDA "
+      "engine's prompt passes of more than 64 tokens keep it anyway, see --prefill-norm)");
   cmd->add_option("--ctx", a->ctx, "KV cache length (0: model context, at most 8192)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tokenizer", a->tokenizer,
@@ -95,7 +97,7 @@ void register_generate(CLI::App& app) {
     }
     std::vector<ChatMessage> turns;
     if (conversation) turns = read_chat_messages(a->messages);
-    const std::string text_in = conversation     ? std::string()
+    const std::string text_in = conversation    ? std::string()
                                 : file->count() ? read_prompt_file(a->file)
                                                 : a->prompt;
     require_utf8(text_in, file->count() ? "--file " + a->file : "the prompt");

@@ -43,7 +43,8 @@ void register_serve(CLI::App& app) {
   auto a = std::make_shared<Args>();
   cmd->add_option("-m,--model", a->models,
                   "NAME=PATH[,norm=flashnorm|standard][,weights=f32|native][,ctx=N]"
-                  "[,max-concurrent=N][,max-queued=N][,chat-format=F] (repeat for several models; PATH: GGUF file or Hugging Face "
+                  "[,max-concurrent=N][,max-queued=N][,chat-format=F] (repeat for several models; "
+                  "PATH: GGUF file or Hugging Face "
                   "directory)")
       ->required();
   cmd->add_option("--host", a->host, "address to listen on");

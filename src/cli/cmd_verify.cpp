@@ -80,16 +80,18 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   std::vector<Named> gpu;
   DeviceArgs d = dev;
   d.device = "cuda";
-  d.fold_tied_head = false;  // a flashnorm-only option: no note for the standard engine
+  // flashnorm-only options: no note for the standard engine
+  d.fold_tied_head = false, d.prefill_norm = "add";
   const WeightStorage storage = weight_storage(dev);
   const bool native = storage == WeightStorage::kNative;
   auto load = [&] { return load_model(original, /*with_data=*/true, storage); };
   gpu.push_back({"standard", make_engine(load(), NormMode::Standard, d, max_ctx, cancel)});
-  d.fold_tied_head = dev.fold_tied_head;
+  d.fold_tied_head = dev.fold_tied_head, d.prefill_norm = dev.prefill_norm;
   d.deferred = "fused";
   gpu.push_back(
       {"flashnorm (fused)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
-  d.deferred = "two-stream";
+  // the seed's scheme throughout: prompts' rstd deferred too, on the second stream
+  d.deferred = "two-stream", d.prefill_norm = "deferred";
   gpu.push_back(
       {"flashnorm (two-stream)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
   d.deferred = "fused";
@@ -267,7 +269,9 @@ void register_verify(CLI::App& app) {
                   "use only the first N tokens of text (0: all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-cancel", a->no_cancel,
-                "keep the rstd that QK-norm cancels (default: drop it and report its effect)");
+                "keep the rstd that QK-norm cancels (default: drop it and report its effect; the "
+                "CUDA engine's prompt passes of more than 64 tokens keep it anyway, see "
+                "--prefill-norm)");
   cmd->add_option("--json", a->json, "also write the results as JSON to this file")
       ->check(CLI::Validator(
           [](std::string& v) { return v.empty() ? std::string("--json: empty path") : ""; },

@@ -17,8 +17,8 @@
 
 namespace flashnorm::cli {
 
-// Where and how a model runs: --device auto|cpu|cuda, and for cuda --dtype, --deferred, --eager,
-// --fold-tied-head.
+// Where and how a model runs: --device auto|cpu|cuda, --weights, and for cuda --dtype, --deferred,
+// --prefill-norm, --eager, --fold-tied-head.
 struct DeviceArgs {
   std::string device = "auto";       // auto: cuda when a usable GPU is present, else cpu
   std::string dtype = "bf16";        // cuda weights/activations: bf16 or fp16

@@ -16,7 +16,9 @@ struct ModelBenchArgs {
   // "native": also the three main configurations on the file's own blocks (WeightStorage::kNative)
   // beside the bf16 ones, interleaved in the same rounds
   std::string weights = "f32";
-  bool quick = false;  // only standard, flashnorm and standard fused add+norm (large models)
+  // only standard, flashnorm, flashnorm two-stream, standard fused add+norm and flashnorm with
+  // deferred prompts: no ablations (large models)
+  bool quick = false;
 };
 // Part of the CUDA module (libflashnorm_cuda.so, engine/cuda_module.h): callers in the executable
 // reach it through cuda_module().run_model_bench.

@@ -192,21 +192,42 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaEngineVsCpu, ::testing::ValuesIn(kCases),
 
 // FlashNorm's prompt passes of more than 64 tokens (chunks of 96), rstd applied by the residual
 // adds (PrefillNorm::kInAdd, the default) and deferred to the GEMM output (kDeferred), against the
-// CPU fp32 engine, beside the Standard engine on the same chunks: each FlashNorm variant as
-// accurate as Standard (its largest relative logit difference at most 1.25 times Standard's, plus
-// 1e-3), top-1 at least 0.9, perplexity within 1%. Random Llama (tied head: the final norm keeps
-// its gain, written by the last add) and Gemma 3 (untied; post norms, QK-norm) checkpoints. The
-// first layer's norm is a gainless rms_norm, every later one the add's.
+// CPU fp32 engine, beside the Standard engine of the same dtype on the same chunks: each FlashNorm
+// variant as accurate as Standard (its largest relative logit difference at most 1.25 times
+// Standard's, plus 1e-3), top-1 at least 0.9, perplexity within 1%; and the two variants' logits
+// differ (both paths ran). Random checkpoints: Llama with a tied head (the final norm keeps its
+// gain, written by the last add), the same in fp16 and with the head folded into an untied copy
+// (TiedHead::kFoldCopy), Llama with biases on every projection (the deferred engine on two
+// streams), Gemma 3 untied (post norms, QK-norm, sliding window) and tied with the final logit
+// soft-capping. The first layer's norm is a gainless rms_norm, every later one the add's.
 TEST(CudaEngine, LongPromptPassesMatchCpuFp32AsStandardDoes) {
-  for (bool gemma : {false, true}) {
-    const std::string dir = model_dir(gemma, !gemma);
+  struct Variant {
+    const char* name;
+    bool gemma, tied, biases = false;
+    float softcap = 0;
+    HalfType dt = HalfType::kBF16;
+    TiedHead head = TiedHead::kKeepGain;
+    Deferred deferred = Deferred::kFused;  // the kDeferred engine's
+  };
+  const Variant variants[] = {
+      {"llama tied", false, true},
+      {"llama tied fp16", false, true, false, 0, HalfType::kFP16},
+      {"llama tied, head folded", false, true, false, 0, HalfType::kBF16, TiedHead::kFoldCopy},
+      {"llama untied, biases, two-stream", false, false, true, 0, HalfType::kBF16,
+       TiedHead::kKeepGain, Deferred::kTwoStream},
+      {"gemma3 untied", true, false},
+      {"gemma3 tied, soft-capped", true, true, false, 2.0f},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    const std::string dir = model_dir(v.gemma, v.tied, v.biases, v.softcap);
     CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
     CudaEngineOptions o;
-    o.capacity.max_context = 128;
+    o.capacity.max_context = 128, o.dtype = v.dt, o.flashnorm.tied_head = v.head;
     CudaEngine std_e(load_model(dir), NormMode::Standard, o);
     o.flashnorm.prefill = PrefillNorm::kInAdd;
     CudaEngine add_e(load_model(dir), NormMode::FlashNorm, o);
-    o.flashnorm.prefill = PrefillNorm::kDeferred;
+    o.flashnorm.prefill = PrefillNorm::kDeferred, o.flashnorm.deferred = v.deferred;
     CudaEngine def_e(load_model(dir), NormMode::FlashNorm, o);
     const std::vector<int32_t> seq = random_ids(192, cpu.config().vocab, 3);
     std::vector<Engine*> gpus = {&std_e, &add_e, &def_e};
@@ -215,12 +236,19 @@ TEST(CudaEngine, LongPromptPassesMatchCpuFp32AsStandardDoes) {
     for (size_t i = 0; i < st.size(); ++i) {
       const double top1 = double(st[i].top1_agree) / st[i].positions;
       std::printf("[%s, %s] positions %zu top-1 %.4f max rel logit diff %.3e ppl %.4f / %.4f\n",
-                  gemma ? "gemma3" : "llama", names[i], st[i].positions, top1,
-                  st[i].max_rel_logit_diff, st[i].ppl_a(), st[i].ppl_b());
+                  v.name, names[i], st[i].positions, top1, st[i].max_rel_logit_diff, st[i].ppl_a(),
+                  st[i].ppl_b());
       EXPECT_GE(top1, 0.9);
       EXPECT_NEAR(st[i].ppl_b() / st[i].ppl_a(), 1.0, 0.01);
       if (i > 0) EXPECT_LE(st[i].max_rel_logit_diff, 1.25 * st[0].max_rel_logit_diff + 1e-3);
     }
+    // the in-add path ran: its rounding differs from the deferred GEMM's
+    add_e.reset(), def_e.reset();
+    const std::span<const int32_t> first(seq.data(), 96);
+    const double d = max_rel_diff(def_e.forward(first, true), add_e.forward(first, true));
+    std::printf("[%s] rstd in the add vs deferred: max rel logit diff %.3e\n", v.name, d);
+    EXPECT_GT(d, 0.0);
+    EXPECT_LT(d, 3e-2);
   }
 }
 

@@ -108,6 +108,13 @@ TEST_P(CudaNativeWeights, MatchCpuFp32OfTheSameBlocks) {
   std::printf("[%s] 48-token prompts: top-1 %.4f max rel logit diff %.3e\n", c.name,
               double(s48.top1_agree) / s48.positions, s48.max_rel_logit_diff);
   EXPECT_LT(s48.max_rel_logit_diff, 3e-2);
+  // a 96-token prompt with the last token's logits only (generate's prefill): the head's one row
+  // through quant_gemv on the add's normalized x (FlashNorm: the final gain applied there)
+  cpu.reset(), gpu.reset();
+  const std::span<const int32_t> prompt(seq.data(), 96);
+  const double dlast = max_rel_diff(cpu.forward(prompt), gpu.forward(prompt));
+  std::printf("[%s] 96-token prompt, last logits: max rel logit diff %.3e\n", c.name, dlast);
+  EXPECT_LT(dlast, 3e-2);
   // decode: 8 prompt tokens (quant_gemv at M = 8), then one token per step (M = 1, graph replay)
   cpu.reset(), gpu.reset();
   const std::span<const int32_t> head(seq.data(), 8);

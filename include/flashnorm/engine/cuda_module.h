@@ -36,7 +36,8 @@ struct KernelBenchOptions;  // bench/kernel_bench/kernel_bench.h
 inline constexpr const char* kCudaModuleFile = "libflashnorm_cuda.so";
 // The name of the extern "C" factory the module exports.
 inline constexpr const char* kCudaModuleSymbol = "flashnorm_cuda_module";
-// Bumped whenever CudaModule's members change.
+// Bumped whenever CudaModule's members change, or a type passed through them (EngineOptions,
+// ModelBenchArgs, KernelBenchOptions, ...) changes its layout.
 inline constexpr int kCudaModuleAbi = 2;
 
 // A stamp of the sizes of the types that cross the boundary: a module from another build (other

@@ -20,7 +20,9 @@ enum class Deferred {
 enum class PrefillNorm {
   // The residual add that produces x also computes rstd(x) and writes x * rstd (the gain is folded
   // into W), and the projection is the plain GEMM: Standard's kFusedAdd kernels less the gain
-  // multiply, with no standalone norm kernel after the first layer's. A standalone fused GEMM does
+  // multiply, with no standalone norm kernel after the first layer's. Every column gets rstd,
+  // those QK-norm cancels included (CudaFlashNorm::cancel applies to the deferred passes only). A
+  // standalone fused GEMM does
   // not beat cuBLAS on prefill shapes (docs/kernels.md); the add that already exists carries the
   // reduction instead.
   kInAdd,
@@ -70,7 +72,10 @@ struct CudaCapacity {
 
 // FlashNorm mode's choices.
 struct CudaFlashNorm {
-  bool cancel = true;  // drop the rstd that QK-norm cancels (scale mask 0 on those columns)
+  // drop the rstd that QK-norm cancels (scale mask 0 on those columns) in passes that defer it
+  // (all of them with PrefillNorm::kDeferred; up to 64 tokens with kInAdd, whose add normalizes x
+  // for every column)
+  bool cancel = true;
   Deferred deferred = Deferred::kFused;
   TiedHead tied_head = TiedHead::kKeepGain;
   PrefillNorm prefill = PrefillNorm::kInAdd;

@@ -68,8 +68,11 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
 // folded. bias ([N] dt, or null) is added last, after the FlashNorm row scale: y = rstd * (x W*^T)
 // + b. A quantized projection (q; gain32 its fp32 gain) runs, in FlashNorm mode, quant_gemv on raw
 // x with the gain applied to x and rstd to the rows of its scaled parts, or for longer passes the
-// deferred GEMM on its tile expanded with the gain folded in; in Standard mode the norm then the
-// plain quantized projection.
+// deferred GEMM on its tile expanded with the gain folded in (in a norm_in_add pass: the plain GEMM
+// on xn, or quant_gemv on xn with the gain and no row scale for up to 8 logit rows); in Standard
+// mode the norm then the plain quantized projection. In a norm_in_add pass every column is scaled,
+// mask and all_unscaled included: the Standard computation, which the QK-norm's cancellation
+// matches up to its eps.
 void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, void* y,
                      const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain,
                      const void* bias, const QuantProj* q, const DeviceBuffer* gain32) {

@@ -2,9 +2,10 @@
 // (src/io/gguf/dequant.cpp: deq_q8_0, deq_q4_k, deq_q6_k), which the test uses as its reference.
 //
 // CTA = 8 warps; each warp owns kRowsPerWarp output rows of a group of kRowsPerCta and walks them
-// together (the loads of all its rows are issued before their products, for memory-level
-// parallelism); a CTA takes group blockIdx.x and, when there are more groups than kCtasPerSm per
-// SM, every gridDim.x-th after it, so that its staged x serves several groups. Its first group's
+// together (the loads of all its rows, F::kUnroll steps of them, are issued before their products,
+// for memory-level parallelism); a CTA takes group blockIdx.x and, when there are more groups than
+// CTAs resident at once (the occupancy query, at most kCtasPerSm per SM), every gridDim.x-th after
+// it, so that its staged x serves several groups. Its first group's
 // bytes are prefetched into L2 before the PDL wait (weights are constant), each next group's while
 // the current one is computed. Before the products, the CTA
 // stages its M x rows in shared memory: x * gain quantized to int16 per block of 32 (the CPU
@@ -498,8 +499,10 @@ int resident_ctas(const void* kernel, size_t smem) {
   const auto key = std::make_pair(kernel, smem);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, smem) != cudaSuccess)
-    n = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, smem) != cudaSuccess) {
+    cudaGetLastError();  // not the launch's error: one CTA per SM, asked again next time
+    return 1;
+  }
   return cache[key] = n;
 }
 
