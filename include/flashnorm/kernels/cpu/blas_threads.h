@@ -7,9 +7,11 @@
 
 namespace flashnorm::kernels::cpu {
 
-// Sets OpenBLAS's thread count to `n` for the object's life and restores it after. Process-wide:
-// a BLAS call on another thread meanwhile runs with it too (its speed changes, not its result).
-// A no-op where the BLAS library is not OpenBLAS (active() false).
+// Sets OpenBLAS's thread count to `n` for the object's life; when the last of the scopes alive in
+// the process ends, restores the count from before the first of them (overlapping scopes on
+// several threads, e.g. two CPU engines in one server, never leave it at `n`). Process-wide: a
+// BLAS call on another thread meanwhile runs with it too (its speed changes, not its result).
+// A no-op where the BLAS library is not OpenBLAS (available() false).
 class BlasThreads {
  public:
   explicit BlasThreads(int n);
@@ -20,7 +22,7 @@ class BlasThreads {
   static bool available();
 
  private:
-  int old_ = 0;
+  bool held_ = false;  // counted among the scopes alive
 };
 
 }  // namespace flashnorm::kernels::cpu
