@@ -81,7 +81,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   DeviceArgs d = dev;
   d.device = "cuda";
   // flashnorm-only options: no note for the standard engine
-  d.fold_tied_head = false, d.prefill_norm = "add";
+  d.fold_tied_head = false, d.prefill_norm = "add", d.deferred = "fused";
   const WeightStorage storage = weight_storage(dev);
   const bool native = storage == WeightStorage::kNative;
   auto load = [&] { return load_model(original, /*with_data=*/true, storage); };

@@ -127,14 +127,18 @@ void run_model_bench(const ModelBenchArgs& a) {
                       false, TiedHead::kFoldCopy});
     }
   }
-  const int need = std::max(max_len, lens[0] + a.decode_tokens);
+  // positions: the longest prompt; the first prompt then its decode steps (time_decode_steps:
+  // 2 warm-up steps more; the profile: 21 steps)
+  const int need = std::max(max_len, lens[0] + std::max(a.decode_tokens + 2, 21));
   if (a.ctx != 0 && a.ctx < need)
     throw Error(fmt::format("bench --model: --ctx {} is below the {} positions the run needs",
                             a.ctx, need));
   const int ctx = a.ctx != 0 ? a.ctx : std::min(need + 64, std::max(need, model.cfg.context));
   if (ctx > model.cfg.context)
-    throw Error(fmt::format("bench --model: prompt and decode need {} positions, the model has {}",
-                            ctx, model.cfg.context));
+    throw Error(
+        fmt::format("bench --model: a KV cache of {} positions{} exceeds the model's "
+                    "context of {}",
+                    ctx, a.ctx != 0 ? " (--ctx)" : " (what the run needs)", model.cfg.context));
   for (auto& c : cfgs) {
     c.prompt_tps.resize(lens.size());
     CudaEngineOptions o;
@@ -192,7 +196,9 @@ void run_model_bench(const ModelBenchArgs& a) {
             {"runs", a.runs},
             {"method",
              "prompt: host clock around one eager forward of the prompt; decode: CUDA "
-             "events around decode_tokens CUDA-graph replays after the prompt; medians "
+             "events around decode_tokens CUDA-graph replays after the prompt (a replay that "
+             "enters the next 512-position bucket of keys is recaptured first, inside the "
+             "timed span); medians "
              "over runs (configurations interleaved); profile: eager step, CUDA events "
              "around each kernel, median of 20 steps"},
             {"configs", nlohmann::json::array()}});

@@ -28,6 +28,10 @@ struct AttnCase {
   // launched right behind it with PDL: its pre-wait copies must not see, and its post-wait reads
   // must see, the producer's output.
   bool pdl_producer = false;
+  // AttentionArgs::key_bound of both kernels (0: max_ctx); uncovered: the bound leaves some of the
+  // visible keys unlaunched, and every output must be NaN instead of a truncated softmax
+  int key_bound = 0;
+  bool uncovered = false;
 };
 
 fk::LinearContext& linear_ctx() {
@@ -83,6 +87,7 @@ void run_case(const AttnCase& c) {
   fk::AttentionArgs a;
   a.dt = r.dt, a.T = T, a.n_head = n_head, a.n_head_kv = n_head_kv, a.D = D, a.max_ctx = max_ctx;
   a.window = c.window, a.scale = 1.f / std::sqrt(static_cast<float>(D)), a.split_keys = c.split;
+  a.key_bound = c.key_bound;
   const size_t part_n = static_cast<size_t>(T) * n_head * fk::attention_splits(a) * (D + 2);
 
   DevMem d_qkv(qkv.size() * 4), d_pos(4), d_cos(cs.size() * 4), d_sin(sn.size() * 4), d_gq(D * 4),
@@ -153,7 +158,11 @@ void run_case(const AttnCase& c) {
   const std::vector<float> ob =
       download_half(fk::DType::kFP16, outB.p, static_cast<size_t>(T) * nq);
   ASSERT_EQ(oa.size(), ob.size());
-  for (int t = 0; t < T; ++t)
+  if (c.uncovered) {
+    for (size_t i = 0; i < oa.size(); ++i)
+      ASSERT_TRUE(std::isnan(oa[i]) && std::isnan(ob[i])) << "output " << i << " not NaN";
+  }
+  for (int t = 0; c.uncovered ? false : t < T; ++t)
     for (int h = 0; h < n_head; ++h) {
       float mx = 0.f, worst = 0.f;
       for (int d = 0; d < D; ++d) {
@@ -212,6 +221,23 @@ TEST(DecodeAttentionSmall, HeadDimsAndGrouping) {
   for (auto [nh, nkv] : {std::pair{8, 8}, std::pair{8, 1}}) {
     AttnCase c{64, 5, 300, 40, 32, true, true, true};
     c.n_head = nh, c.n_head_kv = nkv;
+    run_case(c);
+  }
+}
+// AttentionArgs::key_bound (a decode graph's bucket end; eager passes' last position + 1): the
+// chunks below the bound only. A bound at or above *pos + T, exactly or with room, and one below it
+// that a sliding window still covers give the separate kernels' outputs; a bound that leaves keys
+// unlaunched gives NaN in both kernels.
+TEST(DecodeAttentionSmall, KeyBoundLaunchesTheChunksBelowIt) {
+  for (int T : {1, 16}) {
+    AttnCase c{64, T, 300, 0, 32, true, false, false};
+    c.key_bound = 300 + T;  // exactly
+    run_case(c);
+    c.key_bound = 512 - 7;  // room beyond the position, not a multiple of the chunk
+    run_case(c);
+    c.key_bound = 130, c.window = 100;  // below the position; the window's 100 keys fit
+    run_case(c);
+    c.window = 0, c.uncovered = true;  // 160 of 301+ keys launched
     run_case(c);
   }
 }
