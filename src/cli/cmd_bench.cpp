@@ -44,11 +44,11 @@ void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchCli>();
   CLI::App* sub =
       app.add_subcommand("bench",
-                         "Kernel benchmark on the GPU: rms_norm, unfused (rms_norm + cuBLAS GEMM), "
-                         "bare cuBLAS GEMM and "
-                         "every flashnorm_linear implementation over each shape and M of a shapes "
-                         "file; CUDA-graph and "
-                         "eager medians, W rotated past the L2; prints a table and writes JSON.");
+                         "GPU benchmarks. Kernels: rms_norm, unfused (rms_norm + cuBLAS GEMM), "
+                         "bare cuBLAS GEMM and every flashnorm_linear implementation over each "
+                         "shape and M of a shapes file; CUDA-graph and eager medians, W rotated "
+                         "past the L2. With --model GGUF: the CUDA engine's prompt and batch-1 "
+                         "decode speed, standard vs flashnorm. Prints a table and writes JSON.");
   sub->add_option("--shapes", o->shapes,
                   "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
       ->capture_default_str();
@@ -76,12 +76,12 @@ void register_bench(CLI::App& app) {
   // the --model benchmark's options: refused without --model (the kernel benchmark has no use
   // for them)
   sub->add_option("--prompt-tokens", o->model.prompt_tokens,
-                  "--model: prompt lengths, comma-separated (each timed; decode follows a prompt "
-                  "of the first)")
+                  "--model: prompt lengths, comma-separated, each >= 2 (each timed; decode follows "
+                  "a prompt of the first)")
       ->delimiter(',')
       ->capture_default_str()
       ->needs(model);
-  sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run")
+  sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run (>= 8)")
       ->capture_default_str()
       ->needs(model);
   sub->add_option("--ctx", o->model.ctx,
@@ -99,7 +99,8 @@ void register_bench(CLI::App& app) {
       ->needs(model);
   sub->add_flag("--quick", o->model.quick,
                 "--model: only standard, flashnorm, flashnorm two-stream, standard fused "
-                "add+norm and flashnorm with deferred prompts (no ablations; large models)")
+                "add+norm and flashnorm with deferred prompts, without the ablations "
+                "(recommended for large models: each configuration holds its own weights)")
       ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {

@@ -75,7 +75,7 @@ void register_generate(CLI::App& app) {
       "--no-cancel", a->no_cancel,
       "flashnorm mode: keep the rstd that QK-norm cancels (see `inspect`; the CUDA "
       "engine's prompt passes of more than 64 tokens keep it anyway, see --prefill-norm)");
-  cmd->add_option("--ctx", a->ctx, "KV cache length (0: model context, at most 8192)")
+  cmd->add_option("--ctx", a->ctx, "KV cache length (0: the model's context, capped at 8192)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tokenizer", a->tokenizer,
                   "GGUF file or directory with tokenizer.json (default: the model's own)")

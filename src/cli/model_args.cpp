@@ -32,9 +32,11 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
       ->check(CLI::IsMember({"fused", "two-stream"}))
       ->capture_default_str();
   cmd->add_option("--prefill-norm", d.prefill_norm,
-                  "cuda, flashnorm mode, passes of more than 64 tokens: add (the residual add "
-                  "writes x * rstd, the GEMM runs on it with the folded weights) or deferred "
-                  "(the GEMM on raw x, rstd applied to its output rows)")
+                  "cuda, flashnorm mode, passes of more than 64 tokens (prompts): add (the "
+                  "residual add that produces x also writes x * rstd, and the GEMM runs on it with "
+                  "the folded weights: every column normalized, the rstd QK-norm cancels "
+                  "included) or deferred (the GEMM on raw x, rstd applied to its output rows, "
+                  "cancelled columns unscaled); shorter passes always defer")
       ->check(CLI::IsMember({"add", "deferred"}))
       ->capture_default_str();
   cmd->add_flag("--eager", d.eager, "cuda: launch decode steps eagerly instead of a CUDA graph");
