@@ -107,8 +107,7 @@ struct CudaEngine::Impl {
                                     cudaMemcpyHostToDevice, s()));
       FN_CUDA_CHECK(
           cudaMemcpyAsync(ws.d_pos.get(), ws.h_pos.as<int32_t>(), 4, cudaMemcpyHostToDevice, s()));
-      f.key_bound = pos + n;
-      f.run(n, rows, false, 0, 0);
+      f.run(n, rows, false, 0, 0, pos + n);
       if (rows > 0) {
         FN_CUDA_CHECK(cudaMemcpyAsync(ws.h_logits.as<float>(), ws.logits.get(),
                                       size_t(rows) * d.ldv * 4, cudaMemcpyDeviceToHost, s()));
@@ -245,8 +244,7 @@ StepProfile CudaEngine::profile_decode_step(int reps) {
     FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
     e.prof.start();
     try {
-      e.f.key_bound = e.pos + 1;
-      e.f.run(1, 1, true, 0.0f, 0);
+      e.f.run(1, 1, true, 0.0f, 0, e.pos + 1);
     } catch (...) {
       e.prof.stop();
       throw;

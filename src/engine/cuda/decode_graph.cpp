@@ -8,19 +8,17 @@ namespace flashnorm::cuda_engine {
 
 void DecodeGraph::step(Forward& f, int pos, float temperature, uint64_t seed) {
   if (f.opt.launch.decode == DecodeLaunch::kEager || !warmed_) {
-    f.key_bound = pos + 1;
-    f.run(1, 1, true, temperature, seed);
+    f.run(1, 1, true, temperature, seed, pos + 1);
     warmed_ = true;
     return;
   }
   const int bound = std::min(f.d.max_ctx, (pos / kKeyBucket + 1) * kKeyBucket);
   if (graph_.empty() || temp_ != temperature || seed_ != seed ||
       generation_ != f.ctx.workspace_generation() || key_bound_ != bound) {
-    f.key_bound = bound;
     cudaGraph_t g = nullptr;
     FN_CUDA_CHECK(cudaStreamBeginCapture(f.s, cudaStreamCaptureModeThreadLocal));
     try {
-      f.run(1, 1, true, temperature, seed);
+      f.run(1, 1, true, temperature, seed, bound);
     } catch (...) {
       cudaStreamEndCapture(f.s, &g);
       if (g) cudaGraphDestroy(g);

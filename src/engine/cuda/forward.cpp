@@ -245,8 +245,9 @@ void Forward::layer(int l, int T) {
   }
 }
 
-void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed) {
+void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed, int bound) {
   xn_ready = false;  // never carried over from a pass that threw
+  key_bound = bound;
   norm_in_add = mode == NormMode::FlashNorm && opt.flashnorm.prefill == PrefillNorm::kInAdd &&
                 T > kDeferredMaxT;
   prof.op(kOther, s, [&] {

@@ -178,14 +178,14 @@ struct Forward {
   // quantized projection, into its expanded tile; for a tied head that keeps its gain, applied by
   // the add).
   bool norm_in_add = false;
-  // The launches' bound on the keys a query can see (AttentionArgs::key_bound): the pass's last
-  // position + 1 for eager passes, the end of the position bucket for a captured decode step.
-  int key_bound = 0;
+  int key_bound = 0;  // set by run() (its argument), for this pass's attention launches
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
   // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
-  // (decode-loop step: d_tokens[0] and d_pos advance).
-  void run(int T, int rows, bool sample, float temperature, uint64_t seed);
+  // (decode-loop step: d_tokens[0] and d_pos advance). key_bound: at least the pass's last
+  // position + 1, the keys its attention launches chunks for (AttentionArgs::key_bound): that
+  // position + 1 for an eager pass, the end of the position bucket for a captured decode step.
+  void run(int T, int rows, bool sample, float temperature, uint64_t seed, int key_bound);
 
   fk::GluKind glu_kind() const;
   // Plain projections of M tokens go through the decode kernel (M <= 16, PlainGemm::kAuto).
@@ -238,7 +238,7 @@ class DecodeGraph {
   float temp_ = -1;
   uint64_t seed_ = 0;
   uint64_t generation_ = 0;  // LinearContext workspaces the graph was captured with
-  int key_bound_ = 0;        // the bucket end the graph was captured for (Forward::key_bound)
+  int key_bound_ = 0;        // the bucket end the graph was captured for (run()'s key_bound)
   bool warmed_ = false;      // one eager decode step has run
 };
 

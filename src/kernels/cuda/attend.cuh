@@ -91,4 +91,16 @@ __device__ __forceinline__ float merge_chunks(const float* base, int splits, int
   return o / l;
 }
 
+// The first key a query with `visible` causal keys attends to (window = 0: all of them).
+__device__ __forceinline__ int first_key(int visible, int window) {
+  return window > 0 ? max(0, visible - window) : 0;
+}
+
+// merge_chunks, or NaN when the splits chunks of split_keys keys from `first` stop short of the
+// last visible key (a key_bound below the position): never a silently truncated softmax.
+__device__ __forceinline__ float merge_covered_chunks(const float* base, int splits, int split_keys,
+                                                      int first, int visible, int D, int d) {
+  return first + splits * split_keys >= visible ? merge_chunks(base, splits, D, d) : NAN;
+}
+
 }  // namespace flashnorm::kernels::cuda::detail

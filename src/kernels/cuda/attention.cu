@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(256) attention_kernel(AttentionArgs a) {
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = a.D;
   const int nq = a.n_head * D, nkv = a.n_head_kv * D, kh = h / (a.n_head / a.n_head_kv);
   const int visible = *a.pos + t + 1;  // keys 0 .. visible-1 are causal-visible
-  const int first = a.window > 0 ? max(0, visible - a.window) : 0;
+  const int first = detail::first_key(visible, a.window);
   const int k0 = a.split_keys > 0 ? first + z * a.split_keys : first;
   const int k1 = a.split_keys > 0 ? min(visible, k0 + a.split_keys) : visible;
   float* ws =
@@ -61,13 +61,11 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits) {
   pdl_begin();
   const int h = blockIdx.x, t = blockIdx.y, D = a.D, d = threadIdx.x;
   const float* base = a.partials + (static_cast<int64_t>(t) * a.n_head + h) * splits * (D + 2);
-  // chunks that stop short of the last visible key (a key_bound below the position): NaN
   const int visible = *a.pos + t + 1;
-  const int first = a.window > 0 ? max(0, visible - a.window) : 0;
-  const bool covered = first + splits * a.split_keys >= visible;
   if (d < D) {
     static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * a.n_head * D + h * D + d] =
-        E::from_f(covered ? detail::merge_chunks(base, splits, D, d) : NAN);
+        E::from_f(detail::merge_covered_chunks(
+            base, splits, a.split_keys, detail::first_key(visible, a.window), visible, D, d));
   }
 }
 

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   const int group = r.n_head / r.n_head_kv, kh = h / group;
   const int nq = r.n_head * D, nkv = r.n_head_kv * D;
   const int p0 = *r.pos, pt = p0 + t, visible = pt + 1;
-  const int first = a.window > 0 ? max(0, visible - a.window) : 0;
+  const int first = detail::first_key(visible, a.window);
   const int k0 = first + z * a.split_keys, k1 = min(visible, k0 + a.split_keys);
   const bool live = k0 < k1;  // else an empty chunk (the grid covers key_bound keys)
   float* q = sm;
@@ -178,12 +178,9 @@ __global__ void __launch_bounds__(kThreads)
   __threadfence();
   const int splits = gridDim.z;
   const float* base = a.partials + (static_cast<int64_t>(t) * r.n_head + h) * splits * (D + 2);
-  // chunks that stop short of the last visible key (a key_bound below the position): NaN, not a
-  // silently truncated softmax
-  const bool covered = first + splits * a.split_keys >= visible;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     static_cast<typename E::T*>(a.out)[static_cast<int64_t>(t) * nq + h * D + d] =
-        E::from_f(covered ? detail::merge_chunks(base, splits, D, d) : NAN);
+        E::from_f(detail::merge_covered_chunks(base, splits, a.split_keys, first, visible, D, d));
   }
   if (threadIdx.x == 0)
     counters[t * r.n_head + h] = 0u;  // ready for the next stream-ordered launch
