@@ -54,6 +54,12 @@ void run_model_bench(const ModelBenchArgs& a) {
     throw Error("bench --model: need --prompt-tokens >= 2, --decode-tokens >= 8, --runs >= 1");
   }
   const int max_len = *std::max_element(lens.begin(), lens.end());
+  // positions: the longest prompt; the first prompt then its decode steps (time_decode_steps:
+  // 2 warm-up steps more; the profile: 21 steps)
+  const int need = std::max(max_len, lens[0] + std::max(a.decode_tokens + 2, 21));
+  if (a.ctx != 0 && a.ctx < need)
+    throw Error(fmt::format("bench --model: --ctx {} is below the {} positions the run needs",
+                            a.ctx, need));
   std::string why;
   if (!cuda_device_available(&why)) {
     throw Error("bench --model: no usable NVIDIA GPU (" + why + ")");
@@ -127,12 +133,6 @@ void run_model_bench(const ModelBenchArgs& a) {
                       false, TiedHead::kFoldCopy});
     }
   }
-  // positions: the longest prompt; the first prompt then its decode steps (time_decode_steps:
-  // 2 warm-up steps more; the profile: 21 steps)
-  const int need = std::max(max_len, lens[0] + std::max(a.decode_tokens + 2, 21));
-  if (a.ctx != 0 && a.ctx < need)
-    throw Error(fmt::format("bench --model: --ctx {} is below the {} positions the run needs",
-                            a.ctx, need));
   const int ctx = a.ctx != 0 ? a.ctx : std::min(need + 64, std::max(need, model.cfg.context));
   if (ctx > model.cfg.context)
     throw Error(

@@ -164,6 +164,10 @@ TEST(CliErrors, DeviceSelection) {
                           "--decode-tokens 16", "--ctx 4096", "--prompt-tokens 512,4096"}) {
     expect_one_line_error(run_cli(std::string("bench ") + opt), "requires --model");
   }
+  // a KV cache below what the run needs: refused before any GPU is looked for
+  expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() +
+                                " --ctx 100 --prompt-tokens 512 --decode-tokens 100"),
+                        "--ctx 100 is below the 614 positions the run needs");
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }
