@@ -25,9 +25,10 @@
 # stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
 # in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
-# bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json.
+# bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
+# race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# bucket, cpusimd, ncu, ncuk.
+# bucket, cpusimd, ncu, ncuk, racebatch, batch, serve.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -60,7 +61,7 @@ export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
 needs_model=0
-for st in race nojoin ncu ncuk verify generate bench sanitize bucket; do has $st && needs_model=1; done
+for st in race nojoin ncu ncuk verify generate bench sanitize bucket racebatch serve; do has $st && needs_model=1; done
 if [[ $needs_model == 1 ]]; then
   if [[ ! -f "$M" ]]; then
     cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
@@ -130,6 +131,51 @@ if has nojoin; then
   check "engine_race_test (negative control)" $? /tmp/nojoin.log
   cat /tmp/nojoin.log >> "$OUT/race.log"
   grep -vE "^  text:" /tmp/nojoin.log
+fi
+
+if has racebatch; then
+  # Batched decode (issue "On the H200 (2)", item 1): BATCH sequences through forward_batch for
+  # $STEPS steps, graph replay against an eager engine on every row, then its negative control
+  # (two-stream with the join removed must go wrong); then the single-sequence race test on the
+  # GGUF's own blocks (--native: the decode steps read them with quant_gemv).
+  stamp "batched race test ($STEPS steps, ${BATCH:-8} sequences) and its negative control"
+  "$BIN/engine_race_test" --gtest_filter='*Batched*' --model "$M" --steps "$STEPS" \
+    --batch "${BATCH:-8}" > "$OUT/race_batch.log" 2>&1
+  check "engine_race_test batched" $? "$OUT/race_batch.log"
+  "$BIN/engine_race_test" --gtest_filter='*GraphReplayMatchesEagerEveryStep*:-*Batched*:*two_stream*' \
+    --model "$M" --steps "$STEPS" --native >> "$OUT/race_batch.log" 2>&1
+  check "engine_race_test --native" $? "$OUT/race_batch.log"
+  grep -vE "^  text:" "$OUT/race_batch.log" | grep -vE "^\[ RUN" | head -60
+fi
+
+if has batch; then
+  # Batched decode throughput at 1, 8, 32, 64 sequences (standard, flashnorm, standard fused
+  # add+norm) and flashnorm's batch invariance, on each model present (/tmp/fn_model, /tmp/fn_model2)
+  i=0
+  for mdir in /tmp/fn_model /tmp/fn_model2; do
+    [[ -f $mdir/model.sha256 ]] || continue
+    name=$(awk '{print $2}' $mdir/model.sha256)
+    [[ -f $mdir/$name ]] || cat $(ls $mdir/part.* | sort) > $mdir/$name
+    ( cd $mdir && sha256sum -c model.sha256 > /dev/null ) || { check "model $name (sha256)" 1; continue; }
+    i=$((i + 1))
+    stamp "batched decode benchmark: $name"
+    "$BIN/flashnorm" bench --model "$mdir/$name" --quick --runs ${BATCH_RUNS:-3} --prompt-tokens 512 \
+      --decode-tokens ${BATCH_STEPS:-128} --batch 1,8,32,64 --out "$OUT/bench_batch_$i.json" \
+      --commit "$COMMIT" --driver "$DRIVER" 2>&1 | grep -vE "GEMVs as tuned"
+    check "bench --batch $name" "${PIPESTATUS[0]}"
+  done
+fi
+
+if has serve; then
+  # `flashnorm serve --device cuda` with two models on one GPU (the two files present, or the one
+  # file in both modes): 1 and 32 concurrent streams per model, then both models at once
+  stamp "serve --device cuda: two models, 1 and 32 streams"
+  models=(--model "a=$M,norm=flashnorm")
+  M2=/tmp/fn_model2/$(awk '{print $2}' /tmp/fn_model2/model.sha256 2>/dev/null)
+  if [[ -f $M2 ]]; then models+=(--model "b=$M2,norm=flashnorm"); else models+=(--model "b=$M,norm=standard"); fi
+  python3 bench/serve_cuda_load.py --cli "$BIN/flashnorm" "${models[@]}" --streams 1,32 \
+    --seconds ${SERVE_SECONDS:-20} --commit "$COMMIT" --driver "$DRIVER" --out "$OUT/serve_cuda.json"
+  check "serve --device cuda" $?
 fi
 
 if has ncu && command -v ncu > /dev/null; then

@@ -57,6 +57,11 @@ void run_model_bench(const ModelBenchArgs& a) {
   // positions: the longest prompt; the first prompt then its decode steps (time_decode_steps:
   // 2 warm-up steps more; the profile: 21 steps)
   const int need = std::max(max_len, lens[0] + std::max(a.decode_tokens + 2, 21));
+  for (int b : a.batches) {
+    if (b < 1 || b > 64)
+      throw Error(fmt::format("bench --model: --batch {} is outside 1 .. 64", b));
+  }
+  const int max_b = a.batches.empty() ? 0 : *std::max_element(a.batches.begin(), a.batches.end());
   if (a.ctx != 0 && a.ctx < need)
     throw Error(fmt::format("bench --model: --ctx {} is below the {} positions the run needs",
                             a.ctx, need));
@@ -98,6 +103,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     std::unique_ptr<CudaEngine> e;
     std::vector<std::vector<double>> prompt_tps;  // [length][run]
     std::vector<double> decode_us;
+    std::vector<std::vector<double>> batch_us;  // [batch size][run] (--batch)
     StepProfile prof;
   };
   const StandardNorm sep = StandardNorm::kSeparate, fused_add = StandardNorm::kFusedAdd;
@@ -150,6 +156,9 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.gemv.allow_ring = c.allow_ring;
+    // the batched decode rows: the three main configurations on bf16 weights
+    const bool batched = (&c == &cfgs[0] || &c == &cfgs[1] || &c == &cfgs[3]);
+    if (batched) o.capacity.max_sequences = max_b;
     c.e = std::make_unique<CudaEngine>(c.native() ? *native_model : model, c.mode, o);
   }
   std::mt19937 rng(1234);
@@ -165,6 +174,11 @@ void run_model_bench(const ModelBenchArgs& a) {
     }
     c.e->time_decode_steps(8);
   }
+  const int batched_cfgs[] = {0, 1, 3};  // standard, flashnorm, standard fused add+norm
+  for (int k : a.batches.empty() ? std::span<const int>() : std::span<const int>(batched_cfgs)) {
+    cfgs[k].batch_us.resize(a.batches.size());
+    for (int b : a.batches) cfgs[k].e->time_batch_decode_steps(prompt(0), b, 8);  // warm-up
+  }
   for (int r = 0; r < a.runs; ++r) {
     for (auto& c : cfgs) {
       for (size_t i = lens.size(); i-- > 0;) {  // the first length last: decode follows it
@@ -176,6 +190,11 @@ void run_model_bench(const ModelBenchArgs& a) {
         c.prompt_tps[i].push_back(lens[i] / s);
       }
       c.decode_us.push_back(c.e->time_decode_steps(a.decode_tokens));
+      for (size_t i = 0; i < c.batch_us.size(); ++i) {
+        c.e->reset();
+        c.batch_us[i].push_back(
+            c.e->time_batch_decode_steps(prompt(0), a.batches[i], a.decode_tokens));
+      }
     }
   }
   for (auto& c : cfgs) {
@@ -270,6 +289,76 @@ void run_model_bench(const ModelBenchArgs& a) {
                                             {"vs_standard_fused_add_norm", vs_fused}});
       fmt::print("{:<28} {:>7} {:>12.0f} {:>11.3f}x {:>13.3f}x\n", c.name, lens[i], tps, vs_std,
                  vs_fused);
+    }
+  }
+  // Batched decode: output tokens/s (batch / step time) per configuration and batch size.
+  if (!a.batches.empty()) {
+    j["batched_decode"] = nlohmann::json::array();
+    fmt::print("{:<28} {:>6} {:>10} {:>14} {:>12} {:>14}\n", "batched decode", "batch", "us/step",
+               "output tok/s", "vs standard", "vs fused add");
+    for (int k : batched_cfgs) {
+      for (size_t i = 0; i < a.batches.size(); ++i) {
+        const double us = median(cfgs[k].batch_us[i]), b = a.batches[i];
+        const double vs_std = median(cfgs[0].batch_us[i]) / us;
+        const double vs_fused = median(cfgs[3].batch_us[i]) / us;
+        j["batched_decode"].push_back({{"config", cfgs[k].name},
+                                       {"batch", a.batches[i]},
+                                       {"us_per_step", us},
+                                       {"us_per_step_runs", cfgs[k].batch_us[i]},
+                                       {"output_tokens_per_s", b * 1e6 / us},
+                                       {"vs_standard", vs_std},
+                                       {"vs_standard_fused_add_norm", vs_fused}});
+        fmt::print("{:<28} {:>6} {:>10.1f} {:>14.0f} {:>11.3f}x {:>13.3f}x\n", cfgs[k].name,
+                   a.batches[i], us, b * 1e6 / us, vs_std, vs_fused);
+      }
+    }
+    // Batch invariance (flashnorm): one sequence's greedy decode alone, then the same sequence fed
+    // the same tokens among batch - 1 others (their prompts differ in the first token); a step
+    // agrees when its top-1 in the batch equals its top-1 alone.
+    j["batch_invariance"] = nlohmann::json::array();
+    CudaEngine& e = *cfgs[1].e;
+    const size_t V = size_t(model.cfg.vocab);
+    auto argmax = [&](const float* row) { return int32_t(std::max_element(row, row + V) - row); };
+    std::vector<int32_t> alone;
+    {
+      const int s = e.open_sequence();
+      SequenceChunk c{s, prompt(0)};
+      std::vector<float> l = e.forward_batch(std::span(&c, 1));
+      for (int t = 0; t < a.decode_tokens; ++t) {
+        alone.push_back(argmax(l.data()));
+        c.tokens = std::span(&alone.back(), 1);
+        l = e.forward_batch(std::span(&c, 1));
+      }
+      e.close_sequence(s);
+    }
+    for (int b : a.batches) {
+      if (b < 2) continue;
+      std::vector<int> seqs(b);
+      std::vector<std::vector<int32_t>> prompts(
+          b, std::vector<int32_t>(prompt(0).begin(), prompt(0).end()));
+      for (int k = 1; k < b; ++k) prompts[k][0] = int32_t((size_t(k) * 7919) % V);
+      std::vector<SequenceChunk> chunks(b);
+      for (int k = 0; k < b; ++k) seqs[k] = e.open_sequence(), chunks[k] = {seqs[k], prompts[k]};
+      std::vector<float> l = e.forward_batch(chunks);
+      std::vector<int32_t> next(b);
+      int agree = 0, steps = 0;
+      for (int t = 0; t < a.decode_tokens; ++t) {
+        if (t > 0) agree += argmax(l.data()) == alone[t], ++steps;
+        for (int k = 0; k < b; ++k) {
+          next[k] = k == 0 ? alone[t] : argmax(l.data() + k * V);
+          chunks[k].tokens = std::span(&next[k], 1);
+        }
+        l = e.forward_batch(chunks);
+      }
+      for (int s : seqs) e.close_sequence(s);
+      j["batch_invariance"].push_back({{"config", cfgs[1].name},
+                                       {"batch", b},
+                                       {"steps", steps},
+                                       {"top1_identical", agree},
+                                       {"share", double(agree) / steps}});
+      fmt::print(
+          "batch invariance ({}): batch {} top-1 identical to alone in {}/{} steps ({:.4f})\n",
+          cfgs[1].name, b, agree, steps, double(agree) / steps);
     }
   }
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,

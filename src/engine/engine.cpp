@@ -22,8 +22,10 @@ StepProfile Engine::profile_decode_step(int) {
 
 namespace {
 [[noreturn]] void no_batching(const char* device) {
-  throw Error(fmt::format("the {} engine does not batch sequences yet (serve needs the cpu engine)",
-                          device));
+  throw Error(
+      fmt::format("this {} engine was made without batched sequences (the CUDA engine: "
+                  "CudaCapacity::max_sequences, EngineOptions::max_sequences)",
+                  device));
 }
 }  // namespace
 

@@ -38,9 +38,7 @@ Scheduler::Scheduler(std::unique_ptr<Engine> engine, const Tokenizer& tok, Limit
     : engine_(std::move(engine)), tok_(tok), limits_(limits), metrics_(metrics) {
   if (!engine_->batches()) {
     throw Error(
-        fmt::format("the {} engine does not batch sequences yet: serve runs on the cpu "
-                    "engine (device=cpu)",
-                    engine_->device()));
+        fmt::format("this {} engine was made without batched sequences", engine_->device()));
   }
   max_ctx_ = engine_->max_context();
   thread_ = std::thread([this] { loop(); });

@@ -86,6 +86,7 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   EngineOptions o;
   o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;
   o.max_context = spec.ctx;
+  o.max_sequences = spec.limits.max_concurrent;  // the CUDA engine's cache slots
   std::unique_ptr<Engine> engine =
       make_engine(std::move(model), cli::parse_norm_mode(spec.norm), o);
   m->scheduler =

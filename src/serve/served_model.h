@@ -2,7 +2,9 @@
 // tokenizer, engine and scheduler. Keys (each optional): norm=flashnorm|standard (default
 // flashnorm), ctx=N (KV cache positions per sequence; default --ctx), max-concurrent=N and
 // max-queued=N (default the flags of the same name), chat-format=chatml|gemma|llama3 (default:
-// recognised from the model's template), device=cpu (the CUDA engine does not batch yet).
+// recognised from the model's template), device=cpu|cuda (cuda: the CUDA engine, one KV cache slot
+// of ctx positions per max-concurrent sequence allocated at load; several models may share a GPU),
+// weights=f32|native.
 #pragma once
 
 #include <ctime>
@@ -36,8 +38,8 @@ struct ServedModel {
   std::unique_ptr<Scheduler> scheduler;
 };
 
-// Loads the model file or directory, its tokenizer and a CPU engine, and starts its scheduler.
-// Errors: the loaders' and engine's Error, and Error for device=cuda (no batching there yet).
+// Loads the model file or directory, its tokenizer and its engine (CPU or CUDA, spec.device), and
+// starts its scheduler. Errors: the loaders' and engine's Error (device=cuda without a usable GPU).
 std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec);
 
 }  // namespace flashnorm::serve

@@ -9,8 +9,12 @@
 // join removed and its rstd producer delayed reads a stale rstd ("outputs from the past"); the test
 // asserts that this run fails at some step, so the comparison is known to catch the race.
 // ctest label `gpu` (skipped without a GPU: engine_gpu_main.cpp; skipped without the model).
-// Options after GoogleTest's: --model GGUF or HF directory with tokenizer.json (default: the SmolLM2 GGUF of scripts/fetch_models.sh),
-// --steps, --check-every, --prompt, --delay-cycles, --tol, --only NAME..., --no-tune.
+// Batched form (BatchedGraphReplayMatchesEagerEveryStep, NoJoinProducesWrongBatchedSteps): --batch
+// sequences decode together through forward_batch, every row of every step against an eager engine.
+// Options after GoogleTest's: --model GGUF or HF directory with tokenizer.json (default: the
+// SmolLM2 GGUF of scripts/fetch_models.sh), --steps, --check-every, --prompt, --delay-cycles,
+// --tol,
+// --batch, --native (the GGUF's blocks: quant_gemv), --only NAME..., --no-tune.
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
@@ -35,10 +39,11 @@ using namespace flashnorm;
 
 struct RaceArgs {
   std::string model, prompt = "The history of the printing press begins";
-  int steps = 2048, check_every = 256;
+  int steps = 2048, check_every = 256, batch = 8;
   long long delay = 50000;
   double tol = 1e-2, fresh_tol = 5e-2;
   bool no_tune = false;
+  bool native = false;  // the GGUF's own blocks (WeightStorage::kNative: quant_gemv in decode)
   std::vector<std::string> only;
 } g_args;
 
@@ -74,7 +79,8 @@ struct Loaded {
 const Loaded& loaded() {
   static Loaded l = [] {
     Loaded r;
-    r.m = load_model(g_args.model);
+    r.m = load_model(g_args.model, /*with_data=*/true,
+                     g_args.native ? WeightStorage::kNative : WeightStorage::kF32);
     // A GGUF's own vocabulary, or a Hugging Face directory's tokenizer.json.
     r.tok = std::make_unique<Tokenizer>(
         load_model_tokenizer(g_args.model, "", static_cast<size_t>(r.m.cfg.vocab)).tok);
@@ -152,6 +158,62 @@ int first_failing_step(const Config& c, bool no_join) {
   return first_fail;
 }
 
+// The batched form (CudaEngine::forward_batch, issue 24): g_args.batch sequences (the prompt, its
+// last token varied per sequence) decode greedily together for g_args.steps steps on an engine
+// whose batched passes replay CUDA graphs, and every row of every step is compared with an eager
+// engine fed the same tokens. Returns the first failing step, or -1.
+int first_failing_batched_step(const Config& c, bool no_join) {
+  const Loaded& l = loaded();
+  const int steps = g_args.steps, B = g_args.batch, V = l.m.cfg.vocab;
+  CudaEngineOptions o;
+  o.capacity.max_context = static_cast<int>(l.ids.size()) + steps + 8;
+  o.capacity.max_sequences = B;
+  o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
+  o.standard = c.standard;
+  if (g_args.no_tune) o.gemv.choice = GemvChoice::kHeuristic;
+  CudaEngineOptions ro = o;
+  ro.launch.decode = DecodeLaunch::kEager;
+  if (c.deferred == Deferred::kTwoStream) {
+    o.debug.delay_rstd_cycles = g_args.delay;
+    o.debug.no_join = no_join;
+  }
+  CudaEngine test(l.m, c.mode, o);
+  ro.gemv_configs = test.gemv_tuning();
+  CudaEngine ref(l.m, c.mode, ro);
+  std::printf("[%s, batch %d] %s%s | %d steps\n", c.name, B, test.describe().c_str(),
+              no_join ? " | JOIN REMOVED" : "", steps);
+  std::vector<std::vector<int32_t>> prompts(B, l.ids), next(B, std::vector<int32_t>(1));
+  std::vector<SequenceChunk> ct(B), cr(B);
+  for (int k = 0; k < B; ++k) {
+    prompts[k].back() = int32_t((prompts[k].back() + 97 * k) % V);
+    ct[k] = {test.open_sequence(), prompts[k]}, cr[k] = {ref.open_sequence(), prompts[k]};
+  }
+  std::vector<float> lt = test.forward_batch(ct), lr = ref.forward_batch(cr);
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    for (int k = 0; k < B; ++k) {
+      next[k][0] = argmax(std::span<const float>(lt).subspan(size_t(k) * V, V));
+      ct[k].tokens = next[k], cr[k].tokens = next[k];
+    }
+    lt = test.forward_batch(ct), lr = ref.forward_batch(cr);
+    for (int k = 0; k < B; ++k) {
+      const Diff d = compare(std::span<const float>(lr).subspan(size_t(k) * V, V),
+                             std::span<const float>(lt).subspan(size_t(k) * V, V), g_args.tol);
+      worst = std::max(worst, d.rel);
+      if (d.rel > g_args.tol || !d.top1) {
+        std::printf(
+            "  step %d, sequence %d differs: relative logit difference %.3e, top-1 %d (graph) vs "
+            "%d (eager reference)\n",
+            s, k, d.rel, d.b, d.a);
+        return s;
+      }
+    }
+  }
+  std::printf("  all %d steps of %d sequences match: largest relative logit difference %.3e\n",
+              steps, B, worst);
+  return -1;
+}
+
 // Skips unless the model exists and `name` is selected by --only (all when empty).
 bool selected(const std::string& name) {
   return g_args.only.empty() ||
@@ -191,6 +253,18 @@ TEST(LongGeneration, NoJoinProducesWrongSteps) {
                      << " steps still matched: the race test cannot catch the race it is for";
 }
 
+TEST_P(LongGeneration, BatchedGraphReplayMatchesEagerEveryStep) {
+  SKIP_UNLESS_RUNNABLE(GetParam().name);
+  EXPECT_EQ(first_failing_batched_step(GetParam(), false), -1);
+}
+
+// The batched negative control: the same race, batched.
+TEST(LongGeneration, NoJoinProducesWrongBatchedSteps) {
+  SKIP_UNLESS_RUNNABLE("two-stream");
+  const int fail = first_failing_batched_step(kConfigs[3], /*no_join=*/true);
+  EXPECT_GE(fail, 0) << "with the two-stream join removed, all batched steps still matched";
+}
+
 }  // namespace
 
 // The race test's own options (engine_gpu_main.cpp).
@@ -199,6 +273,9 @@ bool engine_gpu_test_args(int argc, char** argv) {
   g_args.model = flashnorm::testing::smollm2_path();
   app.add_option("--model", g_args.model, "GGUF model")->capture_default_str();
   app.add_option("--steps", g_args.steps, "decode steps per configuration")->capture_default_str();
+  app.add_option("--batch", g_args.batch, "sequences of the batched tests (1..64)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--check-every", g_args.check_every, "full recompute every N steps")
       ->capture_default_str();
   app.add_option("--prompt", g_args.prompt, "prompt text")->capture_default_str();
@@ -208,6 +285,8 @@ bool engine_gpu_test_args(int argc, char** argv) {
   app.add_option("--only", g_args.only,
                  "configurations: standard, standard-fused-add, flashnorm, two-stream, "
                  "flashnorm-head-folded");
+  app.add_flag("--native", g_args.native,
+               "keep the GGUF's quantized blocks (the decode steps read them with quant_gemv)");
   app.add_flag("--no-tune", g_args.no_tune,
                "heuristic decode GEMV configurations instead of tuning at load (quick under "
                "compute-sanitizer)");

@@ -111,6 +111,28 @@ class CudaEngine final : public Engine {
   // median over reps). Advances the position by reps + 1.
   StepProfile profile_decode_step(int reps) override;
 
+  // Batched sequences (Engine's contract), with CudaCapacity::max_sequences > 0: each open sequence
+  // has its own KV cache slot of max_context() positions, allocated at load (not paged). In
+  // forward_batch, each chunk of several tokens runs as its own prompt pass on its slot; the
+  // one-token chunks run together, up to 64 per pass, as one batched decode pass (projections with
+  // M = the sequences, as a prompt chunk of that many tokens would; decode_attention's batched
+  // form, each row over its own slot), replayed from a CUDA graph per batch bucket
+  // (1, 2, 4, ..., 64 rows, padding rows in a spare slot) and key bucket. A sequence's logits
+  // differ between batch sizes by the GEMM kernels' rounding only (the M-dependent kernel choice).
+  bool batches() const override;
+  int open_sequence() override;  // Errors: Error when max_sequences sequences are open
+  void close_sequence(int seq) override;
+  int sequence_position(int seq) const override;
+  std::vector<float> forward_batch(std::span<const SequenceChunk> chunks) override;
+  // Positions the open sequences hold, in blocks of kKvBlock (their slots are allocated at load).
+  int kv_blocks_in_use() const override;
+  // Microseconds per batched decode step of `batch` sequences (1 .. min(64, max_sequences)), each
+  // fed `prompt` first: the mean of `reps` graph replays after 2 warm-up steps, each step's tokens
+  // the argmax of its logits (argmax_rows, on the device). Opens and closes the sequences itself.
+  // Errors: Error when the engine does not batch, batch is out of range, sequences are open
+  // already, or prompt.size() + reps + 2 positions exceed the cache.
+  double time_batch_decode_steps(std::span<const int32_t> prompt, int batch, int reps);
+
   // The tuned decode GEMV configurations (empty with GemvChoice::kHeuristic).
   const std::vector<GemvTuning>& gemv_tuning() const;
 

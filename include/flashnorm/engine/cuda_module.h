@@ -38,7 +38,7 @@ inline constexpr const char* kCudaModuleFile = "libflashnorm_cuda.so";
 inline constexpr const char* kCudaModuleSymbol = "flashnorm_cuda_module";
 // Bumped whenever CudaModule's members change, or a type passed through them (EngineOptions,
 // ModelBenchArgs, KernelBenchOptions, ...) changes its layout.
-inline constexpr int kCudaModuleAbi = 3;
+inline constexpr int kCudaModuleAbi = 4;
 
 // A stamp of the sizes of the types that cross the boundary: a module from another build (other
 // headers, other compiler flags) is refused instead of misreading them.

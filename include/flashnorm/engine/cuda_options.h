@@ -68,6 +68,10 @@ enum class PlainGemm {
 struct CudaCapacity {
   int max_context = 0;  // KV cache positions; 0: min(model context, 8192); at most 32768
   int max_batch = 512;  // largest number of tokens in one forward pass (longer ones are split)
+  // Sequences open at once for batched decode (Engine::open_sequence, forward_batch); each has its
+  // own KV cache slot of max_context positions, allocated at load. 0: no batched sequences
+  // (batches() false).
+  int max_sequences = 0;
 };
 
 // FlashNorm mode's choices.

@@ -1,7 +1,7 @@
 // What every inference backend offers (CPU fp32 engine, CUDA bf16 engine): append tokens to the
 // KV cache and get fp32 logits, describe itself, and (where the backend has them) generate with
-// sampling on the device and time its decode step, and (the CPU engine) run many sequences in one
-// batched forward pass. Used by `generate`, `verify`, `bench --model`
+// sampling on the device and time its decode step, and run many sequences in one batched forward
+// pass. Used by `generate`, `verify`, `bench --model`
 // and the equivalence tests so that the same code drives either backend; engines are made by
 // make_engine (engine/make_engine.h).
 #pragma once
@@ -86,8 +86,9 @@ class Engine {
 
   // Batched sequences (continuous batching; `flashnorm serve`). Each open sequence has its own KV
   // cache of at most max_context() positions, separate from the one forward() appends to.
-  // Backends without them (the CUDA engine for now) refuse every call with Error.
-  // True when the backend batches sequences (the CPU engine).
+  // Engines without them (a CUDA engine made with CudaCapacity::max_sequences 0) refuse every call
+  // with Error. True when the engine batches sequences (the CPU engine; the CUDA engine with
+  // max_sequences > 0).
   virtual bool batches() const { return false; }
   // Opens an empty sequence and returns its id (>= 1, never reused by this engine).
   virtual int open_sequence();

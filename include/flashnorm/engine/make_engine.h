@@ -23,7 +23,10 @@ enum class Device {
 // CPU-only fields by the CUDA engine.
 struct EngineOptions {
   Device device = Device::kAuto;
-  int max_context = 0;               // KV cache positions (0: the backend's default)
+  int max_context = 0;  // KV cache positions (0: the backend's default)
+  // CUDA only: sequences open at once for forward_batch (CudaCapacity::max_sequences; 0: the
+  // engine does not batch). The CPU engine opens any number.
+  int max_sequences = 0;
   bool cancel = true;                // FlashNorm mode: drop the rstd that renormalization cancels
   bool track_cancellation = false;   // CPU only: CpuEngine's track_cancellation
   HalfType dtype = HalfType::kBF16;  // CUDA only

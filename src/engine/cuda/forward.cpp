@@ -200,17 +200,23 @@ void Forward::layer(int l, int T) {
   ra.q_norm = ly.has_q_norm ? ly.q_norm.as<float>() : nullptr;
   ra.k_norm = ly.has_k_norm ? ly.k_norm.as<float>() : nullptr;
   ra.v_renorm = ly.v_renorm, ra.eps = cfg.eps, ra.q = ws.q.as<float>();
-  ra.k_cache = ws.kc.as<float>() + size_t(l) * d.max_ctx * d.nkv;
-  ra.v_cache = ws.vc.as<float>() + size_t(l) * d.max_ctx * d.nkv;
+  // this layer's slot 0 (batched: decode_attention adds each row's slot), or the pass's slot
+  const size_t cache_row = (size_t(l) * d.slots + (pass.batched ? 0 : pass.slot)) * d.max_ctx;
+  ra.k_cache = ws.kc.as<float>() + cache_row * d.nkv;
+  ra.v_cache = ws.vc.as<float>() + cache_row * d.nkv;
   ra.pdl = pdl;
+  if (pass.batched)
+    ra.seq_pos = ws.d_seq_pos.as<int32_t>(), ra.seq_slot = ws.d_seq_slot.as<int32_t>();
   fk::AttentionArgs aa;
   aa.dt = dt, aa.T = T, aa.n_head = cfg.n_head, aa.n_head_kv = cfg.n_head_kv, aa.D = d.D;
   aa.max_ctx = d.max_ctx, aa.window = ly.local ? cfg.sliding_window : 0;
   aa.scale = cfg.attn_scale, aa.pos = ws.d_pos.as<int32_t>(), aa.q = ws.q.as<float>();
   aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = ws.att.get(), aa.pdl = pdl;
   aa.key_bound = key_bound;
-  if (T <= kSplitMaxT) aa.split_keys = split_keys(d.D), aa.partials = ws.partials.as<float>();
-  if (T <= kSplitMaxT && fuse_ops) {  // one kernel (engine_ops.h)
+  // a batched pass has no unfused form: decode_attention whatever fuse_decode_ops
+  const bool split = T <= kSplitMaxT || pass.batched;
+  if (split) aa.split_keys = split_keys(d.D), aa.partials = ws.partials.as<float>();
+  if (pass.batched || (split && fuse_ops)) {  // one kernel (engine_ops.h)
     prof.op(kAttn, s,
             [&] { ok(fk::decode_attention(ra, aa, ws.attn_counters.as<unsigned>(), s)); });
   } else {
@@ -245,9 +251,12 @@ void Forward::layer(int l, int T) {
   }
 }
 
-void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed, int bound) {
+void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed, int bound,
+                  Pass p) {
   xn_ready = false;  // never carried over from a pass that threw
-  key_bound = bound;
+  key_bound = bound, pass = p;
+  if (p.batched && (rows != T || T > fk::kDecodeAttentionMaxBatch || (sample && temperature != 0)))
+    throw Error("internal: a batched pass takes every row's logits, at most 64 rows, greedy");
   norm_in_add = mode == NormMode::FlashNorm && opt.flashnorm.prefill == PrefillNorm::kInAdd &&
                 T > kDeferredMaxT;
   prof.op(kOther, s, [&] {
@@ -267,7 +276,12 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
     }
   }
   xn_ready = false;
-  if (sample) {
+  if (sample && p.batched) {
+    prof.op(kOther, s, [&] {
+      ok(fk::argmax_rows(T, d.V, ws.logits.as<float>(), d.ldv, ws.d_tokens.as<int32_t>(),
+                         ws.d_seq_pos.as<int32_t>(), s, opt.launch.pdl));
+    });
+  } else if (sample) {
     prof.op(kOther, s, [&] {
       ok(fk::sample_tokens(d.V, ws.logits.as<float>() + size_t(rows - 1) * d.ldv, temperature, seed,
                            ws.d_pos.as<int32_t>(), 1, ws.d_tokens.as<int32_t>(),

@@ -46,6 +46,13 @@ constexpr int kDeferredMaxT = 64;
 // instead of launching the whole cache's chunks, mostly empty, at every step (a 4160-position
 // cache cost Llama-3-8B shapes 1040 us of attention per eager step against 620 us at 704).
 constexpr int kKeyBucket = 512;
+// Batched decode passes are captured for these batch sizes (the next one up, padding rows reading
+// and writing the padding slot at position 0): one graph per size in use, not one per batch size.
+inline int batch_bucket(int B) {
+  int b = 1;
+  while (b < B) b *= 2;
+  return std::min(b, fk::kDecodeAttentionMaxBatch);
+}
 // Keys per chunk: 128 for head_dim 64, fewer for wider heads (decode_attention keeps a chunk's keys
 // and values in shared memory: split * D <= 8192 floats each).
 inline int split_keys(int D) { return std::clamp(8192 / D, 16, 128); }
@@ -56,6 +63,10 @@ struct Dims {
   int max_ctx;                       // KV cache positions
   int tmax;                          // largest forward pass (tokens)
   int ldv;  // logits row stride: V rounded up to a multiple of 8 (the kernels' 16-byte rows)
+  // KV cache slots of max_ctx positions each: slot 0 is forward()'s sequence; with
+  // CudaCapacity::max_sequences = S > 0, slots 1 .. S hold the open sequences and slot S + 1 the
+  // padding rows of a batched decode graph (kSlotsExtra).
+  int slots = 1;
   float emb_scale = 1.0f;  // sqrt(hidden) for Gemma, else 1
 };
 // Errors: Error when the cache exceeds the model's context or 32768, or the widths are not ones
@@ -113,11 +124,15 @@ DeviceWeights upload_weights(const Model& m, NormMode mode, const CudaEngineOpti
                              const Dims& d);
 
 // Activation buffers, KV cache and the host staging buffers (workspace.cpp), sized for passes of
-// up to d.tmax tokens and d.max_ctx positions; KV cache and kernel counters zeroed.
+// up to d.tmax tokens and d.slots caches of d.max_ctx positions; KV cache and kernel counters
+// zeroed.
 struct Workspace {
   // tile_elems: dt elements of the tile quantized projections expand into (0: none).
   Workspace(const Dims& d, const ModelConfig& c, size_t tile_elems = 0);
-  DeviceBuffer kc, vc;                      // fp32 KV cache [layer][pos][n_kv * D]
+  DeviceBuffer kc, vc;  // fp32 KV cache [layer][slot][pos][n_kv * D]
+  // batched decode: each row's position and slot ([kDecodeAttentionMaxBatch] int32), from h_seq
+  DeviceBuffer d_seq_pos, d_seq_slot;
+  fk::PinnedBuffer h_seq;  // [2][kDecodeAttentionMaxBatch] int32: positions, then slots
   DeviceBuffer d_tokens, d_pos, d_history;  // token ids, first position, sampled history
   DeviceBuffer x32, xb, xn, qkv, q, att, proj, gu, act, logits;
   fk::PinnedBuffer h_tokens, h_pos, h_logits;  // host staging
@@ -159,6 +174,14 @@ class StepProfiler {
 // of each): the median of each class.
 StepProfile median_profile(const std::vector<std::vector<double>>& per_class);
 
+// Which KV cache a forward pass reads and writes.
+struct Pass {
+  int slot = 0;  // one sequence: its KV cache slot (positions from d_pos)
+  // Batched decode: T tokens, one per sequence, at positions d_seq_pos[t] in slots d_seq_slot[t]
+  // (decode_attention's batched form; T <= kDecodeAttentionMaxBatch).
+  bool batched = false;
+};
+
 // The forward pass (forward.cpp) over the weights and the workspace, on one stream.
 struct Forward {
   const ModelConfig& cfg;
@@ -178,14 +201,18 @@ struct Forward {
   // quantized projection, into its expanded tile; for a tied head that keeps its gain, applied by
   // the add).
   bool norm_in_add = false;
-  int key_bound = 0;  // set by run() (its argument), for this pass's attention launches
+  int key_bound = 0;   // set by run() (its argument), for this pass's attention launches
+  Pass pass = Pass{};  // set by run() (its argument)
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
   // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
   // (decode-loop step: d_tokens[0] and d_pos advance). key_bound: at least the pass's last
   // position + 1, the keys its attention launches chunks for (AttentionArgs::key_bound): that
   // position + 1 for an eager pass, the end of the position bucket for a captured decode step.
-  void run(int T, int rows, bool sample, float temperature, uint64_t seed, int key_bound);
+  // pass: the cache slot, or a batched decode pass (rows = T; `sample`: greedy argmax_rows,
+  // d_tokens[t] and d_seq_pos[t] advance; temperature must be 0).
+  void run(int T, int rows, bool sample, float temperature, uint64_t seed, int key_bound,
+           Pass pass = {});
 
   fk::GluKind glu_kind() const;
   // Plain projections of M tokens go through the decode kernel (M <= 16, PlainGemm::kAuto).
@@ -240,6 +267,26 @@ class DecodeGraph {
   uint64_t generation_ = 0;  // LinearContext workspaces the graph was captured with
   int key_bound_ = 0;        // the bucket end the graph was captured for (run()'s key_bound)
   bool warmed_ = false;      // one eager decode step has run
+};
+
+// Batched decode graphs (decode_graph.cpp), one per (batch bucket, sampling): a bucket's first pass
+// runs eagerly (warming LinearContext's plans for its M), the next is captured; recaptured when the
+// key bucket or LinearContext's workspaces change.
+class BatchGraphs {
+ public:
+  // One batched decode pass of f over B = batch_bucket(rows) rows (tokens, positions and slots
+  // already in d_tokens, d_seq_pos, d_seq_slot, padded to B), the highest position max_pos.
+  // sample: argmax_rows feeds each row's token back (Forward::run).
+  void step(Forward& f, int B, int max_pos, bool sample);
+
+ private:
+  struct Entry {
+    fk::GraphExec graph;
+    uint64_t generation = 0;
+    int key_bound = 0;
+    bool warmed = false;
+  };
+  Entry entries_[2][8];  // [sample][log2 bucket]
 };
 
 }  // namespace flashnorm::cuda_engine

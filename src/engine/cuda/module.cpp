@@ -26,6 +26,7 @@ std::unique_ptr<Engine> make_cuda_engine(const Model& model, NormMode mode,
                                          const EngineOptions& o) {
   CudaEngineOptions c;
   c.capacity.max_context = o.max_context;
+  c.capacity.max_sequences = o.max_sequences;
   c.dtype = o.dtype;
   c.flashnorm = {o.cancel, o.deferred, o.tied_head, o.prefill};
   c.launch.decode = o.decode;

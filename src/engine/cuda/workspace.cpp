@@ -23,6 +23,11 @@ Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacit
                     e.max_ctx, c.context));
   }
   e.tmax = std::clamp(cap.max_batch, 1, e.max_ctx);
+  if (cap.max_sequences < 0 || cap.max_sequences > 4096) {
+    throw Error(fmt::format("max_sequences {} is outside 0 .. 4096", cap.max_sequences));
+  }
+  e.slots = cap.max_sequences > 0 ? cap.max_sequences + 2 : 1;
+  if (cap.max_sequences > 0) e.tmax = std::max(e.tmax, fk::kDecodeAttentionMaxBatch);
   if (e.H % 8 || e.F % 8 || e.nq % 8 || e.nkv % 8 || e.D % 4 || e.D > 256) {
     throw Error(
         fmt::format("the CUDA engine needs hidden, ffn and head widths that are multiples "
@@ -34,8 +39,11 @@ Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacit
 }
 
 Workspace::Workspace(const Dims& e, const ModelConfig& c, size_t tile_elems) {
-  const size_t kv = size_t(e.L) * e.max_ctx * e.nkv * sizeof(float);
+  const size_t kv = size_t(e.L) * e.slots * e.max_ctx * e.nkv * sizeof(float);
   kc = DeviceBuffer(kv), vc = DeviceBuffer(kv);
+  constexpr int kMaxB = fk::kDecodeAttentionMaxBatch;
+  d_seq_pos = DeviceBuffer(kMaxB * 4), d_seq_slot = DeviceBuffer(kMaxB * 4);
+  h_seq = fk::PinnedBuffer(2 * kMaxB * 4);
   const size_t T = e.tmax;
   d_tokens = DeviceBuffer(T * 4), d_pos = DeviceBuffer(4);
   d_history = DeviceBuffer((size_t(e.max_ctx) + 1) * 4);
@@ -50,9 +58,11 @@ Workspace::Workspace(const Dims& e, const ModelConfig& c, size_t tile_elems) {
   h_logits = fk::PinnedBuffer(T * e.ldv * 4);
   fk::AttentionArgs aa;
   aa.max_ctx = e.max_ctx, aa.split_keys = split_keys(e.D);
-  partials = DeviceBuffer(size_t(std::min<size_t>(T, kSplitMaxT)) * c.n_head *
-                          fk::attention_splits(aa) * (e.D + 2) * sizeof(float));
-  attn_counters = DeviceBuffer(size_t(fk::kDecodeAttentionMaxT) * c.n_head * sizeof(unsigned));
+  // decode_attention's rows: up to kSplitMaxT tokens of one sequence, or a batched pass's
+  const size_t split_rows = e.slots > 1 ? size_t(kMaxB) : std::min<size_t>(T, kSplitMaxT);
+  partials =
+      DeviceBuffer(split_rows * c.n_head * fk::attention_splits(aa) * (e.D + 2) * sizeof(float));
+  attn_counters = DeviceBuffer(size_t(kMaxB) * c.n_head * sizeof(unsigned));
   FN_CUDA_CHECK(cudaMemset(attn_counters.get(), 0, attn_counters.bytes()));
   sample_ws = DeviceBuffer(fk::sample_workspace_bytes());
   FN_CUDA_CHECK(cudaMemset(sample_ws.get(), 0, sample_ws.bytes()));

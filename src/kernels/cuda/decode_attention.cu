@@ -82,11 +82,20 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float sm[];
   __shared__ float red[32];
   __shared__ int s_last;
-  const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = r.D, T = r.T;
+  const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, D = r.D;
   const int nw = blockDim.x / 32, w = threadIdx.x / 32;
   const int group = r.n_head / r.n_head_kv, kh = h / group;
   const int nq = r.n_head * D, nkv = r.n_head_kv * D;
-  const int p0 = *r.pos, pt = p0 + t, visible = pt + 1;
+  // This token's pass: its first position p0, the qkv row r0 of p0, and its cache. One sequence:
+  // tokens 0 .. T-1 at *pos + t; batched decode: token t alone at seq_pos[t] in slot seq_slot[t].
+  const bool batched = r.seq_pos != nullptr;
+  const int T = batched ? 1 : r.T;  // this token's pass: new key/value rows in shared memory
+  const int p0 = batched ? r.seq_pos[t] : *r.pos, pt = batched ? p0 : p0 + t, visible = pt + 1;
+  const int r0 = batched ? t : 0;
+  const int64_t slot_off =
+      batched ? static_cast<int64_t>(r.seq_slot[t]) * r.max_ctx * nkv : int64_t{0};
+  float* const k_cache = r.k_cache + slot_off;
+  float* const v_cache = r.v_cache + slot_off;
   const int first = detail::first_key(visible, a.window);
   const int k0 = first + z * a.split_keys, k1 = min(visible, k0 + a.split_keys);
   const bool live = k0 < k1;  // else an empty chunk (the grid covers key_bound keys)
@@ -104,8 +113,8 @@ __global__ void __launch_bounds__(kThreads)
   const int ncached = live ? max(0, min(k1, p0) - k0) : 0;  // keys k0 .. k0 + ncached - 1
   {
     const int d4 = D / 4, n = ncached * d4;
-    const float* kg = r.k_cache + static_cast<int64_t>(k0) * nkv + kh * D;
-    const float* vg = r.v_cache + static_cast<int64_t>(k0) * nkv + kh * D;
+    const float* kg = k_cache + static_cast<int64_t>(k0) * nkv + kh * D;
+    const float* vg = v_cache + static_cast<int64_t>(k0) * nkv + kh * D;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       const int j = i / d4, c = (i % d4) * 4;
       cp_async16(kbuf + j * ldk + c, kg + static_cast<int64_t>(j) * nkv + c);
@@ -130,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     if (live) --u;
     if (u < 2 * nnew) {
       const int j = n0 + u / 2;
-      const float* src = r.qkv + static_cast<int64_t>(j - p0) * r.ldqkv;
+      const float* src = r.qkv + static_cast<int64_t>(j - p0 + r0) * r.ldqkv;
       if (u % 2 == 0) {
         prep_row(src + nq + kh * D, knew + (j - p0) * D, D, r.k_norm, false, true, j, r.cos, r.sin,
                  r.neox, r.eps);
@@ -143,10 +152,10 @@ __global__ void __launch_bounds__(kThreads)
     u -= 2 * nnew;
     const int64_t row = static_cast<int64_t>(pt) * nkv + kh * D;
     if (u == 0) {
-      prep_row(qkv_t + nq + kh * D, r.k_cache + row, D, r.k_norm, false, true, pt, r.cos, r.sin,
+      prep_row(qkv_t + nq + kh * D, k_cache + row, D, r.k_norm, false, true, pt, r.cos, r.sin,
                r.neox, r.eps);
     } else {
-      prep_row(qkv_t + nq + nkv + kh * D, r.v_cache + row, D, nullptr, r.v_renorm, false, pt, r.cos,
+      prep_row(qkv_t + nq + nkv + kh * D, v_cache + row, D, nullptr, r.v_renorm, false, pt, r.cos,
                r.sin, r.neox, r.eps);
     }
   }
@@ -190,11 +199,16 @@ __global__ void __launch_bounds__(kThreads)
 
 Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* counters,
                         cudaStream_t s) {
-  if (r.T < 1 || r.T > kDecodeAttentionMaxT || r.n_head < 1 || r.n_head_kv < 1 ||
-      r.n_head % r.n_head_kv || r.D < 4 || r.D % 4 || r.D > 256 || r.max_ctx < 1 ||
-      r.max_ctx > 32768 || a.window < 0 || a.split_keys < 1 || a.key_bound < 0)
+  const bool batched = r.seq_pos != nullptr;
+  if (batched != (r.seq_slot != nullptr))
+    return invalid("decode_attention: seq_pos and seq_slot are set together");
+  if (r.T < 1 || r.T > (batched ? kDecodeAttentionMaxBatch : kDecodeAttentionMaxT) ||
+      r.n_head < 1 || r.n_head_kv < 1 || r.n_head % r.n_head_kv || r.D < 4 || r.D % 4 ||
+      r.D > 256 || r.max_ctx < 1 || r.max_ctx > 32768 || a.window < 0 || a.split_keys < 1 ||
+      a.key_bound < 0)
     return invalid(
-        "decode_attention: 1 <= T <= 16, D % 4 == 0 and <= 256, n_head % n_head_kv == 0, "
+        "decode_attention: 1 <= T <= 16 (batched: 64), D % 4 == 0 and <= 256, n_head % "
+        "n_head_kv == 0, "
         "max_ctx <= 32768, split_keys >= 1, key_bound >= 0");
   if (a.T != r.T || a.n_head != r.n_head || a.n_head_kv != r.n_head_kv || a.D != r.D ||
       a.max_ctx != r.max_ctx || a.dt != r.dt)
@@ -208,7 +222,8 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
     return invalid("decode_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
   const int splits = attention_splits(a);
   const int keys = std::min(a.split_keys, r.max_ctx);
-  const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * r.T) +
+  const int pass_t = batched ? 1 : r.T;  // new key/value rows a CTA stages
+  const size_t smem = sizeof(float) * (static_cast<size_t>(r.D) * (1 + 2 * pass_t) +
                                        4 * static_cast<size_t>(kThreads) + (keys + 3) / 4 * 4 +
                                        static_cast<size_t>(keys) * (2 * r.D + 4));
   constexpr size_t kStatic = sizeof(float) * 32 + sizeof(int);  // red, s_last

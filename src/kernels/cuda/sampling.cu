@@ -1,5 +1,6 @@
 // The CUDA engine's greedy / temperature sampling of the next token on the device
-// (sample_tokens). API: include/flashnorm/kernels/cuda/engine_ops.h.
+// (sample_tokens) and the batched greedy step (argmax_rows). API:
+// include/flashnorm/kernels/cuda/engine_ops.h.
 #include <algorithm>
 #include <cmath>
 
@@ -64,7 +65,37 @@ __global__ void sample_kernel(const float* logits, int vocab, float temperature,
   *counter = 0u;  // ready for the next stream-ordered call
 }
 
+// One CTA per row: tokens[b] = argmax of row b (the lower id on ties, NaN never chosen; 0 when
+// every logit is NaN), pos[b] += 1.
+__global__ void argmax_rows_kernel(const float* logits, int64_t ldl, int vocab, int32_t* tokens,
+                                   int32_t* pos) {
+  pdl_begin();
+  __shared__ float bv[32];
+  __shared__ int bi[32];
+  const float* row = logits + blockIdx.x * ldl;
+  float best = -INFINITY;
+  int idx = INT32_MAX;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) better(best, idx, row[j], j);
+  for (int o = 16; o > 0; o >>= 1) {
+    better(best, idx, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, idx, o));
+  }
+  if ((threadIdx.x & 31) == 0) bv[threadIdx.x / 32] = best, bi[threadIdx.x / 32] = idx;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) better(best, idx, bv[w], bi[w]);
+  tokens[blockIdx.x] = idx == INT32_MAX ? 0 : idx;
+  pos[blockIdx.x] += 1;
+}
+
 }  // namespace
+
+Status argmax_rows(int B, int vocab, const float* logits, int64_t ldl, int32_t* tokens,
+                   int32_t* pos, cudaStream_t s, bool pdl) {
+  if (B < 1 || vocab < 1 || ldl < vocab || !logits || !tokens || !pos)
+    return invalid("argmax_rows: B >= 1, vocab >= 1, ldl >= vocab, non-null pointers");
+  return launched("argmax_rows_kernel", launch_ex(argmax_rows_kernel, B, 1024, 0, s, pdl, logits,
+                                                  ldl, vocab, tokens, pos));
+}
 
 Status sample_tokens(int vocab, const float* logits, float temperature, uint64_t seed, int32_t* pos,
                      int advance, int32_t* token, int32_t* history, int history_len,

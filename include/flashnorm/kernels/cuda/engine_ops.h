@@ -64,6 +64,12 @@ struct RopeKvArgs {
   float* k_cache = nullptr;
   float* v_cache = nullptr;
   bool pdl = false;
+  // Batched decode (decode_attention only; null otherwise): token t is the one new token of its own
+  // sequence, at position seq_pos[t], whose cache rows are rows seq_slot[t] * max_ctx ..
+  // (seq_slot[t] + 1) * max_ctx - 1 of k_cache / v_cache (a slot of max_ctx rows per sequence);
+  // *pos is unused. Both [T] int32 in device memory, set together.
+  const int32_t* seq_pos = nullptr;
+  const int32_t* seq_slot = nullptr;
 };
 Status rope_kv(const RopeKvArgs& a, cudaStream_t s);
 
@@ -98,7 +104,9 @@ int attention_splits(const AttentionArgs& a);
 Status attention(const AttentionArgs& a, cudaStream_t s);
 
 // Decode attention with the RoPE / QK-norm / KV-cache write fused in (one launch instead of
-// rope_kv + attention + combine): for T <= 16 tokens at positions *pos .. *pos + T - 1, computes
+// rope_kv + attention + combine): for T <= 16 tokens at positions *pos .. *pos + T - 1 (or, with
+// rope.seq_pos / seq_slot, T <= 64 tokens of T sequences, each at its own position in its own cache
+// slot: batched decode; the launch's key_bound then bounds every seq_pos[t] + 1), computes
 // what rope_kv followed by attention with split_keys would (same functions; `rope` supplies qkv,
 // pos, the RoPE tables, the norms and the caches, `attn` the window, scale, out, split_keys and
 // partials; rope.q and attn.q are unused). One CTA per (head, token, key chunk); each prepares the
@@ -106,7 +114,7 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // its chunk, which it never reads from the cache), and the CTA of chunk 0 and the first head of
 // each KV group writes its token's key and value rows to the cache, so no CTA reads a cache row
 // this launch writes. The chunks of a (head, token) are merged by the last CTA to arrive (a counter
-// per (token, head) in `counters`, [16 * n_head] uint32, zero before the first launch, reset by
+// per (token, head) in `counters`, [64 * n_head] uint32, zero before the first launch, reset by
 // that CTA; release/acquire by __threadfence), not by a second kernel (flash-decoding). With pdl,
 // each CTA copies its chunk's cached key/value rows (below *pos) into shared memory before it waits
 // for the preceding kernel, which therefore must not write *pos or those cache rows (in the engine
@@ -116,12 +124,20 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // by the sampler and this layer's cache only by this kernel, with waiting kernels (embedding, the
 // previous layer's decode_attention) in between. Shared memory per CTA, with c = min(split_keys,
 // max_ctx): 4 * (D * (1 + 2T) + 1024 + round4(c) + c * (2D + 4)) bytes plus 132 static, at most
-// 227 KiB (split_keys * D <= 16384 keeps it there). Errors: T <= 16, D % 4 == 0, D <= 256,
+// 227 KiB (split_keys * D <= 16384 keeps it there; T is 1 there in batched decode). Errors:
+// T <= 16 (batched: 64), D % 4 == 0, D <= 256,
 // split_keys > 0, ldqkv >= (n_head + 2 n_head_kv) D, 16-byte aligned caches, partials and
 // counters set, shared memory.
 Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsigned* counters,
                         cudaStream_t s);
 constexpr int kDecodeAttentionMaxT = 16;
+constexpr int kDecodeAttentionMaxBatch = 64;  // sequences of one batched decode launch
+
+// Greedy sampling of a batched decode step: for each row b < B of logits [B, ldl] fp32, tokens[b] =
+// argmax_j logits[b, j] over j < vocab (lowest id on ties; NaN never chosen) and pos[b] += 1. One
+// CTA per row. Errors: B >= 1, vocab >= 1, ldl >= vocab, pointers set.
+Status argmax_rows(int B, int vocab, const float* logits, int64_t ldl, int32_t* tokens,
+                   int32_t* pos, cudaStream_t s, bool pdl = false);
 
 // Gated linear unit: act[t, i] = f(gu[t, i]) * gu[t, F + i], f = SiLU (SwiGLU, Llama) or the tanh
 // approximation of GELU (GeGLU, Gemma; HF gelu_pytorch_tanh) (GluKind, linear.h). gu: [T, 2F] fp32

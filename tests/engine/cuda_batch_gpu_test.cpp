@@ -1,0 +1,247 @@
+// GPU tests of the CUDA engine's batched sequences (CudaEngine::open_sequence / forward_batch;
+// ctest label `gpu`, skipped without a GPU). Random Llama and Gemma 3 checkpoints, both norm modes:
+// continuous-batching schedules (sequences joining at different steps, prompts of 1 to 90 tokens,
+// batches of 1 to 40 rows, padded to the graph's batch bucket) against the CPU fp32 engine's
+// forward_batch on the same schedule; graph replay against eager passes across a key bucket; one
+// sequence's top-1 alone and among 31 others; refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "flashnorm/engine/cpu_engine.h"
+#include "flashnorm/engine/cuda_engine.h"
+#include "flashnorm/engine/evaluate.h"
+#include "flashnorm/error.h"
+#include "support/random_llama.h"
+
+namespace flashnorm {
+namespace {
+
+std::string batch_model(bool gemma, int context = 512) {
+  const auto dir = testing::fresh_dir(gemma ? "cuda_batch_g3" : "cuda_batch_ll");
+  testing::RandomLlamaOptions o =
+      gemma ? testing::small_gemma3_options(11) : testing::RandomLlamaOptions{};
+  if (!gemma) o.n_layer = 3, o.seed = 5;
+  o.context = context;
+  testing::write_random_llama(dir, o);
+  return dir.string();
+}
+
+// A schedule: sequence i joins at step start[i] with a prompt of plen[i] tokens (one chunk) and
+// then takes one teacher-forced random token per step until step `steps`.
+struct Schedule {
+  std::vector<int> start, plen;
+  int steps = 0;
+};
+
+// Runs the schedule on each engine in lockstep (the same chunks) and returns every row's logits
+// per engine: [engine][row] (rows in step order, chunk order within a step).
+std::vector<std::vector<std::vector<float>>> run_schedule(std::vector<Engine*> engines,
+                                                          const Schedule& s, uint32_t seed) {
+  const int n = int(s.start.size()), V = engines[0]->config().vocab;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, V - 1);
+  std::vector<std::vector<int>> ids(engines.size(), std::vector<int>(n, 0));
+  std::vector<std::vector<std::vector<float>>> rows(engines.size());
+  std::vector<bool> joined(n, false);
+  for (int step = 0; step < s.steps; ++step) {
+    std::vector<std::vector<int32_t>> toks(n);
+    std::vector<int> who;
+    for (int i = 0; i < n; ++i) {
+      if (step < s.start[i]) continue;
+      toks[i].resize(joined[i] ? 1 : s.plen[i]);
+      for (auto& t : toks[i]) t = tok(rng);
+      who.push_back(i);
+    }
+    if (who.empty()) continue;
+    for (size_t e = 0; e < engines.size(); ++e) {
+      std::vector<SequenceChunk> chunks;
+      for (int i : who) {
+        if (!joined[i]) ids[e][i] = engines[e]->open_sequence();
+        chunks.push_back({ids[e][i], toks[i]});
+      }
+      const std::vector<float> l = engines[e]->forward_batch(chunks);
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        rows[e].emplace_back(l.begin() + c * V, l.begin() + (c + 1) * V);
+      }
+    }
+    for (int i : who) joined[i] = true;
+  }
+  for (size_t e = 0; e < engines.size(); ++e) {
+    for (int i = 0; i < n; ++i) {
+      if (joined[i]) {
+        EXPECT_EQ(engines[e]->sequence_position(ids[e][i]), s.plen[i] + s.steps - s.start[i] - 1);
+        engines[e]->close_sequence(ids[e][i]);
+      }
+    }
+  }
+  return rows;
+}
+
+struct Agreement {
+  double max_rel = 0, top1 = 0;
+};
+Agreement agreement(const std::vector<std::vector<float>>& ref,
+                    const std::vector<std::vector<float>>& got) {
+  Agreement a;
+  int same = 0;
+  for (size_t r = 0; r < ref.size(); ++r) {
+    const double d = max_rel_diff(ref[r], got[r]);
+    a.max_rel = std::isnan(d) ? INFINITY : std::max(a.max_rel, d);
+    same += std::max_element(ref[r].begin(), ref[r].end()) - ref[r].begin() ==
+            std::max_element(got[r].begin(), got[r].end()) - got[r].begin();
+  }
+  a.top1 = double(same) / ref.size();
+  return a;
+}
+
+const char* mode_name(NormMode m) { return m == NormMode::Standard ? "standard" : "flashnorm"; }
+
+TEST(CudaBatchedDecode, ContinuousBatchingMatchesCpuFp32) {
+  for (bool gemma : {false, true})
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+      SCOPED_TRACE(std::string(gemma ? "gemma3 " : "llama ") + mode_name(mode));
+      const std::string dir = batch_model(gemma);
+      CpuEngine cpu(load_model(dir), NormMode::Standard, 256);
+      CudaEngineOptions o;
+      o.capacity.max_context = 256, o.capacity.max_sequences = 8;
+      CudaEngine gpu(load_model(dir), mode, o);
+      // prompts of 1 (a batched row at position 0), 5 and 17 (fused decode ops), 40 and 90
+      // (kInAdd in FlashNorm mode) tokens; 1 to 6 rows per step: buckets 1, 2, 4, 8
+      Schedule s{{0, 0, 2, 3, 5, 9}, {5, 1, 17, 40, 90, 3}, 30};
+      const auto rows = run_schedule({&cpu, &gpu}, s, 21);
+      const Agreement a = agreement(rows[0], rows[1]);
+      std::printf("rows %zu: max rel logit diff %.3e, top-1 %.4f\n", rows[0].size(), a.max_rel,
+                  a.top1);
+      EXPECT_LT(a.max_rel, 3e-2);
+      EXPECT_GE(a.top1, 0.9);
+    }
+}
+
+TEST(CudaBatchedDecode, FortyRowsMatchCpuFp32) {
+  // 40 one-token rows: the projections leave the decode kernel (M > 16) for cuBLASLt, the pass
+  // is padded to the 64-row bucket
+  for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+    SCOPED_TRACE(mode_name(mode));
+    const std::string dir = batch_model(false);
+    CpuEngine cpu(load_model(dir), NormMode::Standard, 64);
+    CudaEngineOptions o;
+    o.capacity.max_context = 64, o.capacity.max_sequences = 40;
+    CudaEngine gpu(load_model(dir), mode, o);
+    Schedule s;
+    for (int i = 0; i < 40; ++i) s.start.push_back(0), s.plen.push_back(1 + i % 3);
+    s.steps = 12;
+    const auto rows = run_schedule({&cpu, &gpu}, s, 22);
+    const Agreement a = agreement(rows[0], rows[1]);
+    std::printf("rows %zu: max rel logit diff %.3e, top-1 %.4f\n", rows[0].size(), a.max_rel,
+                a.top1);
+    EXPECT_LT(a.max_rel, 3e-2);
+    EXPECT_GE(a.top1, 0.9);
+  }
+}
+
+TEST(CudaBatchedDecode, GraphReplayMatchesEagerAcrossAKeyBucket) {
+  for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+    SCOPED_TRACE(mode_name(mode));
+    const std::string dir = batch_model(true, 1024);
+    CudaEngineOptions o;
+    o.capacity.max_context = 600, o.capacity.max_sequences = 4;
+    o.gemv.choice = GemvChoice::kHeuristic;
+    CudaEngine g(load_model(dir), mode, o);
+    o.launch.decode = DecodeLaunch::kEager;
+    CudaEngine ref(load_model(dir), mode, o);
+    // one sequence crosses position 512 (the graphs' key bucket) while the others stay below
+    Schedule s{{0, 0, 4}, {500, 30, 7}, 40};
+    const auto rows = run_schedule({&ref, &g}, s, 23);
+    const Agreement a = agreement(rows[0], rows[1]);
+    std::printf("graph vs eager, rows %zu: max rel logit diff %.3e\n", rows[0].size(), a.max_rel);
+    EXPECT_LT(a.max_rel, 1e-6);
+  }
+}
+
+TEST(CudaBatchedDecode, TopOneAloneAndAmongThirtyOne) {
+  for (bool gemma : {false, true}) {
+    SCOPED_TRACE(gemma ? "gemma3" : "llama");
+    const std::string dir = batch_model(gemma);
+    CudaEngineOptions o;
+    o.capacity.max_context = 128, o.capacity.max_sequences = 32;
+    CudaEngine gpu(load_model(dir), NormMode::FlashNorm, o);
+    const int V = gpu.config().vocab, steps = 64;
+    std::mt19937 rng(31);
+    std::vector<std::vector<int32_t>> prompts(32, std::vector<int32_t>(8));
+    for (auto& p : prompts)
+      for (auto& t : p) t = int32_t(rng() % V);
+    auto argmax = [&](const float* r) { return int32_t(std::max_element(r, r + V) - r); };
+    // alone: greedy
+    std::vector<int32_t> alone;
+    {
+      const int s = gpu.open_sequence();
+      SequenceChunk c{s, prompts[0]};
+      std::vector<float> l = gpu.forward_batch(std::span(&c, 1));
+      for (int t = 0; t < steps; ++t) {
+        alone.push_back(argmax(l.data()));
+        c.tokens = std::span(&alone.back(), 1);
+        l = gpu.forward_batch(std::span(&c, 1));
+      }
+      gpu.close_sequence(s);
+    }
+    // among 31 others, fed the same tokens
+    std::vector<SequenceChunk> chunks(32);
+    std::vector<int32_t> next(32);
+    for (int k = 0; k < 32; ++k) chunks[k] = {gpu.open_sequence(), prompts[k]};
+    std::vector<float> l = gpu.forward_batch(chunks);
+    int same = 0;
+    for (int t = 0; t < steps; ++t) {
+      if (t > 0) same += argmax(l.data()) == alone[t];
+      for (int k = 0; k < 32; ++k) {
+        next[k] = k == 0 ? alone[t] : argmax(l.data() + size_t(k) * V);
+        chunks[k].tokens = std::span(&next[k], 1);
+      }
+      l = gpu.forward_batch(chunks);
+    }
+    std::printf("top-1 identical alone and among 31 others: %d of %d steps\n", same, steps - 1);
+    EXPECT_GE(double(same) / (steps - 1), 0.95);
+  }
+}
+
+TEST(CudaBatchedDecode, RefusesBadCallsAndAppendsNothing) {
+  const std::string dir = batch_model(false);
+  CudaEngineOptions o;
+  o.capacity.max_context = 16;
+  {
+    CudaEngine none(load_model(dir), NormMode::FlashNorm, o);
+    EXPECT_FALSE(none.batches());
+    EXPECT_THROW(none.open_sequence(), Error);
+  }
+  o.capacity.max_sequences = 2;
+  CudaEngine gpu(load_model(dir), NormMode::FlashNorm, o);
+  EXPECT_TRUE(gpu.batches());
+  const int a = gpu.open_sequence(), b = gpu.open_sequence();
+  EXPECT_THROW(gpu.open_sequence(), Error);
+  const int32_t t3[] = {1, 2, 3}, bad[] = {gpu.config().vocab}, big[17] = {};
+  const SequenceChunk twice[] = {{a, t3}, {a, t3}};
+  EXPECT_THROW(gpu.forward_batch(twice), Error);
+  const SequenceChunk badid[] = {{a, t3}, {b, bad}};
+  EXPECT_THROW(gpu.forward_batch(badid), Error);
+  const SequenceChunk over[] = {{a, t3}, {b, big}};
+  EXPECT_THROW(gpu.forward_batch(over), Error);
+  const SequenceChunk unknown[] = {{a + b + 1, t3}};
+  EXPECT_THROW(gpu.forward_batch(unknown), Error);
+  EXPECT_EQ(gpu.sequence_position(a), 0);
+  EXPECT_EQ(gpu.sequence_position(b), 0);
+  const SequenceChunk fine[] = {{a, t3}, {b, std::span(t3, 1)}};
+  EXPECT_EQ(gpu.forward_batch(fine).size(), 2u * gpu.config().vocab);
+  EXPECT_EQ(gpu.sequence_position(a), 3);
+  EXPECT_EQ(gpu.sequence_position(b), 1);
+  EXPECT_EQ(gpu.kv_blocks_in_use(), 2);
+  gpu.close_sequence(a);
+  EXPECT_THROW(gpu.close_sequence(a), Error);
+  EXPECT_THROW(gpu.sequence_position(a), Error);
+  const int c = gpu.open_sequence();  // the freed slot, empty again
+  EXPECT_EQ(gpu.sequence_position(c), 0);
+}
+
+}  // namespace
+}  // namespace flashnorm
