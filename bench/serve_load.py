@@ -32,9 +32,7 @@ from pathlib import Path
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMPTS = ["Write a story about a lighthouse keeper.", "Explain how rain forms.",
-           "List some facts about the Moon.", "Describe a walk through a forest.",
-           "What makes a good cup of tea?", "Tell me about the history of bicycles."]
+from serve_cuda_load import PROMPTS  # the same prompts as the GPU server's load test
 
 
 def metric(port, name):

@@ -43,6 +43,16 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 t0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 FAILED=()
+# model_in DIR: prints the name of the model sent to DIR (gpu_stage.sh's parts joined and checked
+# against its SHA-256); exit 1 when DIR has none, 2 when it is corrupt.
+model_in() {
+  [[ -f $1/model.sha256 ]] || return 1
+  local name
+  name=$(awk '{print $2}' "$1/model.sha256")
+  [[ -f $1/$name ]] || cat $(ls "$1"/part.* | sort) > "$1/$name"
+  ( cd "$1" && sha256sum -c model.sha256 > /dev/null ) || return 2
+  echo "$name"
+}
 # check NAME RC [LOG]: prints the stage's exit status (also appended to LOG when given) and
 # records a failure (RC != 0). Not to be piped: it must run in this shell.
 check() {
@@ -153,10 +163,7 @@ if has batch; then
   # add+norm) and flashnorm's batch invariance, on each model present (/tmp/fn_model, /tmp/fn_model2)
   i=0
   for mdir in /tmp/fn_model /tmp/fn_model2; do
-    [[ -f $mdir/model.sha256 ]] || continue
-    name=$(awk '{print $2}' $mdir/model.sha256)
-    [[ -f $mdir/$name ]] || cat $(ls $mdir/part.* | sort) > $mdir/$name
-    ( cd $mdir && sha256sum -c model.sha256 > /dev/null ) || { check "model $name (sha256)" 1; continue; }
+    name=$(model_in "$mdir") || { [[ $? == 2 ]] && check "model in $mdir (sha256)" 1; continue; }
     i=$((i + 1))
     stamp "batched decode benchmark: $name"
     "$BIN/flashnorm" bench --model "$mdir/$name" --quick --runs ${BATCH_RUNS:-3} --prompt-tokens 512 \
@@ -257,10 +264,7 @@ if has native; then
   check "cuda_engine_gpu_test CudaNativeWeights" "${PIPESTATUS[0]}"
   i=0
   for mdir in /tmp/fn_model /tmp/fn_model2; do
-    [[ -f $mdir/model.sha256 ]] || continue
-    name=$(awk '{print $2}' $mdir/model.sha256)
-    [[ -f $mdir/$name ]] || cat $(ls $mdir/part.* | sort) > $mdir/$name
-    ( cd $mdir && sha256sum -c model.sha256 > /dev/null ) || { check "model $name (sha256)" 1; continue; }
+    name=$(model_in "$mdir") || { [[ $? == 2 ]] && check "model in $mdir (sha256)" 1; continue; }
     i=$((i + 1))
     stamp "verify --device cuda --weights native: $name"
     "$BIN/flashnorm" verify "$mdir/$name" --device cuda --weights native --text /tmp/fn/data/GPL-3 \

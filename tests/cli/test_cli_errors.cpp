@@ -160,14 +160,17 @@ TEST(CliErrors, DeviceSelection) {
 #endif
   }
   // the --model benchmark's options without --model: refused, not ignored
-  for (const char* opt : {"--quick", "--weights native", "--runs 3", "--prompt-tokens 64",
-                          "--decode-tokens 16", "--ctx 4096", "--prompt-tokens 512,4096"}) {
+  for (const char* opt :
+       {"--quick", "--weights native", "--runs 3", "--prompt-tokens 64", "--decode-tokens 16",
+        "--ctx 4096", "--prompt-tokens 512,4096", "--batch 1,8"}) {
     expect_one_line_error(run_cli(std::string("bench ") + opt), "requires --model");
   }
   // a KV cache below what the run needs: refused before any GPU is looked for
   expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() +
                                 " --ctx 100 --prompt-tokens 512 --decode-tokens 100"),
                         "--ctx 100 is below the 614 positions the run needs");
+  expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() + " --batch 8,65"),
+                        "--batch 65 is outside 1 .. 64");
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }

@@ -21,12 +21,24 @@ __device__ __forceinline__ void better(float& bv, int& bi, float v, int i) {
   if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
 }
 
+// The CTA's best of every thread's (best, idx), in thread 0's (the others' are left partial).
+__device__ __forceinline__ void cta_best(float& best, int& idx) {
+  __shared__ float bv[32];
+  __shared__ int bi[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    better(best, idx, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, idx, o));
+  }
+  if ((threadIdx.x & 31) == 0) bv[threadIdx.x / 32] = best, bi[threadIdx.x / 32] = idx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) better(best, idx, bv[w], bi[w]);
+  }
+}
+
 __global__ void sample_kernel(const float* logits, int vocab, float temperature, uint64_t seed,
                               int32_t* pos, int advance, int32_t* token, int32_t* history,
                               int history_len, float* part_v, int* part_i, unsigned* counter) {
   pdl_begin();
-  __shared__ float bv[32];
-  __shared__ int bi[32];
   __shared__ int s_last;
   const int p = *pos + advance;  // every CTA reads *pos before it arrives; the last one writes it
   float best = -INFINITY;
@@ -42,13 +54,8 @@ __global__ void sample_kernel(const float* logits, int vocab, float temperature,
     }
     better(best, idx, v, j);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    better(best, idx, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, idx, o));
-  }
-  if ((threadIdx.x & 31) == 0) bv[threadIdx.x / 32] = best, bi[threadIdx.x / 32] = idx;
-  __syncthreads();
+  cta_best(best, idx);
   if (threadIdx.x != 0) return;
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) better(best, idx, bv[w], bi[w]);
   part_v[blockIdx.x] = best, part_i[blockIdx.x] = idx;
   __threadfence();  // release this CTA's winner before counting it
   s_last = atomicAdd(counter, 1u) == gridDim.x - 1;
@@ -70,19 +77,12 @@ __global__ void sample_kernel(const float* logits, int vocab, float temperature,
 __global__ void argmax_rows_kernel(const float* logits, int64_t ldl, int vocab, int32_t* tokens,
                                    int32_t* pos) {
   pdl_begin();
-  __shared__ float bv[32];
-  __shared__ int bi[32];
   const float* row = logits + blockIdx.x * ldl;
   float best = -INFINITY;
   int idx = INT32_MAX;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) better(best, idx, row[j], j);
-  for (int o = 16; o > 0; o >>= 1) {
-    better(best, idx, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, idx, o));
-  }
-  if ((threadIdx.x & 31) == 0) bv[threadIdx.x / 32] = best, bi[threadIdx.x / 32] = idx;
-  __syncthreads();
+  cta_best(best, idx);
   if (threadIdx.x != 0) return;
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) better(best, idx, bv[w], bi[w]);
   tokens[blockIdx.x] = idx == INT32_MAX ? 0 : idx;
   pos[blockIdx.x] += 1;
 }
