@@ -162,9 +162,9 @@ if has batch; then
   # Batched decode throughput at 1, 8, 32, 64 sequences (standard, flashnorm, standard fused
   # add+norm) and flashnorm's batch invariance, on each model present (/tmp/fn_model, /tmp/fn_model2)
   i=0
-  for mdir in /tmp/fn_model /tmp/fn_model2; do
-    name=$(model_in "$mdir") || { [[ $? == 2 ]] && check "model in $mdir (sha256)" 1; continue; }
+  for mdir in ${BATCH_MODELS:-/tmp/fn_model /tmp/fn_model2}; do
     i=$((i + 1))
+    name=$(model_in "$mdir") || { [[ $? == 2 ]] && check "model in $mdir (sha256)" 1; continue; }
     stamp "batched decode benchmark: $name"
     "$BIN/flashnorm" bench --model "$mdir/$name" --quick --runs ${BATCH_RUNS:-3} --prompt-tokens 512 \
       --decode-tokens ${BATCH_STEPS:-128} --batch 1,8,32,64 --out "$OUT/bench_batch_$i.json" \
