@@ -27,6 +27,7 @@
 # in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
 # bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
 # race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json.
+# TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
 # bucket, cpusimd, ncu, ncuk, racebatch, batch, serve.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
@@ -109,7 +110,7 @@ fi
 
 if has tests; then
   stamp "CUDA engine GPU tests"
-  "$BIN/cuda_engine_gpu_test" 2>&1 | tee "$OUT/engine_tests.log" | grep -E "^\[|OK|FAILED|PASSED" | grep -v "^\[ RUN" | head -80
+  "$BIN/cuda_engine_gpu_test" --gtest_filter="${TESTS_FILTER:-*}" 2>&1 | tee "$OUT/engine_tests.log" | grep -E "^\[|OK|FAILED|PASSED" | grep -v "^\[ RUN" | head -80
   check cuda_engine_gpu_test "${PIPESTATUS[0]}"
 fi
 
