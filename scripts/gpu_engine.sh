@@ -66,8 +66,14 @@ stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
 CUDA_HOME=$(dirname "$(dirname "$(which nvcc)")")
-python3 -c "import tarfile; tarfile.open('.cache/device/bundle/fn_bundle.tar.xz').extractall('/tmp')" ||
-  { echo "bundle missing: carry .cache/device/bundle (scripts/gpu_stage.sh)"; exit 2; }
+# the bundle, or the one an earlier call on this warm machine unpacked (a call carrying a model
+# part has no room for the bundle too)
+if [[ -f .cache/device/bundle/fn_bundle.tar.xz ]]; then
+  python3 -c "import tarfile; tarfile.open('.cache/device/bundle/fn_bundle.tar.xz').extractall('/tmp')" ||
+    { echo "bundle unreadable: rebuild it (scripts/gpu_stage.sh)"; exit 2; }
+elif [[ ! -x /tmp/fn/bin/flashnorm ]]; then
+  echo "bundle missing: carry .cache/device/bundle (scripts/gpu_stage.sh)"; exit 2
+fi
 export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_PATH:-}
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
