@@ -97,10 +97,12 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "native"}))
       ->capture_default_str()
       ->needs(model);
-  sub->add_option("--batch", o->model.batches,
-                  "--model: also batched decode at these batch sizes (1..64, comma-separated): "
-                  "standard, flashnorm and standard fused add+norm, output tokens/s, and "
-                  "flashnorm's batch invariance (one sequence's greedy top-1 alone vs batched)")
+  sub->add_option(
+         "--batch", o->model.batches,
+         "--model: also batched decode at these batch sizes (1..64, comma-separated): "
+         "standard, flashnorm, standard fused add+norm and flashnorm with its batched passes "
+         "deferred, output tokens/s, and "
+         "flashnorm's batch invariance (one sequence's greedy top-1 alone vs batched)")
       ->delimiter(',')
       ->needs(model);
   sub->add_flag("--quick", o->model.quick,

@@ -96,6 +96,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     bool allow_ring = false;
     TiedHead tied_head = TiedHead::kKeepGain;
     PrefillNorm prefill = PrefillNorm::kInAdd;
+    bool batched_in_add = true;  // CudaFlashNorm::batched_in_add
     // on the file's blocks (--weights native): the index of the same configuration on bf16
     // weights; -1: on bf16 weights
     int bf16_of = -1;
@@ -118,6 +119,13 @@ void run_model_bench(const ModelBenchArgs& a) {
   // Prompt passes with rstd deferred to the GEMM's output (the default applies it in the add)
   cfgs.push_back({"flashnorm, deferred prompts", NormMode::FlashNorm, Deferred::kFused, sep, true,
                   false, TiedHead::kKeepGain, PrefillNorm::kDeferred});
+  // batched decode passes of more than 16 rows with rstd deferred to the GEMM (--batch only)
+  const int batched_deferred = a.batches.empty() ? -1 : int(cfgs.size());
+  if (!a.batches.empty()) {
+    Config c{"flashnorm, batched deferred", NormMode::FlashNorm, Deferred::kFused, sep, true};
+    c.batched_in_add = false;
+    cfgs.push_back(std::move(c));
+  }
   if (native) {  // the main three again on the file's own blocks
     for (int i : {0, 1, 3}) {
       Config c{cfgs[i].name + ", native", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
@@ -156,8 +164,11 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.gemv.allow_ring = c.allow_ring;
-    // the batched decode rows: the three main configurations on bf16 weights
-    const bool batched = (&c == &cfgs[0] || &c == &cfgs[1] || &c == &cfgs[3]);
+    o.flashnorm.batched_in_add = c.batched_in_add;
+    // the batched decode rows: the three main configurations on bf16 weights, and flashnorm with
+    // batched passes deferred
+    const int ci = int(&c - cfgs.data());
+    const bool batched = ci == 0 || ci == 1 || ci == 3 || ci == batched_deferred;
     if (batched) o.capacity.max_sequences = max_b;
     c.e = std::make_unique<CudaEngine>(c.native() ? *native_model : model, c.mode, o);
   }
@@ -174,8 +185,10 @@ void run_model_bench(const ModelBenchArgs& a) {
     }
     c.e->time_decode_steps(8);
   }
-  const int batched_cfgs[] = {0, 1, 3};  // standard, flashnorm, standard fused add+norm
-  for (int k : a.batches.empty() ? std::span<const int>() : std::span<const int>(batched_cfgs)) {
+  // standard, flashnorm, standard fused add+norm, flashnorm with batched passes deferred
+  std::vector<int> batched_cfgs;
+  if (!a.batches.empty()) batched_cfgs = {0, 1, 3, batched_deferred};
+  for (int k : batched_cfgs) {
     cfgs[k].batch_us.resize(a.batches.size());
     for (int b : a.batches) cfgs[k].e->time_batch_decode_steps(prompt(0), b, 8);  // warm-up
   }

@@ -19,9 +19,11 @@ struct ModelBenchArgs {
   // only standard, flashnorm, flashnorm two-stream, standard fused add+norm and flashnorm with
   // deferred prompts: no ablations (large models)
   bool quick = false;
-  // batched decode (CudaEngine::time_batch_decode_steps): standard, flashnorm and standard fused
-  // add+norm at each of these batch sizes (1 .. 64), each sequence after a prompt of the first
-  // length, and flashnorm's batch invariance (greedy top-1 of one sequence alone vs in the batch)
+  // batched decode (CudaEngine::time_batch_decode_steps): standard, flashnorm, standard fused
+  // add+norm and flashnorm with its batched passes deferred (CudaFlashNorm::batched_in_add off; an
+  // extra configuration) at each of these batch sizes (1 .. 64), each sequence after a prompt of
+  // the first length, and flashnorm's batch invariance (greedy top-1 of one sequence alone vs in
+  // the batch)
   std::vector<int> batches;
 };
 // Part of the CUDA module (libflashnorm_cuda.so, engine/cuda_module.h): callers in the executable

@@ -117,8 +117,10 @@ class CudaEngine final : public Engine {
   // one-token chunks run together, up to 64 per pass, as one batched decode pass (projections with
   // M = the sequences, as a prompt chunk of that many tokens would; decode_attention's batched
   // form, each row over its own slot), replayed from a CUDA graph per batch bucket
-  // (1, 2, 4, ..., 64 rows, padding rows in a spare slot) and key bucket. A sequence's logits
-  // differ between batch sizes by the GEMM kernels' rounding only (the M-dependent kernel choice).
+  // (1, 2, 4, ..., 64 rows, padding rows in a spare slot) and key bucket; in FlashNorm mode a pass
+  // of more than 16 rows normalizes in the residual add (CudaFlashNorm::batched_in_add). A
+  // sequence's logits differ between batch sizes by the GEMM kernels' rounding and the M-dependent
+  // choice of kernel and normalization.
   bool batches() const override;
   int open_sequence() override;  // Errors: Error when max_sequences sequences are open
   void close_sequence(int seq) override;

@@ -83,6 +83,12 @@ struct CudaFlashNorm {
   Deferred deferred = Deferred::kFused;
   TiedHead tied_head = TiedHead::kKeepGain;
   PrefillNorm prefill = PrefillNorm::kInAdd;
+  // Batched decode passes of more than 16 rows (past the decode GEMV, whose kernel computes rstd
+  // and carries the residual add in its epilogue) normalize in the residual add as kInAdd prompts
+  // do, instead of deferring rstd to flashnorm_linear's GEMM epilogue (measured on the H200 at 32
+  // and 64 rows: the deferred GEMM was 0.96-0.99x of Standard with the fused add+norm). Every
+  // column gets rstd in those passes, as in kInAdd. With PrefillNorm::kDeferred, they defer too.
+  bool batched_in_add = true;
 };
 
 // Kernel launches of a forward pass.

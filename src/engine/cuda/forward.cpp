@@ -258,7 +258,8 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
   if (p.batched && (rows != T || T > fk::kDecodeAttentionMaxBatch || (sample && temperature != 0)))
     throw Error("internal: a batched pass takes every row's logits, at most 64 rows, greedy");
   norm_in_add = mode == NormMode::FlashNorm && opt.flashnorm.prefill == PrefillNorm::kInAdd &&
-                T > kDeferredMaxT;
+                (T > kDeferredMaxT || (p.batched && opt.flashnorm.batched_in_add &&
+                                       T > fk::LinearContext::kAutoDecodeMaxM));
   prof.op(kOther, s, [&] {
     ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
                         ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));
