@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "flashnorm/engine/sampler.h"
 #include "flashnorm/error.h"
 
 namespace flashnorm {
@@ -33,5 +34,19 @@ int Engine::open_sequence() { no_batching(device()); }
 void Engine::close_sequence(int) { no_batching(device()); }
 int Engine::sequence_position(int) const { no_batching(device()); }
 std::vector<float> Engine::forward_batch(std::span<const SequenceChunk>) { no_batching(device()); }
+void Engine::forward_batch_into(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {
+  logits = forward_batch(chunks);
+}
+void Engine::forward_batch_top1(std::span<const SequenceChunk> chunks,
+                                std::span<const uint8_t> greedy, std::vector<float>& logits,
+                                std::vector<int32_t>& top1) {
+  if (greedy.size() != chunks.size()) throw Error("forward_batch_top1: one greedy flag per chunk");
+  forward_batch_into(chunks, logits);
+  const size_t V = size_t(config().vocab);
+  top1.assign(chunks.size(), 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (greedy[i]) top1[i] = argmax(std::span<const float>(logits).subspan(i * V, V));
+  }
+}
 
 }  // namespace flashnorm

@@ -165,14 +165,19 @@ void Scheduler::loop() {
       }
       chunks.push_back({a.seq, toks[i]});
     }
-    std::vector<float> logits;
+    std::vector<float>& logits = logits_;  // reused: no allocation per step
+    std::vector<uint8_t> greedy(active.size());
+    for (size_t i = 0; i < active.size(); ++i) {
+      greedy[i] = active[i].g->sampling.temperature == 0.0f;  // top-1 from the engine
+    }
     std::vector<bool> failed(active.size(), false);
     try {
-      logits = engine_->forward_batch(chunks);
+      engine_->forward_batch_top1(chunks, greedy, logits, top1_);
     } catch (const std::exception&) {
       // Find the request(s) at fault: each alone; the others' logits from their own pass.
       const size_t V = engine_->config().vocab;
       logits.assign(active.size() * V, 0.0f);
+      std::fill(greedy.begin(), greedy.end(), 0);  // sampled from these logits instead
       for (size_t i = 0; i < active.size(); ++i) {
         try {
           std::vector<float> one = engine_->forward_batch(std::span(&chunks[i], 1));
@@ -203,7 +208,7 @@ void Scheduler::loop() {
         metrics_.prompt_tokens += toks[i].size();
         if (a.fed < a.g->prompt.size()) continue;  // mid-prompt
       }
-      const int32_t next = a.sampler.sample(std::span(&logits[i * V], V));
+      const int32_t next = greedy[i] ? top1_[i] : a.sampler.sample(std::span(&logits[i * V], V));
       if (a.produced == 0) {
         metrics_.ttft.observe(std::chrono::duration<double>(now - a.g->arrived).count());
       } else {

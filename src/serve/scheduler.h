@@ -2,10 +2,12 @@
 // boundaries while fewer than max_concurrent sequences run, and every step is one
 // Engine::forward_batch over all running sequences (a decode token each, or the next prefill chunk
 // of at most prefill_chunk prompt tokens, so that a long prompt does not stall running decodes).
-// Tokens are sampled per request (engine/sampler.h) and turned into text as `flashnorm generate`
-// does (text_stream.h); a request ends at an end-of-generation token or a stop string
-// (finish_reason "stop"), at max_tokens ("length"), or when cancelled (its client went away), and
-// its sequence's KV cache is freed at that step. A request the engine fails on fails alone.
+// Tokens are sampled per request (engine/sampler.h); a greedy request's comes from the engine's
+// top-1 (Engine::forward_batch_top1: on the GPU in the CUDA engine, which then copies no logits)
+// and turned into text as `flashnorm generate` does (text_stream.h); a request ends at an
+// end-of-generation token or a stop string (finish_reason "stop"), at max_tokens ("length"), or
+// when cancelled (its client went away), and its sequence's KV cache is freed at that step. A
+// request the engine fails on fails alone.
 #pragma once
 
 #include <atomic>
@@ -89,7 +91,9 @@ class Scheduler {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Generation>> waiting_;
-  int running_ = 0;  // admitted, not finished (guarded by mu_)
+  int running_ = 0;            // admitted, not finished (guarded by mu_)
+  std::vector<float> logits_;  // the scheduling thread's step logits [sequences, vocab]
+  std::vector<int32_t> top1_;  // and the greedy sequences' next tokens
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -3,7 +3,8 @@
 // continuous-batching schedules (sequences joining at different steps, prompts of 1 to 90 tokens,
 // batches of 1 to 40 rows, padded to the graph's batch bucket) against the CPU fp32 engine's
 // forward_batch on the same schedule; graph replay against eager passes across a key bucket; one
-// sequence's top-1 alone and among 31 others; refusals.
+// sequence's top-1 alone and among 31 others; top-1 on the device against the host's argmax;
+// refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/cuda_engine.h"
 #include "flashnorm/engine/evaluate.h"
+#include "flashnorm/engine/sampler.h"
 #include "flashnorm/error.h"
 #include "support/random_llama.h"
 
@@ -220,6 +222,48 @@ TEST(CudaBatchedDecode, TopOneAloneAndAmongThirtyOne) {
     std::printf("top-1 identical alone and among 31 others: %d of %d steps\n", same, steps - 1);
     EXPECT_GE(double(same) / (steps - 1), 0.95);
   }
+}
+
+// forward_batch_top1: greedy rows' top-1 from the device equals the host argmax of the same rows'
+// logits from forward_batch on a twin engine; the other rows' logits are bitwise those logits.
+TEST(CudaBatchedDecode, DeviceTopOneMatchesHostArgmax) {
+  const std::string dir = batch_model(true);
+  CudaEngineOptions o;
+  o.capacity.max_context = 64, o.capacity.max_sequences = 6;
+  CudaEngine a(load_model(dir), NormMode::FlashNorm, o), b(load_model(dir), NormMode::FlashNorm, o);
+  const int V = a.config().vocab;
+  std::mt19937 rng(41);
+  std::vector<std::vector<int32_t>> toks(6);
+  std::vector<SequenceChunk> ca(6), cb(6);
+  for (int k = 0; k < 6; ++k) {
+    toks[k].resize(1 + k * 3);  // prompt chunks of 1 (batched) to 16 tokens
+    for (auto& t : toks[k]) t = int32_t(rng() % V);
+    ca[k] = {a.open_sequence(), toks[k]}, cb[k] = {b.open_sequence(), toks[k]};
+  }
+  std::vector<float> lb;
+  std::vector<int32_t> top1;
+  int greedy_rows = 0;
+  for (int step = 0; step < 20; ++step) {
+    std::vector<uint8_t> greedy(6);
+    for (int k = 0; k < 6; ++k) greedy[k] = step % 4 == 3 ? (k % 2) : 1;  // all greedy, or mixed
+    const std::vector<float> la = a.forward_batch(ca);
+    b.forward_batch_top1(cb, greedy, lb, top1);
+    ASSERT_EQ(top1.size(), 6u);
+    for (int k = 0; k < 6; ++k) {
+      const std::span<const float> row(la.data() + size_t(k) * V, V);
+      if (greedy[k]) {
+        EXPECT_EQ(top1[k], argmax(row)) << "step " << step << " row " << k;
+        ++greedy_rows;
+      } else {
+        EXPECT_TRUE(std::equal(row.begin(), row.end(), lb.begin() + size_t(k) * V));
+      }
+      toks[k] = {int32_t(rng() % V)};
+      ca[k].tokens = toks[k], cb[k].tokens = toks[k];
+    }
+  }
+  EXPECT_GT(greedy_rows, 100);
+  const std::vector<uint8_t> short_mask(5, 1);
+  EXPECT_THROW(b.forward_batch_top1(cb, short_mask, lb, top1), Error);
 }
 
 TEST(CudaBatchedDecode, RefusesBadCallsAndAppendsNothing) {

@@ -126,6 +126,12 @@ class CudaEngine final : public Engine {
   void close_sequence(int seq) override;
   int sequence_position(int seq) const override;
   std::vector<float> forward_batch(std::span<const SequenceChunk> chunks) override;
+  void forward_batch_into(std::span<const SequenceChunk> chunks,
+                          std::vector<float>& logits) override;
+  // Greedy rows' top-1 from argmax_rows on the device; a batched decode pass of greedy rows only
+  // copies no logits (one of [64, 262144] fp32 is 67 MB).
+  void forward_batch_top1(std::span<const SequenceChunk> chunks, std::span<const uint8_t> greedy,
+                          std::vector<float>& logits, std::vector<int32_t>& top1) override;
   // Positions the open sequences hold, in blocks of kKvBlock (their slots are allocated at load).
   int kv_blocks_in_use() const override;
   // Microseconds per batched decode step of `batch` sequences (1 .. min(64, max_sequences)), each

@@ -103,6 +103,20 @@ class Engine {
   // an empty chunk, an id not open or given twice, a token outside [0, vocab), or a sequence
   // whose cache would pass max_context().
   virtual std::vector<float> forward_batch(std::span<const SequenceChunk> chunks);
+  // forward_batch's logits into `logits` (resized to [chunks, vocab], its capacity reused: a
+  // server's steps allocate nothing once warm; a fresh [32, 262144] fp32 block per step had cost
+  // Gemma 3 more page faults than its GPU step). Same errors; default: the returning form.
+  virtual void forward_batch_into(std::span<const SequenceChunk> chunks,
+                                  std::vector<float>& logits);
+  // forward_batch_into for callers that need only some rows' top-1: where greedy[i] is set (one
+  // flag per chunk), top1[i] = argmax of chunk i's logits (sampler.h's argmax: the lowest id on
+  // ties, NaN never chosen) and that row of `logits` may be left unwritten (the CUDA engine
+  // computes it on the device and copies no logits for a pass of greedy rows only); other rows'
+  // logits as forward_batch_into. top1: resized to the chunks (0 where not greedy). Same errors,
+  // and Error when greedy's size is not the chunks'. Default: forward_batch_into and a host argmax.
+  virtual void forward_batch_top1(std::span<const SequenceChunk> chunks,
+                                  std::span<const uint8_t> greedy, std::vector<float>& logits,
+                                  std::vector<int32_t>& top1);
   // KV cache blocks (kKvBlock positions of every layer's K and V) held by open sequences.
   virtual int kv_blocks_in_use() const { return 0; }
 };

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine_impl.h"
+#include "flashnorm/engine/sampler.h"
 
 namespace flashnorm {
 using namespace cuda_engine;
@@ -42,8 +43,25 @@ int CudaEngine::kv_blocks_in_use() const {
 }
 
 std::vector<float> CudaEngine::forward_batch(std::span<const SequenceChunk> chunks) {
+  std::vector<float> out;
+  forward_batch_into(chunks, out);
+  return out;
+}
+
+void CudaEngine::forward_batch_into(std::span<const SequenceChunk> chunks,
+                                    std::vector<float>& out) {
+  std::vector<int32_t> unused;
+  const std::vector<uint8_t> none(chunks.size(), 0);
+  forward_batch_top1(chunks, none, out, unused);
+}
+
+void CudaEngine::forward_batch_top1(std::span<const SequenceChunk> chunks,
+                                    std::span<const uint8_t> greedy, std::vector<float>& out,
+                                    std::vector<int32_t>& top1) {
   Impl& e = *p_;
-  if (!batches()) return Engine::forward_batch(chunks);  // refuses
+  if (greedy.size() != chunks.size()) throw Error("forward_batch_top1: one greedy flag per chunk");
+  auto is_greedy = [&](size_t i) { return greedy[i] != 0; };
+  if (!batches()) Engine::forward_batch(chunks);  // refuses
   if (chunks.empty()) throw Error("forward_batch: no chunks");
   std::vector<int> slots(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -62,7 +80,8 @@ std::vector<float> CudaEngine::forward_batch(std::span<const SequenceChunk> chun
     }
   }
   const size_t V = size_t(e.d.V);
-  std::vector<float> out(chunks.size() * V);
+  out.resize(chunks.size() * V);
+  top1.assign(chunks.size(), 0);
   std::vector<size_t> singles;
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (chunks[i].tokens.size() == 1) {
@@ -72,6 +91,7 @@ std::vector<float> CudaEngine::forward_batch(std::span<const SequenceChunk> chun
     const std::vector<float> l =
         e.prompt_passes(slots[i], e.slot_pos[slots[i]], chunks[i].tokens, false);
     std::copy(l.begin(), l.end(), out.begin() + i * V);
+    if (is_greedy(i)) top1[i] = argmax(l);
   }
   constexpr size_t kMaxB = fk::kDecodeAttentionMaxBatch;
   for (size_t g0 = 0; g0 < singles.size(); g0 += kMaxB) {
@@ -79,23 +99,37 @@ std::vector<float> CudaEngine::forward_batch(std::span<const SequenceChunk> chun
     std::vector<int32_t> toks(B);
     std::vector<int> sl(B);
     int max_pos = 0;
+    bool any_greedy = false, all_greedy = true;
     for (size_t b = 0; b < B; ++b) {
       const size_t i = singles[g0 + b];
       toks[b] = chunks[i].tokens[0], sl[b] = slots[i];
       max_pos = std::max(max_pos, e.slot_pos[sl[b]]);
+      any_greedy |= is_greedy(i), all_greedy &= is_greedy(i);
     }
     const int Bb = e.stage_batch(toks, sl);
     e.batch_graphs.step(e.f, Bb, max_pos, false);
-    FN_CUDA_CHECK(cudaMemcpyAsync(e.ws.h_logits.as<float>(), e.ws.logits.get(),
-                                  B * size_t(e.d.ldv) * 4, cudaMemcpyDeviceToHost, e.s()));
+    int32_t* h_top1 = e.ws.h_tokens.as<int32_t>();  // free once staged
+    if (any_greedy) {  // top-1 on the device, into d_tokens (restaged by the next pass)
+      ok(fk::argmax_rows(int(B), e.d.V, e.ws.logits.as<float>(), e.d.ldv,
+                         e.ws.d_tokens.as<int32_t>(), nullptr, e.s()));
+      FN_CUDA_CHECK(
+          cudaMemcpyAsync(h_top1, e.ws.d_tokens.get(), B * 4, cudaMemcpyDeviceToHost, e.s()));
+    }
+    if (!all_greedy) {
+      FN_CUDA_CHECK(cudaMemcpyAsync(e.ws.h_logits.as<float>(), e.ws.logits.get(),
+                                    B * size_t(e.d.ldv) * 4, cudaMemcpyDeviceToHost, e.s()));
+    }
     FN_CUDA_CHECK(cudaStreamSynchronize(e.s()));
     for (size_t b = 0; b < B; ++b) {
-      const float* row = e.ws.h_logits.as<float>() + b * e.d.ldv;
-      std::copy(row, row + V, out.begin() + singles[g0 + b] * V);
+      const size_t i = singles[g0 + b];
+      if (is_greedy(i)) top1[i] = h_top1[b];
+      if (!all_greedy) {
+        const float* row = e.ws.h_logits.as<float>() + b * e.d.ldv;
+        std::copy(row, row + V, out.begin() + i * V);
+      }
       ++e.slot_pos[sl[b]];
     }
   }
-  return out;
 }
 
 double CudaEngine::time_batch_decode_steps(std::span<const int32_t> prompt, int batch, int reps) {

@@ -84,15 +84,15 @@ __global__ void argmax_rows_kernel(const float* logits, int64_t ldl, int vocab, 
   cta_best(best, idx);
   if (threadIdx.x != 0) return;
   tokens[blockIdx.x] = idx == INT32_MAX ? 0 : idx;
-  pos[blockIdx.x] += 1;
+  if (pos) pos[blockIdx.x] += 1;
 }
 
 }  // namespace
 
 Status argmax_rows(int B, int vocab, const float* logits, int64_t ldl, int32_t* tokens,
                    int32_t* pos, cudaStream_t s, bool pdl) {
-  if (B < 1 || vocab < 1 || ldl < vocab || !logits || !tokens || !pos)
-    return invalid("argmax_rows: B >= 1, vocab >= 1, ldl >= vocab, non-null pointers");
+  if (B < 1 || vocab < 1 || ldl < vocab || !logits || !tokens)
+    return invalid("argmax_rows: B >= 1, vocab >= 1, ldl >= vocab, non-null logits and tokens");
   return launched("argmax_rows_kernel", launch_ex(argmax_rows_kernel, B, 1024, 0, s, pdl, logits,
                                                   ldl, vocab, tokens, pos));
 }

@@ -134,8 +134,9 @@ constexpr int kDecodeAttentionMaxT = 16;
 constexpr int kDecodeAttentionMaxBatch = 64;  // sequences of one batched decode launch
 
 // Greedy sampling of a batched decode step: for each row b < B of logits [B, ldl] fp32, tokens[b] =
-// argmax_j logits[b, j] over j < vocab (lowest id on ties; NaN never chosen) and pos[b] += 1. One
-// CTA per row. Errors: B >= 1, vocab >= 1, ldl >= vocab, pointers set.
+// argmax_j logits[b, j] over j < vocab (lowest id on ties; NaN never chosen; 0 when all are NaN)
+// and, where pos is set, pos[b] += 1. One CTA per row. Errors: B >= 1, vocab >= 1, ldl >= vocab,
+// logits and tokens set.
 Status argmax_rows(int B, int vocab, const float* logits, int64_t ldl, int32_t* tokens,
                    int32_t* pos, cudaStream_t s, bool pdl = false);
 
