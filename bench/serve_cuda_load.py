@@ -48,6 +48,7 @@ def run_level(port, models, c, seconds, max_tokens):
     before = {m: metric(port, k) for m, k in keys.items()}
     deadline = time.time() + seconds
     counts = {m: [0, 0] for m in models}  # requests, errors
+    messages = {m: [] for m in models}  # the first few errors' texts
     lock = threading.Lock()
 
     def worker(arg):
@@ -58,9 +59,14 @@ def run_level(port, models, c, seconds, max_tokens):
                 complete(port, m, PROMPTS[(w + i) % len(PROMPTS)], max_tokens)
                 with lock:
                     counts[m][0] += 1
-            except (urllib.error.URLError, OSError):
+            except (urllib.error.URLError, OSError) as e:
+                text = str(e)
+                if isinstance(e, urllib.error.HTTPError):
+                    text += ": " + e.read().decode(errors="replace")[:300]
                 with lock:
                     counts[m][1] += 1
+                    if len(messages[m]) < 3:
+                        messages[m].append(text)
             i += 1
 
     t0 = time.time()
@@ -73,7 +79,7 @@ def run_level(port, models, c, seconds, max_tokens):
         out.append({"model": m, "streams": c, "models_at_once": len(models),
                     "requests": counts[m][0], "errors": counts[m][1],
                     "output_tokens": int(tokens), "wall_s": round(wall, 2),
-                    "output_tokens_per_s": round(tokens / wall, 2)})
+                    "output_tokens_per_s": round(tokens / wall, 2), "error_texts": messages[m]})
     return out
 
 

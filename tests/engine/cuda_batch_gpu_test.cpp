@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/cuda_engine.h"
@@ -264,6 +265,69 @@ TEST(CudaBatchedDecode, DeviceTopOneMatchesHostArgmax) {
   EXPECT_GT(greedy_rows, 100);
   const std::vector<uint8_t> short_mask(5, 1);
   EXPECT_THROW(b.forward_batch_top1(cb, short_mask, lb, top1), Error);
+}
+
+// Two engines on one GPU driven from two threads at once (`serve` with two models): sequences join
+// and leave so that both keep capturing graphs (batch and key buckets) while the other runs; no
+// call may fail, and each engine's rows must equal a lone run of the same schedule.
+TEST(CudaBatchedDecode, TwoEnginesOnTwoThreads) {
+  struct Run {
+    std::string dir;
+    std::vector<std::vector<float>> rows;
+    std::string error;
+  };
+  auto drive = [](Run& r, bool record) {
+    try {
+      CudaEngineOptions o;
+      o.capacity.max_context = 700, o.capacity.max_sequences = 40;
+      o.gemv.choice = GemvChoice::kHeuristic;
+      CudaEngine e(load_model(r.dir), NormMode::FlashNorm, o);
+      const int V = e.config().vocab;
+      std::mt19937 rng(51);
+      std::vector<std::pair<int, int>> live;  // (id, steps left)
+      for (int step = 0; step < 300; ++step) {
+        while (int(live.size()) < 1 + (step * 7) % 40) {
+          live.push_back({e.open_sequence(), 20 + int(rng() % 600)});
+        }
+        std::vector<std::vector<int32_t>> toks(live.size());
+        std::vector<SequenceChunk> chunks;
+        for (size_t k = 0; k < live.size(); ++k) {
+          toks[k].resize(e.sequence_position(live[k].first) == 0 ? 1 + rng() % 40 : 1);
+          for (auto& t : toks[k]) t = int32_t(rng() % V);
+          chunks.push_back({live[k].first, toks[k]});
+        }
+        const std::vector<float> l = e.forward_batch(chunks);
+        if (record) {
+          for (size_t k = 0; k < chunks.size(); ++k) {
+            r.rows.emplace_back(l.begin() + k * V, l.begin() + (k + 1) * V);
+          }
+        }
+        for (size_t k = live.size(); k-- > 0;) {
+          if (--live[k].second == 0 || e.sequence_position(live[k].first) + 41 > 700) {
+            e.close_sequence(live[k].first);
+            live.erase(live.begin() + k);
+          }
+        }
+      }
+    } catch (const std::exception& ex) {
+      r.error = ex.what();
+    }
+  };
+  Run a{batch_model(false, 1024)}, b{batch_model(true, 1024)};
+  std::thread ta([&] { drive(a, true); }), tb([&] { drive(b, true); });
+  ta.join(), tb.join();
+  EXPECT_EQ(a.error, "");
+  EXPECT_EQ(b.error, "");
+  Run a1{a.dir};
+  drive(a1, true);  // alone
+  ASSERT_EQ(a1.error, "");
+  ASSERT_EQ(a1.rows.size(), a.rows.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.rows.size(); ++i)
+    worst = std::max(worst, max_rel_diff(a1.rows[i], a.rows[i]));
+  std::printf("two threads: %zu + %zu rows; engine A against a lone run: max rel diff %.3e\n",
+              a.rows.size(), b.rows.size(), worst);
+  EXPECT_EQ(worst, 0.0);
 }
 
 TEST(CudaBatchedDecode, RefusesBadCallsAndAppendsNothing) {
