@@ -268,8 +268,10 @@ TEST(CudaBatchedDecode, DeviceTopOneMatchesHostArgmax) {
 }
 
 // Two engines on one GPU driven from two threads at once (`serve` with two models): sequences join
-// and leave so that both keep capturing graphs (batch and key buckets) while the other runs; no
-// call may fail, and each engine's rows must equal a lone run of the same schedule.
+// and leave so that both keep capturing graphs (batch buckets) while the other runs; no call may
+// fail, and each engine's rows must equal a lone run of the same schedule. The heads are 256 and
+// 128 wide, so that both engines' attention launches need a shared memory opt-in beyond 48 KiB,
+// each of its own sizes (a per-launch setting raced between the threads: shared_memory.h).
 TEST(CudaBatchedDecode, TwoEnginesOnTwoThreads) {
   struct Run {
     std::string dir;
@@ -313,7 +315,15 @@ TEST(CudaBatchedDecode, TwoEnginesOnTwoThreads) {
       r.error = ex.what();
     }
   };
-  Run a{batch_model(false, 1024)}, b{batch_model(true, 1024)};
+  auto wide = [](const char* name, bool gemma, int head_dim) {
+    const auto dir = testing::fresh_dir(name);
+    testing::RandomLlamaOptions o =
+        gemma ? testing::small_gemma3_options(13) : testing::RandomLlamaOptions{};
+    o.head_dim = head_dim, o.context = 1024;
+    testing::write_random_llama(dir, o);
+    return dir.string();
+  };
+  Run a{wide("cuda_batch_threads_ll", false, 128)}, b{wide("cuda_batch_threads_g3", true, 256)};
   std::thread ta([&] { drive(a, true); }), tb([&] { drive(b, true); });
   ta.join(), tb.join();
   EXPECT_EQ(a.error, "");

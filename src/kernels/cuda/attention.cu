@@ -5,6 +5,7 @@
 
 #include "attend.cuh"
 #include "engine_op.cuh"
+#include "shared_memory.h"
 
 namespace flashnorm::kernels::cuda {
 namespace {
@@ -90,8 +91,9 @@ Status attention(const AttentionArgs& a, cudaStream_t s) {
     using E = decltype(e);
     auto kern = attention_kernel<E>;
     if (smem > 48 * 1024) {
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+      const cudaError_t ae =
+          detail::opt_in_shared_memory(reinterpret_cast<const void*>(kern), smem);
+      if (ae != cudaSuccess) return launched("attention: shared memory opt-in", ae);
     }
     const cudaError_t le = launch_ex(kern, dim3(a.n_head, a.T, splits), threads, smem, s, a.pdl, k);
     Status st = launched("attention_kernel", le);

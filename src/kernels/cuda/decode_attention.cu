@@ -10,6 +10,7 @@
 
 #include "attend.cuh"
 #include "engine_op.cuh"
+#include "shared_memory.h"
 
 namespace flashnorm::kernels::cuda {
 namespace {
@@ -233,9 +234,9 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
     using E = decltype(e);
     auto kern = decode_attention_kernel<E>;
     if (smem > 48 * 1024) {
-      const cudaError_t ae = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(smem));
-      if (ae != cudaSuccess) return launched("decode_attention: cudaFuncSetAttribute", ae);
+      const cudaError_t ae =
+          detail::opt_in_shared_memory(reinterpret_cast<const void*>(kern), smem);
+      if (ae != cudaSuccess) return launched("decode_attention: shared memory opt-in", ae);
     }
     return launched("decode_attention_kernel",
                     launch_ex(kern, dim3(r.n_head, r.T, splits), kThreads, smem, s, r.pdl || a.pdl,

@@ -25,6 +25,7 @@
 
 #include "engine_op.cuh"
 #include "flashnorm/kernels/cuda/quant_gemv.h"
+#include "shared_memory.h"
 
 namespace flashnorm::kernels::cuda {
 namespace {
@@ -517,8 +518,7 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
   // the opt-in counts the kernel's static shared memory (red[32]) too: dynamic memory of exactly
   // 48 KiB alone needs no opt-in, but with red[] it does
   if (smem + 32 * sizeof(float) > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    const cudaError_t e = detail::opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem);
     if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
   }
   const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta,
