@@ -91,13 +91,14 @@ const Loaded& loaded() {
   return l;
 }
 
-// Runs configuration c (with the two-stream join removed when no_join); returns the first failing
-// step, or -1 when all g_args.steps steps pass.
-int first_failing_step(const Config& c, bool no_join) {
-  const Loaded& l = loaded();
-  const int steps = g_args.steps;
+// Configuration c's options for the tested engine (graph replay; for two-stream, a slow rstd
+// producer and, with no_join, the join removed) and for the eager reference, with a cache for the
+// prompt and g_args.steps steps and `sequences` batched sequences.
+std::pair<CudaEngineOptions, CudaEngineOptions> race_options(const Config& c, bool no_join,
+                                                             int sequences) {
   CudaEngineOptions o;
-  o.capacity.max_context = static_cast<int>(l.ids.size()) + steps + 8;
+  o.capacity.max_context = static_cast<int>(loaded().ids.size()) + g_args.steps + 8;
+  o.capacity.max_sequences = sequences;
   o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
   o.standard = c.standard;
   // heuristic: the reference engines take the same heuristic configurations
@@ -108,6 +109,15 @@ int first_failing_step(const Config& c, bool no_join) {
     o.debug.delay_rstd_cycles = g_args.delay;  // the join must hold despite a slow rstd producer
     o.debug.no_join = no_join;
   }
+  return {o, ro};
+}
+
+// Runs configuration c (with the two-stream join removed when no_join); returns the first failing
+// step, or -1 when all g_args.steps steps pass.
+int first_failing_step(const Config& c, bool no_join) {
+  const Loaded& l = loaded();
+  const int steps = g_args.steps;
+  auto [o, ro] = race_options(c, no_join, 0);
   CudaEngine test(l.m, c.mode, o);
   ro.gemv_configs = test.gemv_tuning();  // identical kernels: only the graph differs
   CudaEngine ref(l.m, c.mode, ro), fresh(l.m, c.mode, ro);
@@ -165,18 +175,7 @@ int first_failing_step(const Config& c, bool no_join) {
 int first_failing_batched_step(const Config& c, bool no_join) {
   const Loaded& l = loaded();
   const int steps = g_args.steps, B = g_args.batch, V = l.m.cfg.vocab;
-  CudaEngineOptions o;
-  o.capacity.max_context = static_cast<int>(l.ids.size()) + steps + 8;
-  o.capacity.max_sequences = B;
-  o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
-  o.standard = c.standard;
-  if (g_args.no_tune) o.gemv.choice = GemvChoice::kHeuristic;
-  CudaEngineOptions ro = o;
-  ro.launch.decode = DecodeLaunch::kEager;
-  if (c.deferred == Deferred::kTwoStream) {
-    o.debug.delay_rstd_cycles = g_args.delay;
-    o.debug.no_join = no_join;
-  }
+  auto [o, ro] = race_options(c, no_join, B);
   CudaEngine test(l.m, c.mode, o);
   ro.gemv_configs = test.gemv_tuning();
   CudaEngine ref(l.m, c.mode, ro);
