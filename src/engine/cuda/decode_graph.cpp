@@ -1,6 +1,6 @@
-// The CUDA engine's decode-step graphs (internal.h), one sequence and batched: capture on first
-// use after an eager warm-up
-// step, replay afterwards, recapture when what the graph baked in changes.
+// The CUDA engine's decode-step graphs (internal.h), one sequence's and the batched ones: capture
+// on first use after an eager warm-up step, replay afterwards, recapture when what the graph baked
+// in changes.
 #include <algorithm>
 
 #include "internal.h"
@@ -32,10 +32,6 @@ void DecodeGraph::step(Forward& f, int pos, float temperature, uint64_t seed) {
   }
   graph_.launch(f.s);
 }
-
-}  // namespace flashnorm::cuda_engine
-
-namespace flashnorm::cuda_engine {
 
 void BatchGraphs::step(Forward& f, int B, int max_pos, bool sample) {
   const Pass pass{0, true};
