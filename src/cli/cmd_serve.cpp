@@ -42,10 +42,11 @@ void register_serve(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("-m,--model", a->models,
-                  "NAME=PATH[,norm=flashnorm|standard][,weights=f32|native][,ctx=N]"
-                  "[,max-concurrent=N][,max-queued=N][,chat-format=F] (repeat for several models; "
-                  "PATH: GGUF file or Hugging Face "
-                  "directory)")
+                  "NAME=PATH[,norm=flashnorm|standard][,weights=f32|native][,device=cpu|cuda]"
+                  "[,ctx=N][,max-concurrent=N][,max-queued=N][,chat-format=F] (repeat for several "
+                  "models, which may share a GPU; PATH: GGUF file or Hugging Face directory; "
+                  "device: cpu by default, cuda for the CUDA engine with one KV cache slot of ctx "
+                  "positions per max-concurrent sequence)")
       ->required();
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port (0: any free port, printed at start)")

@@ -49,9 +49,12 @@ nlohmann::json profile_json(const StepProfile& p) {
 
 void run_model_bench(const ModelBenchArgs& a) {
   const std::vector<int>& lens = a.prompt_tokens;
-  if (lens.empty() || *std::min_element(lens.begin(), lens.end()) < 2 || a.decode_tokens < 8 ||
-      a.runs < 1) {
-    throw Error("bench --model: need --prompt-tokens >= 2, --decode-tokens >= 8, --runs >= 1");
+  // upper bounds: the CUDA engine's largest KV cache (so that the positions below fit an int)
+  if (lens.empty() || *std::min_element(lens.begin(), lens.end()) < 2 ||
+      *std::max_element(lens.begin(), lens.end()) > 32768 || a.decode_tokens < 8 ||
+      a.decode_tokens > 32768 || a.runs < 1) {
+    throw Error(
+        "bench --model: need --prompt-tokens 2 .. 32768, --decode-tokens 8 .. 32768, --runs >= 1");
   }
   const int max_len = *std::max_element(lens.begin(), lens.end());
   // positions: the longest prompt; the first prompt then its decode steps (time_decode_steps:

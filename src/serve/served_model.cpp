@@ -52,6 +52,8 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
       s.ctx = positive(key, v, 0);
     } else if (key == "max-concurrent") {
       s.limits.max_concurrent = positive(key, v, 1);
+      if (s.limits.max_concurrent > 4096)  // as --max-concurrent
+        throw Error(fmt::format("--model {}: max-concurrent={} is above 4096", s.name, v));
     } else if (key == "max-queued") {
       s.limits.max_queued = positive(key, v, 0);
     } else if (key == "chat-format") {

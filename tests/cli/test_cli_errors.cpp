@@ -171,6 +171,10 @@ TEST(CliErrors, DeviceSelection) {
                         "--ctx 100 is below the 614 positions the run needs");
   expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() + " --batch 8,65"),
                         "--batch 65 is outside 1 .. 64");
+  // lengths whose sum would overflow the positions' int
+  expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() +
+                                " --prompt-tokens 8 --decode-tokens 2147483647 --ctx 29"),
+                        "--decode-tokens 8 .. 32768");
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }

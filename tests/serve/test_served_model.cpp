@@ -43,6 +43,8 @@ TEST(ModelSpec, Refusals) {
       {"a=p,norm=standard,norm=flashnorm", "'norm' given twice"},
       {"a=p,weights=native,weights=f32", "'weights' given twice"},
       {"a=p,ctx=10,ctx=20", "'ctx' given twice"},
+      {"a=p,max-concurrent=4097", "max-concurrent=4097 is above 4096"},
+      {"a=p,device=gpu", "device=gpu"},
   };
   for (const auto& [value, want] : cases) {
     try {
