@@ -28,6 +28,7 @@
 #include <span>
 
 #include "flashnorm/engine/cuda_engine.h"
+#include "flashnorm/engine/sampler.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/median.h"
@@ -334,14 +335,14 @@ void run_model_bench(const ModelBenchArgs& a) {
     j["batch_invariance"] = nlohmann::json::array();
     CudaEngine& e = *cfgs[1].e;
     const size_t V = size_t(model.cfg.vocab);
-    auto argmax = [&](const float* row) { return int32_t(std::max_element(row, row + V) - row); };
+    auto top1 = [&](const float* row) { return argmax(std::span<const float>(row, V)); };
     std::vector<int32_t> alone;
     {
       const int s = e.open_sequence();
       SequenceChunk c{s, prompt(0)};
       std::vector<float> l = e.forward_batch(std::span(&c, 1));
       for (int t = 0; t < a.decode_tokens; ++t) {
-        alone.push_back(argmax(l.data()));
+        alone.push_back(top1(l.data()));
         c.tokens = std::span(&alone.back(), 1);
         l = e.forward_batch(std::span(&c, 1));
       }
@@ -359,9 +360,9 @@ void run_model_bench(const ModelBenchArgs& a) {
       std::vector<int32_t> next(b);
       int agree = 0, steps = 0;
       for (int t = 0; t < a.decode_tokens; ++t) {
-        if (t > 0) agree += argmax(l.data()) == alone[t], ++steps;
+        if (t > 0) agree += top1(l.data()) == alone[t], ++steps;
         for (int k = 0; k < b; ++k) {
-          next[k] = k == 0 ? alone[t] : argmax(l.data() + k * V);
+          next[k] = k == 0 ? alone[t] : top1(l.data() + k * V);
           chunks[k].tokens = std::span(&next[k], 1);
         }
         l = e.forward_batch(chunks);

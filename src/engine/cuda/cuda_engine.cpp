@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 
 #include "engine_impl.h"
 #include "flashnorm/error.h"

@@ -159,7 +159,7 @@ double CudaEngine::time_batch_decode_steps(std::span<const int32_t> prompt, int 
     for (int b = 0; b < batch; ++b) {
       sl[b] = e.slot_of(ids[b]);
       const float* row = l.data() + b * V;
-      first[b] = int32_t(std::max_element(row, row + V) - row);
+      first[b] = argmax(std::span<const float>(row, V));  // sampler.h
     }
     const int Bb = e.stage_batch(first, sl);
     int p = int(prompt.size());
