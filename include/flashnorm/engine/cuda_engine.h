@@ -47,11 +47,14 @@
 
 namespace flashnorm {
 
-// The decode GEMV launch configuration chosen at load for one one-token projection shape
+// The decode GEMV launch configuration chosen at load for one projection shape and row count
 // (CudaGemv: GemvChoice::kTune), with its time per call in microseconds (graph replay, weights
 // rotated over the layers; LinearContext::tune_decode).
 struct GemvTuning {
   std::string name;  // "q|k|v", "o", "gate|up", "down", "lm_head"
+  // rows it was tuned at: 1 (it serves every M up to 8), or 16 / 32 / 64 (CudaLaunch::
+  // decode_max_rows above 16: M up to that padded count)
+  int M = 1;
   int N = 0, K = 0;
   kernels::cuda::DecodeConfig config;
   double us = 0;
@@ -117,8 +120,10 @@ class CudaEngine final : public Engine {
   // one-token chunks run together, up to 64 per pass, as one batched decode pass (projections with
   // M = the sequences, as a prompt chunk of that many tokens would; decode_attention's batched
   // form, each row over its own slot), replayed from a CUDA graph per batch bucket
-  // (1, 2, 4, ..., 64 rows, padding rows in a spare slot) and key bucket; in FlashNorm mode a pass
-  // of more than 16 rows normalizes in the residual add (CudaFlashNorm::batched_in_add). A
+  // (1, 2, 4, ..., 64 rows, padding rows in a spare slot) and key bucket. Passes of up to
+  // CudaLaunch::decode_max_rows rows take the decode GEMV (rstd in the kernel, the residual add in
+  // its epilogue); in FlashNorm mode a longer pass normalizes in the residual add
+  // (CudaFlashNorm::batched_in_add). A
   // sequence's logits differ between batch sizes by the GEMM kernels' rounding and the M-dependent
   // choice of kernel and normalization.
   bool batches() const override;

@@ -60,7 +60,7 @@ enum class DecodeLaunch {
 
 // The kernel of plain projections (o, down, Standard's normed ones).
 enum class PlainGemm {
-  kAuto,      // the decode kernel for M <= 16 tokens, cuBLASLt above
+  kAuto,      // the decode kernel up to CudaLaunch::decode_max_rows tokens, cuBLASLt above
   kCublasLt,  // cuBLASLt at every M
 };
 
@@ -83,8 +83,8 @@ struct CudaFlashNorm {
   Deferred deferred = Deferred::kFused;
   TiedHead tied_head = TiedHead::kKeepGain;
   PrefillNorm prefill = PrefillNorm::kInAdd;
-  // Batched decode passes of more than 16 rows (past the decode GEMV, whose kernel computes rstd
-  // and carries the residual add in its epilogue) normalize in the residual add as kInAdd prompts
+  // Batched decode passes of more than CudaLaunch::decode_max_rows rows (past the decode GEMV, whose
+  // kernel computes rstd and carries the residual add in its epilogue) normalize in the residual add as kInAdd prompts
   // do, instead of deferring rstd to flashnorm_linear's GEMM epilogue (measured on the H200 at 32
   // and 64 rows: the deferred GEMM was 0.96-0.99x of Standard with the fused add+norm). Every
   // column gets rstd in those passes, as in kInAdd. With PrefillNorm::kDeferred, they defer too.
@@ -108,6 +108,11 @@ struct CudaLaunch {
   // with post-norms).
   bool fuse_decode_ops = true;
   PlainGemm plain = PlainGemm::kAuto;
+  // Passes of at most this many tokens (1 .. 64) take the decode path: the decode GEMV (deferred
+  // rstd computed in the kernel) with the fused ops above; longer ones cuBLASLt / the prefill GEMM.
+  // Above 16, the tuning at load also times the decode GEMV at the padded row counts 32 and 64
+  // (those at most max(max_batch, 64) when max_sequences > 0). Out of range: Error at load.
+  int decode_max_rows = 16;
 };
 
 // Where the decode GEMV's launch configurations come from (CudaEngineOptions::gemv_configs, when

@@ -24,7 +24,7 @@ struct CudaEngine::Impl {
         hooks(m.arch->hooks),
         mode(mode),
         opt(opt),
-        d(make_dims(m.cfg, *m.arch, opt.capacity)),
+        d(make_dims(m.cfg, *m.arch, opt)),
         w(upload_weights(m, mode, opt, d)),
         ws(d, m.cfg, w.tile_elems),
         ctx(std::make_unique<fk::LinearContext>()),

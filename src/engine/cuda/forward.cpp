@@ -15,12 +15,13 @@ fk::GluKind Forward::glu_kind() const {
 }
 
 bool Forward::glu_in_down(int T) const {
-  return opt.launch.fuse_decode_ops && decode_path(T) && size_t(T) * d.F * 2 <= 48 * 1024 &&
+  return opt.launch.fuse_decode_ops && decode_path(T) && T <= 16 &&
+         size_t(T) * d.F * 2 <= 48 * 1024 &&
          (!w.quant_down || T == 1);  // quant_gemv's GLU variant: M = 1
 }
 
 bool Forward::decode_path(int M) const {
-  return M <= fk::LinearContext::kAutoDecodeMaxM && opt.launch.plain == PlainGemm::kAuto;
+  return M <= opt.launch.decode_max_rows && opt.launch.plain == PlainGemm::kAuto;
 }
 
 // y[M, N] = x[M, K] W[N, K]^T (+ bias [N] dt when set) with no normalization (same kernel in both
@@ -120,10 +121,12 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = d.H, a.x = x, a.ldx = d.H, a.w = wt, a.ldw = d.H;
     a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32, a.bias = bias;
-    a.pdl = opt.launch.pdl && M <= fk::LinearContext::kAutoDecodeMaxM;  // kDecode's option
+    const bool decode = M <= opt.launch.decode_max_rows;
+    a.pdl = opt.launch.pdl && decode;  // kDecode's option
     const fk::LinearImpl impl = opt.flashnorm.deferred == Deferred::kTwoStream
                                     ? fk::LinearImpl::kTwoStream
-                                    : fk::LinearImpl::kAuto;
+                                : decode ? fk::LinearImpl::kDecode
+                                         : fk::LinearImpl::kAuto;
     ok(ctx.run(a, impl, s));
   });
 }
@@ -258,8 +261,8 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
   if (p.batched && (rows != T || T > fk::kDecodeAttentionMaxBatch || (sample && temperature != 0)))
     throw Error("internal: a batched pass takes every row's logits, at most 64 rows, greedy");
   norm_in_add = mode == NormMode::FlashNorm && opt.flashnorm.prefill == PrefillNorm::kInAdd &&
-                (T > kDeferredMaxT || (p.batched && opt.flashnorm.batched_in_add &&
-                                       T > fk::LinearContext::kAutoDecodeMaxM));
+                (T > kDeferredMaxT ||
+                 (p.batched && opt.flashnorm.batched_in_add && T > opt.launch.decode_max_rows));
   prof.op(kOther, s, [&] {
     ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
                         ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));

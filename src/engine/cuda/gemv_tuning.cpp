@@ -20,9 +20,9 @@ struct Shape {
   std::vector<const void*> w;
 };
 
-// The decode GEMV's shapes: those with dt weights (a quantized projection takes quant_gemv, which
-// has nothing to tune).
-std::vector<Shape> gemv_shapes(const Forward& f) {
+// The decode GEMV's shapes for passes of M tokens: those with dt weights (a quantized projection
+// takes quant_gemv, which has nothing to tune).
+std::vector<Shape> gemv_shapes(const Forward& f, int M) {
   const Dims& d = f.d;
   const DeviceWeights& w = f.w;
   const Workspace& ws = f.ws;
@@ -30,7 +30,7 @@ std::vector<Shape> gemv_shapes(const Forward& f) {
       {"q|k|v", d.nqkv, d.H, d.nqkv, ws.xb.get(), {}},
       {"o", d.H, d.nq, d.H, ws.att.get(), {}},
       {"gate|up", 2 * d.F, d.H, 2 * d.F, ws.xb.get(), {}},
-      {"down", d.H, d.F, d.H, f.glu_in_down(1) ? ws.gu.get() : ws.act.get(), {}},
+      {"down", d.H, d.F, d.H, f.glu_in_down(M) ? ws.gu.get() : ws.act.get(), {}},
       {"lm_head", d.V, d.H, d.ldv, ws.xb.get(), {}}};
   for (const DeviceWeights::Layer& l : w.layers) {
     const void* p[4] = {l.wqkv.get(), l.wo.get(), l.wgu.get(), l.wdown.get()};
@@ -42,51 +42,68 @@ std::vector<Shape> gemv_shapes(const Forward& f) {
   return shapes;
 }
 
+// The padded row counts tuned: 1 (the decode kernel's 8-row tile), and with decode_max_rows above
+// 16 the larger tiles up to it that the workspace holds (batched decode, or passes of that many
+// tokens).
+std::vector<int> tuned_rows(const Forward& f) {
+  std::vector<int> rows = {1};
+  const int r = f.opt.launch.decode_max_rows;
+  const int top = r <= 16 ? 16 : r <= 32 ? 32 : 64;  // the decode kernel's row tiles
+  if (f.opt.launch.decode_max_rows > 16)
+    for (int m : {16, 32, 64})
+      if (m <= top && m <= f.d.tmax) rows.push_back(m);
+  return rows;
+}
+
 }  // namespace
 
 std::vector<GemvTuning> tune_gemvs(Forward& f) {
   const DeviceWeights& w = f.w;
   Workspace& ws = f.ws;
   const cudaStream_t s = f.s;
-  const std::vector<Shape> shapes = gemv_shapes(f);
   FN_CUDA_CHECK(cudaMemsetAsync(ws.xb.get(), 0, ws.xb.bytes(), s));
   FN_CUDA_CHECK(cudaMemsetAsync(ws.att.get(), 0, ws.att.bytes(), s));
   FN_CUDA_CHECK(cudaMemsetAsync(ws.act.get(), 0, ws.act.bytes(), s));
   FN_CUDA_CHECK(cudaMemsetAsync(ws.gu.get(), 0, ws.gu.bytes(), s));
   std::vector<GemvTuning> tuning;
-  for (const Shape& sh : shapes) {
-    std::vector<fk::LinearArgs> sets;
-    for (const void* wt : sh.w) {
-      fk::LinearArgs a;
-      const bool glu = sh.x == ws.gu.get();
-      a.dtype = f.dt, a.M = 1, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = glu ? 2 * sh.K : sh.K;
-      a.w = wt, a.x_glu = glu, a.glu_kind = f.glu_kind();
-      a.ldw = sh.K, a.y = ws.logits.get(), a.ldy = sh.ldy, a.eps = f.cfg.eps, a.y_f32 = true;
-      a.scale_mask = w.zero_mask.as<uint8_t>(), a.pdl = f.opt.launch.pdl;
-      sets.push_back(a);
+  for (const int M : tuned_rows(f)) {
+    for (const Shape& sh : gemv_shapes(f, M)) {
+      if (size_t(M) * sh.ldy * 4 > ws.logits.bytes()) continue;  // the scratch output's rows
+      std::vector<fk::LinearArgs> sets;
+      for (const void* wt : sh.w) {
+        fk::LinearArgs a;
+        const bool glu = sh.x == ws.gu.get();
+        a.dtype = f.dt, a.M = M, a.N = sh.N, a.K = sh.K, a.x = sh.x, a.ldx = glu ? 2 * sh.K : sh.K;
+        a.w = wt, a.x_glu = glu, a.glu_kind = f.glu_kind();
+        a.ldw = sh.K, a.y = ws.logits.get(), a.ldy = sh.ldy, a.eps = f.cfg.eps, a.y_f32 = true;
+        a.scale_mask = w.zero_mask.as<uint8_t>(), a.pdl = f.opt.launch.pdl;
+        sets.push_back(a);
+      }
+      fk::Status st;
+      double us = 0;
+      const fk::DecodeConfig c = f.ctx.tune_decode(sets.data(), static_cast<int>(sets.size()), s,
+                                                   &st, &us, nullptr, f.opt.gemv.allow_ring);
+      ok(st);
+      tuning.push_back({sh.name, M, sh.N, sh.K, c, us});
     }
-    fk::Status st;
-    double us = 0;
-    const fk::DecodeConfig c = f.ctx.tune_decode(sets.data(), static_cast<int>(sets.size()), s, &st,
-                                                 &us, nullptr, f.opt.gemv.allow_ring);
-    ok(st);
-    tuning.push_back({sh.name, sh.N, sh.K, c, us});
   }
   return tuning;
 }
 
 void use_gemv_configs(Forward& f, const std::vector<GemvTuning>& cfgs) {
   std::vector<std::pair<int, int>> shapes;
-  for (const Shape& sh : gemv_shapes(f)) shapes.emplace_back(sh.N, sh.K);
+  for (const Shape& sh : gemv_shapes(f, 1)) shapes.emplace_back(sh.N, sh.K);
   for (const GemvTuning& t : cfgs) {
     if (std::find(shapes.begin(), shapes.end(), std::pair{t.N, t.K}) == shapes.end())
       throw Error(fmt::format("gemv_configs: {} N={} K={} is not a projection of this model",
                               t.name, t.N, t.K));
-    ok(f.ctx.set_decode_config(1, t.N, t.K, t.config));
+    if (t.M < 1 || t.M > 64)
+      throw Error(fmt::format("gemv_configs: {} M={} is outside 1 .. 64", t.name, t.M));
+    ok(f.ctx.set_decode_config(t.M, t.N, t.K, t.config));
   }
-  for (const auto& [n, k] : shapes)  // a shape left out would run the heuristic instead
+  for (const auto& [n, k] : shapes)  // a one-token shape left out would run the heuristic instead
     if (std::none_of(cfgs.begin(), cfgs.end(),
-                     [&](const GemvTuning& t) { return t.N == n && t.K == k; }))
+                     [&](const GemvTuning& t) { return t.M <= 8 && t.N == n && t.K == k; }))
       throw Error(fmt::format("gemv_configs: no configuration for the N={} K={} projection", n, k));
 }
 

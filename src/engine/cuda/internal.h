@@ -69,9 +69,9 @@ struct Dims {
   int slots = 1;
   float emb_scale = 1.0f;  // sqrt(hidden) for Gemma, else 1
 };
-// Errors: Error when the cache exceeds the model's context or 32768, or the widths are not ones
-// the kernels take (multiples of 8, head_dim <= 256).
-Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacity& cap);
+// Errors: Error when the cache exceeds the model's context or 32768, the widths are not ones the
+// kernels take (multiples of 8, head_dim <= 256), or decode_max_rows is outside 1 .. 64.
+Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaEngineOptions& opt);
 
 // A projection kept in the file's GGML blocks (a model loaded with WeightStorage::kNative): rows
 // n0 .. n0 + N - 1 of the output per part, each part one type, read by quant_gemv in decode (the
@@ -215,10 +215,11 @@ struct Forward {
            Pass pass = {});
 
   fk::GluKind glu_kind() const;
-  // Plain projections of M tokens go through the decode kernel (M <= 16, PlainGemm::kAuto).
+  // Plain projections of M tokens go through the decode kernel (M <= CudaLaunch::decode_max_rows,
+  // PlainGemm::kAuto).
   bool decode_path(int M) const;
-  // The GLU runs inside the down projection for passes of T tokens (decode path; its staged
-  // input, T x F elements, well inside the decode kernel's shared memory).
+  // The GLU runs inside the down projection for passes of T tokens (decode path, T <= 16; its
+  // staged input, T x F elements, well inside the decode kernel's shared memory).
   bool glu_in_down(int T) const;
 
  private:

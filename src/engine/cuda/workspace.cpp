@@ -10,7 +10,12 @@
 
 namespace flashnorm::cuda_engine {
 
-Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaCapacity& cap) {
+Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaEngineOptions& opt) {
+  const CudaCapacity& cap = opt.capacity;
+  if (opt.launch.decode_max_rows < 1 || opt.launch.decode_max_rows > fk::kDecodeAttentionMaxBatch) {
+    throw Error(fmt::format("decode_max_rows {} is outside 1 .. {}", opt.launch.decode_max_rows,
+                            fk::kDecodeAttentionMaxBatch));
+  }
   Dims e;
   e.H = c.hidden, e.F = c.ffn, e.D = c.head_dim, e.L = c.n_layer, e.V = c.vocab;
   e.ldv = (e.V + 7) / 8 * 8;
