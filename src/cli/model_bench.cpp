@@ -127,18 +127,21 @@ void run_model_bench(const ModelBenchArgs& a) {
                   false, TiedHead::kKeepGain, PrefillNorm::kDeferred});
   // the batched decode rows (--batch): the three main configurations on bf16 weights; flashnorm
   // with batched passes of more than 16 rows deferred to the GEMM; with a batch above 16, the
-  // three with the decode GEMV and its fused ops up to 64 rows (CudaLaunch::decode_max_rows)
+  // three with the decode GEMV and its fused ops up to 32 and up to 64 rows (32-row slices)
+  // (CudaLaunch::decode_max_rows)
   if (!a.batches.empty()) {
     for (int i : {0, 1, 3}) cfgs[i].batched = true;
     Config c{"flashnorm, batched deferred", NormMode::FlashNorm, Deferred::kFused, sep, true};
     c.batched_in_add = false, c.batched = true;
     cfgs.push_back(std::move(c));
     if (max_b > 16) {
-      for (int i : {0, 1, 3}) {
-        Config g{cfgs[i].name + ", GEMV to 64", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard,
-                 true};
-        g.decode_rows = 64, g.batched = true;
-        cfgs.push_back(std::move(g));
+      for (int rows : {32, 64}) {
+        for (int i : {0, 1, 3}) {
+          Config g{fmt::format("{}, GEMV to {}", cfgs[i].name, rows), cfgs[i].mode,
+                   cfgs[i].deferred, cfgs[i].standard, true};
+          g.decode_rows = rows, g.batched = true;
+          cfgs.push_back(std::move(g));
+        }
       }
     }
   }

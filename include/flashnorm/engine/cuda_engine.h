@@ -52,8 +52,8 @@ namespace flashnorm {
 // rotated over the layers; LinearContext::tune_decode).
 struct GemvTuning {
   std::string name;  // "q|k|v", "o", "gate|up", "down", "lm_head"
-  // rows it was tuned at: 1 (it serves every M up to 8), or 16 / 32 / 64 (CudaLaunch::
-  // decode_max_rows above 16: M up to that padded count)
+  // rows it was tuned at: 1 (it serves every M up to 8), or 16 / 32 (CudaLaunch::decode_max_rows
+  // above 16: M up to that padded count; longer passes run 32-row slices)
   int M = 1;
   int N = 0, K = 0;
   kernels::cuda::DecodeConfig config;

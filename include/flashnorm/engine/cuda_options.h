@@ -83,11 +83,12 @@ struct CudaFlashNorm {
   Deferred deferred = Deferred::kFused;
   TiedHead tied_head = TiedHead::kKeepGain;
   PrefillNorm prefill = PrefillNorm::kInAdd;
-  // Batched decode passes of more than CudaLaunch::decode_max_rows rows (past the decode GEMV, whose
-  // kernel computes rstd and carries the residual add in its epilogue) normalize in the residual add as kInAdd prompts
-  // do, instead of deferring rstd to flashnorm_linear's GEMM epilogue (measured on the H200 at 32
-  // and 64 rows: the deferred GEMM was 0.96-0.99x of Standard with the fused add+norm). Every
-  // column gets rstd in those passes, as in kInAdd. With PrefillNorm::kDeferred, they defer too.
+  // Batched decode passes of more than CudaLaunch::decode_max_rows rows (past the decode GEMV,
+  // whose kernel computes rstd and carries the residual add in its epilogue) normalize in the
+  // residual add as kInAdd prompts do, instead of deferring rstd to flashnorm_linear's GEMM
+  // epilogue (measured on the H200 at 32 and 64 rows: the deferred GEMM was 0.96-0.99x of Standard
+  // with the fused add+norm). Every column gets rstd in those passes, as in kInAdd. With
+  // PrefillNorm::kDeferred, they defer too.
   bool batched_in_add = true;
 };
 
@@ -109,9 +110,9 @@ struct CudaLaunch {
   bool fuse_decode_ops = true;
   PlainGemm plain = PlainGemm::kAuto;
   // Passes of at most this many tokens (1 .. 64) take the decode path: the decode GEMV (deferred
-  // rstd computed in the kernel) with the fused ops above; longer ones cuBLASLt / the prefill GEMM.
-  // Above 16, the tuning at load also times the decode GEMV at the padded row counts 32 and 64
-  // (those at most max(max_batch, 64) when max_sequences > 0). Out of range: Error at load.
+  // rstd computed in the kernel) with the fused ops above, in slices of 32 rows above 32; longer
+  // passes cuBLASLt / the prefill GEMM. Above 16, the tuning at load also times the decode GEMV's
+  // 16- and 32-row tiles. Out of range: Error at load.
   int decode_max_rows = 16;
 };
 

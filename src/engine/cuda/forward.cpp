@@ -51,7 +51,7 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
       a.y = ws.x32.get(), a.ldy = d.H, a.y_f32 = true, a.accumulate = true;
       a.y_rounded = ws.xb.get();
     }
-    ok(ctx.run(a, fk::LinearImpl::kDecode, s));
+    decode_gemv(a);
   } else {
     if (add_residual || glu) throw Error("internal: fused decode op outside the decode path");
     if (bias && !y_f32) throw Error("internal: a bias outside the decode path needs fp32 y");
@@ -127,8 +127,23 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
                                     ? fk::LinearImpl::kTwoStream
                                 : decode ? fk::LinearImpl::kDecode
                                          : fk::LinearImpl::kAuto;
+    if (impl == fk::LinearImpl::kDecode) return decode_gemv(a);
     ok(ctx.run(a, impl, s));
   });
+}
+
+void Forward::decode_gemv(const fk::LinearArgs& a) {
+  if (a.M <= kDecodeSliceRows) return ok(ctx.run(a, fk::LinearImpl::kDecode, s));
+  if (a.x_glu) throw Error("internal: a sliced decode GEMV with the GLU input");
+  const size_t xe = 2, ye = a.y_f32 ? 4 : 2;  // x (no GLU input here) and y_rounded in dtype
+  for (int64_t r0 = 0; r0 < a.M; r0 += kDecodeSliceRows) {
+    fk::LinearArgs b = a;
+    b.M = std::min<int64_t>(kDecodeSliceRows, a.M - r0);
+    b.x = static_cast<const char*>(a.x) + size_t(r0) * a.ldx * xe;
+    b.y = static_cast<char*>(a.y) + size_t(r0) * a.ldy * ye;
+    if (a.y_rounded) b.y_rounded = static_cast<char*>(a.y_rounded) + size_t(r0) * a.ldy * xe;
+    ok(ctx.run(b, fk::LinearImpl::kDecode, s));
+  }
 }
 
 void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,

@@ -43,14 +43,13 @@ std::vector<Shape> gemv_shapes(const Forward& f, int M) {
 }
 
 // The padded row counts tuned: 1 (the decode kernel's 8-row tile), and with decode_max_rows above
-// 16 the larger tiles up to it that the workspace holds (batched decode, or passes of that many
-// tokens).
+// 16 the 16- and 32-row tiles (up to kDecodeSliceRows, those the workspace holds).
 std::vector<int> tuned_rows(const Forward& f) {
   std::vector<int> rows = {1};
   const int r = f.opt.launch.decode_max_rows;
   const int top = r <= 16 ? 16 : r <= 32 ? 32 : 64;  // the decode kernel's row tiles
   if (f.opt.launch.decode_max_rows > 16)
-    for (int m : {16, 32, 64})
+    for (int m : {16, 32})  // the engine's largest tile: kDecodeSliceRows
       if (m <= top && m <= f.d.tmax) rows.push_back(m);
   return rows;
 }

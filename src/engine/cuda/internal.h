@@ -41,6 +41,10 @@ constexpr int kQuantGemvMaxM = 8;
 // where tuning found that faster up to 64 rows); longer passes (prompts) apply it in the residual
 // add (PrefillNorm::kInAdd).
 constexpr int kDeferredMaxT = 64;
+// The largest row tile the engine runs the decode GEMV with: a pass of more rows (decode_max_rows
+// above 32) takes 32-row slices, W read again from the L2 (the kernel's 64-row tile measured
+// 0.93-0.95x of cuBLASLt at 64 rows on the H200, the 32-row tile 1.03-1.06x at 32).
+constexpr int kDecodeSliceRows = 32;
 // A decode graph covers the keys of one bucket of this many positions (its attention launches
 // the key chunks up to the bucket's end): recaptured when the position enters the next bucket,
 // instead of launching the whole cache's chunks, mostly empty, at every step (a 4160-position
@@ -223,6 +227,9 @@ struct Forward {
   bool glu_in_down(int T) const;
 
  private:
+  // The decode GEMV (LinearImpl::kDecode) on a's rows in slices of at most kDecodeSliceRows (each
+  // row's rstd, residual add and output are its own, so slices compute what one launch would).
+  void decode_gemv(const fk::LinearArgs& a);
   void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
              bool y_f32 = false, bool add_residual = false, bool glu = false,
              const void* bias = nullptr, const QuantProj* q = nullptr);
