@@ -156,7 +156,10 @@ TEST(CudaBatchedDecode, FortyRowsMatchCpuFp32) {
       CudaEngine gpu(load_model(dir), mode, o);
       if (rows == 64) {  // tuned at the padded row counts above 16 too
         int tuned32 = 0;
-        for (const GemvTuning& t : gpu.gemv_tuning()) tuned32 += t.M == 32;
+        for (const GemvTuning& t : gpu.gemv_tuning()) {
+          tuned32 += t.M == 32;
+          if (t.M > 1) EXPECT_EQ(t.gemm_us > 0, t.name == "lm_head") << t.name;  // paired timing
+        }
         EXPECT_EQ(tuned32, 5);  // q|k|v, o, gate|up, down, lm_head
       }
       Schedule s;

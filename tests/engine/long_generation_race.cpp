@@ -41,7 +41,7 @@ using namespace flashnorm;
 struct RaceArgs {
   std::string model, prompt = "The history of the printing press begins";
   int steps = 2048, check_every = 256, batch = 8;
-  int decode_rows = 16;  // CudaLaunch::decode_max_rows
+  int decode_rows = CudaLaunch{}.decode_max_rows;
   long long delay = 50000;
   double tol = 1e-2, fresh_tol = 5e-2;
   bool no_tune = false;

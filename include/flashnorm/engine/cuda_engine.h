@@ -58,6 +58,9 @@ struct GemvTuning {
   int N = 0, K = 0;
   kernels::cuda::DecodeConfig config;
   double us = 0;
+  // The LM head at tiles above 8 only: cuBLASLt's time for the same call, timed paired with the
+  // GEMV (then `us`); the head takes cuBLASLt at that tile when it is faster. 0: not timed.
+  double gemm_us = 0;
 };
 
 // How the CUDA engine runs: groups of choices (engine/cuda_options.h) plus the kernel-level extras.

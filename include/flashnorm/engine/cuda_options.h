@@ -111,9 +111,13 @@ struct CudaLaunch {
   PlainGemm plain = PlainGemm::kAuto;
   // Passes of at most this many tokens (1 .. 64) take the decode path: the decode GEMV (deferred
   // rstd computed in the kernel) with the fused ops above, in slices of 32 rows above 32; longer
-  // passes cuBLASLt / the prefill GEMM. Above 16, the tuning at load also times the decode GEMV's
-  // 16- and 32-row tiles. Out of range: Error at load.
-  int decode_max_rows = 16;
+  // passes cuBLASLt / the prefill GEMM. Above 16, with max_sequences > 0, the tuning at load also
+  // times the decode GEMV's 16- and 32-row tiles, and the LM head's GEMV against cuBLASLt at those
+  // tiles: the head takes the decode GEMV only up to the largest tile where it was as fast
+  // (GemvTuning::gemm_us). 32: on the H200 the 32-row tile was 1.03-1.06x of cuBLASLt at 32 rows
+  // with SmolLM2, the 64-row tile (or two 32-row slices) 0.92-0.95x at 64. Out of range: Error at
+  // load.
+  int decode_max_rows = 32;
 };
 
 // Where the decode GEMV's launch configurations come from (CudaEngineOptions::gemv_configs, when

@@ -21,7 +21,7 @@ bool Forward::glu_in_down(int T) const {
 }
 
 bool Forward::decode_path(int M) const {
-  return M <= opt.launch.decode_max_rows && opt.launch.plain == PlainGemm::kAuto;
+  return M <= gemv_rows && opt.launch.plain == PlainGemm::kAuto;
 }
 
 // y[M, N] = x[M, K] W[N, K]^T (+ bias [N] dt when set) with no normalization (same kernel in both
@@ -121,7 +121,7 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = d.H, a.x = x, a.ldx = d.H, a.w = wt, a.ldw = d.H;
     a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32, a.bias = bias;
-    const bool decode = M <= opt.launch.decode_max_rows;
+    const bool decode = M <= gemv_rows;
     a.pdl = opt.launch.pdl && decode;  // kDecode's option
     const fk::LinearImpl impl = opt.flashnorm.deferred == Deferred::kTwoStream
                                     ? fk::LinearImpl::kTwoStream
@@ -282,11 +282,14 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
     ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
                         ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));
   });
+  gemv_rows = opt.launch.decode_max_rows;
   for (int l = 0; l < d.L; ++l) layer(l, T);
   if (rows > 0) {
+    gemv_rows = head_gemv_rows;
     normed(T - rows, rows, w.out_gain.get(), w.head_is_emb ? w.emb.get() : w.head.get(), d.V,
            ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb,
            nullptr, &w.qhead, &w.out_gain32);
+    gemv_rows = opt.launch.decode_max_rows;
     if (cfg.final_softcap > 0) {  // Gemma 3's final logit soft-capping, before the sampler
       prof.op(kOther, s, [&] {
         ok(fk::softcap_logits(rows, d.V, ws.logits.as<float>(), d.ldv, cfg.final_softcap, s,

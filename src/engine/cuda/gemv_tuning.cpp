@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "flashnorm/error.h"
+#include "flashnorm/kernels/cuda/graph_timer.h"
 #include "internal.h"
 
 namespace flashnorm::cuda_engine {
@@ -42,19 +43,51 @@ std::vector<Shape> gemv_shapes(const Forward& f, int M) {
   return shapes;
 }
 
-// The padded row counts tuned: 1 (the decode kernel's 8-row tile), and with decode_max_rows above
-// 16 the 16- and 32-row tiles (up to kDecodeSliceRows, those the workspace holds).
+// The padded row counts tuned: 1 (the decode kernel's 8-row tile), and for batched decode
+// (max_sequences > 0) with decode_max_rows above 16 the 16- and 32-row tiles (up to
+// kDecodeSliceRows, those the workspace holds); other engines take the heuristic configuration
+// there (prompt chunks of 9 to 32 tokens).
 std::vector<int> tuned_rows(const Forward& f) {
   std::vector<int> rows = {1};
   const int r = f.opt.launch.decode_max_rows;
-  const int top = r <= 16 ? 16 : r <= 32 ? 32 : 64;  // the decode kernel's row tiles
-  if (f.opt.launch.decode_max_rows > 16)
+  const int top = r <= 16 ? 16 : r <= 32 ? 32 : 64;        // the decode kernel's row tiles
+  if (f.opt.launch.decode_max_rows > 16 && f.d.slots > 1)  // batched decode
     for (int m : {16, 32})  // the engine's largest tile: kDecodeSliceRows
       if (m <= top && m <= f.d.tmax) rows.push_back(m);
   return rows;
 }
 
+// The LM head's GEMV against cuBLASLt at a row tile above 8, paired (one interleaved graph timing,
+// medians of 7 rounds of 4 calls): sets t.us and t.gemm_us (microseconds per call).
+void time_head_against_gemm(Forward& f, const fk::LinearArgs& a, GemvTuning& t) {
+  fk::GraphTimerOptions o;
+  o.rounds = 7;
+  constexpr int kCalls = 4;
+  std::vector<std::vector<float>> ms;
+  ok(fk::time_graphs_interleaved(
+      2, kCalls,
+      [&](int variant, int, cudaStream_t st) {
+        return variant == 0 ? f.ctx.run(a, t.config, st)
+                            : f.ctx.gemm(a.dtype, a.M, a.N, a.K, a.x, a.ldx, a.w, a.ldw, a.y, a.ldy,
+                                         nullptr, st, /*y_f32=*/true);
+      },
+      f.s, o, &ms));
+  t.us = 1e3 * fk::median(ms[0]) / kCalls, t.gemm_us = 1e3 * fk::median(ms[1]) / kCalls;
+}
+
 }  // namespace
+
+void set_head_gemv_rows(Forward& f, const std::vector<GemvTuning>& tuning) {
+  f.head_gemv_rows = f.opt.launch.decode_max_rows;
+  for (int tile : {16, 32}) {
+    for (const GemvTuning& t : tuning) {
+      if (t.name == "lm_head" && t.M == tile && t.gemm_us > 0 && t.us > t.gemm_us) {
+        f.head_gemv_rows = std::min(f.head_gemv_rows, tile / 2);
+        return;
+      }
+    }
+  }
+}
 
 std::vector<GemvTuning> tune_gemvs(Forward& f) {
   const DeviceWeights& w = f.w;
@@ -84,8 +117,11 @@ std::vector<GemvTuning> tune_gemvs(Forward& f) {
                                                    &st, &us, nullptr, f.opt.gemv.allow_ring);
       ok(st);
       tuning.push_back({sh.name, M, sh.N, sh.K, c, us});
+      if (M > 1 && std::string_view(sh.name) == "lm_head")
+        time_head_against_gemm(f, sets[0], tuning.back());
     }
   }
+  set_head_gemv_rows(f, tuning);
   return tuning;
 }
 
@@ -104,6 +140,7 @@ void use_gemv_configs(Forward& f, const std::vector<GemvTuning>& cfgs) {
     if (std::none_of(cfgs.begin(), cfgs.end(),
                      [&](const GemvTuning& t) { return t.M <= 8 && t.N == n && t.K == k; }))
       throw Error(fmt::format("gemv_configs: no configuration for the N={} K={} projection", n, k));
+  set_head_gemv_rows(f, cfgs);
 }
 
 }  // namespace flashnorm::cuda_engine

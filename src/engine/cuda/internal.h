@@ -205,6 +205,12 @@ struct Forward {
   // quantized projection, into its expanded tile; for a tied head that keeps its gain, applied by
   // the add).
   bool norm_in_add = false;
+  // The most rows a projection takes the decode GEMV for: CudaLaunch::decode_max_rows, and
+  // head_gemv_rows during the LM head's call.
+  int gemv_rows = 16;
+  // The LM head's limit (<= decode_max_rows): lowered at load to the largest tuned tile at which
+  // the decode GEMV was at least as fast as cuBLASLt (tune_gemvs / use_gemv_configs).
+  int head_gemv_rows = 16;
   int key_bound = 0;   // set by run() (its argument), for this pass's attention launches
   Pass pass = Pass{};  // set by run() (its argument)
 
@@ -219,8 +225,7 @@ struct Forward {
            Pass pass = {});
 
   fk::GluKind glu_kind() const;
-  // Plain projections of M tokens go through the decode kernel (M <= CudaLaunch::decode_max_rows,
-  // PlainGemm::kAuto).
+  // Plain projections of M tokens go through the decode kernel (M <= gemv_rows, PlainGemm::kAuto).
   bool decode_path(int M) const;
   // The GLU runs inside the down projection for passes of T tokens (decode path, T <= 16; its
   // staged input, T x F elements, well inside the decode kernel's shared memory).
@@ -254,9 +259,13 @@ struct Forward {
 };
 
 // Decode GEMV launch configurations (gemv_tuning.cpp): tuned over the layers' own weights for each
-// one-token projection shape, or another engine's applied as given; the results stay in f.ctx.
+// projection shape and tuned row tile, or another engine's applied as given; the results stay in
+// f.ctx, and the LM head's tiles set f.head_gemv_rows.
 std::vector<GemvTuning> tune_gemvs(Forward& f);
 void use_gemv_configs(Forward& f, const std::vector<GemvTuning>& cfgs);
+// f.head_gemv_rows from the LM head's entries: decode_max_rows, or half the smallest tile above 8
+// at which cuBLASLt was faster (GemvTuning::gemm_us).
+void set_head_gemv_rows(Forward& f, const std::vector<GemvTuning>& tuning);
 
 // The decode step's CUDA graph (decode_graph.cpp): captured on the second step (the first runs
 // eagerly and warms up LinearContext's buffers and cuBLASLt plans so that capture allocates
