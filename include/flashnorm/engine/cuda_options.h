@@ -99,11 +99,12 @@ struct CudaLaunch {
   // preceding one finishes and waits for it before touching memory; the decode GEMV streams its
   // weights during the wait (linear.h, LinearArgs::pdl).
   bool pdl = true;
-  // Forward passes of at most 16 tokens (decode) whose plain projections take the decode kernel
-  // (PlainGemm::kAuto): the residual add runs in the epilogue of the o and down projections
+  // Forward passes of at most decode_max_rows tokens whose plain projections take the decode
+  // kernel (PlainGemm::kAuto): the residual add runs in the epilogue of the o and down projections
   // (LinearArgs::accumulate; layers without a post-norm, and not with StandardNorm::kFusedAdd,
-  // whose add carries the next norm), the GLU inside the down projection (LinearArgs::x_glu; when
-  // its staged input, T x ffn dtype elements, is at most 48 KiB), and RoPE / QK-norm / KV write,
+  // whose add carries the next norm), the GLU inside the down projection (LinearArgs::x_glu; up to
+  // 16 tokens, when its staged input, T x ffn dtype elements, is at most 48 KiB); and passes of up
+  // to 16 tokens (or batched decode passes) run RoPE / QK-norm / KV write,
   // split-key attention and the merge of the key chunks as one kernel (decode_attention). Same
   // functions as the separate kernels, in both modes; up to five fewer launches per layer (two
   // with post-norms).
