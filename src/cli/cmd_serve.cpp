@@ -85,7 +85,11 @@ void register_serve(CLI::App& app) {
       std::fprintf(stderr, "loading %s from %s (norm %s)\n", spec.name.c_str(), spec.path.c_str(),
                    spec.norm.c_str());
       threads += 2 * (spec.limits.max_concurrent + spec.limits.max_queued);
-      models.emplace(spec.name, serve::load_served_model(spec));
+      try {
+        models.emplace(spec.name, serve::load_served_model(spec));
+      } catch (const Error& e) {  // which of the models failed to load
+        throw Error("--model " + spec.name + ": " + e.what());
+      }
     }
     std::atomic<bool> draining{false};
     httplib::Server svr;

@@ -267,7 +267,7 @@ void register_verify(CLI::App& app) {
   cmd->add_option("--ctx", a->ctx, "chunk length for perplexity")->check(CLI::Range(2, 8192));
   cmd->add_option("--max-text-tokens", a->max_text_tokens,
                   "use only the first N tokens of text (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, INT32_MAX));
   cmd->add_flag("--no-cancel", a->no_cancel,
                 "keep the rstd that QK-norm cancels (default: drop it and report its effect; the "
                 "CUDA engine's prompt passes of more than 64 tokens keep it anyway, see "

@@ -171,11 +171,26 @@ TEST(CliErrors, DeviceSelection) {
                         "--ctx 100 is below the 614 positions the run needs");
   expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() + " --batch 8,65"),
                         "--batch 65 is outside 1 .. 64");
+  // a negative cache length: the range in the message, not DBL_MAX
+  expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() + " --ctx -1"),
+                        "--ctx: Value -1 not in range 0 to 32768");
   // lengths whose sum would overflow the positions' int
   expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() +
                                 " --prompt-tokens 8 --decode-tokens 2147483647 --ctx 29"),
                         "--decode-tokens 8 .. 32768");
   expect_one_line_error(run_cli("generate -m " + g + " -p hi --device tpu"), "--device");
+  // serve names the model whose load failed (a file that is not a model here)
+  {
+    const fs::path d = testing::fresh_dir("cli_serve_load");
+    std::ofstream(d / "bad.gguf") << "not a model";
+    const auto rs = run_cli("serve --port 0 --model good=" + testing::smollm2_path() +
+                            " --model broken=" + (d / "bad.gguf").string());
+    EXPECT_EQ(rs.code, 1);
+    // after the "loading" lines, one error line naming the model and the file's field
+    const std::string last = rs.err.substr(rs.err.rfind('\n', rs.err.size() - 2) + 1);
+    EXPECT_EQ(last.rfind("error: --model broken: ", 0), 0u) << rs.err;
+    EXPECT_NE(last.find("header.magic at byte 0"), std::string::npos) << rs.err;
+  }
   expect_one_line_error(run_cli("verify " + g), "at least one folded");
 }
 
