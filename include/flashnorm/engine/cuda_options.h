@@ -115,9 +115,9 @@ struct CudaLaunch {
   // passes cuBLASLt / the prefill GEMM. Above 16, with max_sequences > 0, the tuning at load also
   // times the decode GEMV's 16- and 32-row tiles, and the LM head's GEMV against cuBLASLt at those
   // tiles: the head takes the decode GEMV only up to the largest tile where it was as fast
-  // (GemvTuning::gemm_us). 32: on the H200 the 32-row tile was 1.03-1.06x of cuBLASLt at 32 rows
-  // with SmolLM2, the 64-row tile (or two 32-row slices) 0.92-0.95x at 64. Out of range: Error at
-  // load.
+  // (GemvTuning::gemm_us). 32: on the H200 the 32-row path was 1.05-1.07x of cuBLASLt's at 32
+  // rows with SmolLM2 and 1.01-1.02x with Gemma 3, the 64-row tile (or two 32-row slices)
+  // 0.88-0.94x at 64 (docs/results_h200.md). Out of range: Error at load.
   int decode_max_rows = 32;
 };
 

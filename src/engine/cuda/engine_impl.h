@@ -30,7 +30,7 @@ struct CudaEngine::Impl {
         ctx(std::make_unique<fk::LinearContext>()),
         f{cfg, hooks, mode, this->opt, to_dtype(opt.dtype), d, w, ws, *ctx, prof, stream.get()} {
     ctx->set_race_hooks(opt.debug);
-    f.head_gemv_rows = opt.launch.decode_max_rows;
+    f.gemv_rows = f.head_gemv_rows = opt.launch.decode_max_rows;
     if (!opt.gemv_configs.empty()) {
       use_gemv_configs(f, opt.gemv_configs);
       tuning = opt.gemv_configs;
