@@ -143,7 +143,8 @@ TEST(CudaBatchedDecode, ContinuousBatchingMatchesCpuFp32) {
 TEST(CudaBatchedDecode, FortyRowsMatchCpuFp32) {
   // 40 one-token rows padded to the 64-row bucket: with decode_max_rows 16 the projections leave
   // the decode kernel (M > 16) for cuBLASLt and FlashNorm normalizes in the residual add; with 64
-  // the decode GEMV (32- and 8-row slices, rstd in the kernel) and its fused residual add run them
+  // the decode GEMV (two 32-row slices, rstd in the kernel) and its fused residual add run them
+  std::vector<std::vector<float>> at16[2];  // [mode] rows with decode_max_rows 16
   for (int rows : {16, 64}) {
     double std_err = 0;
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {  // Standard first
@@ -169,6 +170,14 @@ TEST(CudaBatchedDecode, FortyRowsMatchCpuFp32) {
       const double bar = mode == NormMode::Standard ? kStandardBar : flashnorm_bar(std_err);
       const double err = expect_bf16_agreement(rows_out[0], rows_out[1], bar);
       if (mode == NormMode::Standard) std_err = err;
+      auto& prev = at16[mode == NormMode::FlashNorm];
+      if (rows == 16) {
+        prev = rows_out[1];
+      } else {  // other kernels ran the 64-row passes: not bitwise the 16-row engine's logits
+        const Agreement a = agreement(prev, rows_out[1]);
+        std::printf("decode_max_rows 64 against 16: max rel logit diff %.3e\n", a.max_rel);
+        EXPECT_GT(a.max_rel, 0.0);
+      }
     }
   }
 }
@@ -355,6 +364,18 @@ TEST(CudaBatchedDecode, TwoEnginesOnTwoThreads) {
 TEST(CudaBatchedDecode, RefusesBadCallsAndAppendsNothing) {
   const std::string dir = batch_model(false);
   CudaEngineOptions o;
+  for (int bad : {0, 65}) {  // CudaLaunch::decode_max_rows out of 1 .. 64
+    CudaEngineOptions b;
+    b.launch.decode_max_rows = bad;
+    try {
+      CudaEngine e(load_model(dir), NormMode::FlashNorm, b);
+      ADD_FAILURE() << "decode_max_rows " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("decode_max_rows " + std::to_string(bad)),
+                std::string::npos)
+          << e.what();
+    }
+  }
   o.capacity.max_context = 16;
   {
     CudaEngine none(load_model(dir), NormMode::FlashNorm, o);

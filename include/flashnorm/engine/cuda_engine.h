@@ -19,8 +19,9 @@
 //              residual add writes x * rstd and the plain projection runs on it with the folded
 //              weights (PrefillNorm::kDeferred: flashnorm_linear as above).
 // Plain projections (o, down, and the Standard mode's normed ones) use the same kernel in both
-// modes: the decode kernel with every column unscaled for M <= 16 tokens, cuBLASLt above, so that
-// the modes differ by the normalization alone.
+// modes: the decode kernel with every column unscaled for M <= 16 tokens (batched decode passes: up
+// to CudaLaunch::decode_max_rows), cuBLASLt above, so that the modes differ by the normalization
+// alone.
 //
 // Decode steps (one token) replay a CUDA graph captured on first use: token id and position live
 // in device memory, the sampler writes the next id and advances the position, so a whole generation
@@ -49,7 +50,8 @@ namespace flashnorm {
 
 // The decode GEMV launch configuration chosen at load for one projection shape and row count
 // (CudaGemv: GemvChoice::kTune), with its time per call in microseconds (graph replay, weights
-// rotated over the layers; LinearContext::tune_decode).
+// rotated over the layers; LinearContext::tune_decode; the LM head above 8 rows: the paired timing
+// against cuBLASLt, its one weight).
 struct GemvTuning {
   std::string name;  // "q|k|v", "o", "gate|up", "down", "lm_head"
   // rows it was tuned at: 1 (it serves every M up to 8), or 16 / 32 (CudaLaunch::decode_max_rows

@@ -99,25 +99,25 @@ struct CudaLaunch {
   // preceding one finishes and waits for it before touching memory; the decode GEMV streams its
   // weights during the wait (linear.h, LinearArgs::pdl).
   bool pdl = true;
-  // Forward passes of at most decode_max_rows tokens whose plain projections take the decode
-  // kernel (PlainGemm::kAuto): the residual add runs in the epilogue of the o and down projections
+  // Forward passes whose plain projections take the decode kernel (PlainGemm::kAuto; see
+  // decode_max_rows): the residual add runs in the epilogue of the o and down projections
   // (LinearArgs::accumulate; layers without a post-norm, and not with StandardNorm::kFusedAdd,
   // whose add carries the next norm), the GLU inside the down projection (LinearArgs::x_glu; up to
   // 16 tokens, when its staged input, T x ffn dtype elements, is at most 48 KiB); and passes of up
-  // to 16 tokens (or batched decode passes) run RoPE / QK-norm / KV write,
-  // split-key attention and the merge of the key chunks as one kernel (decode_attention). Same
-  // functions as the separate kernels, in both modes; up to five fewer launches per layer (two
-  // with post-norms).
+  // to 16 tokens (or batched decode passes) run RoPE / QK-norm / KV write, split-key attention and
+  // the merge of the key chunks as one kernel (decode_attention). Same functions as the separate
+  // kernels, in both modes; up to five fewer launches per layer (two with post-norms).
   bool fuse_decode_ops = true;
   PlainGemm plain = PlainGemm::kAuto;
-  // Passes of at most this many tokens (1 .. 64) take the decode path: the decode GEMV (deferred
-  // rstd computed in the kernel) with the fused ops above, in slices of 32 rows above 32; longer
-  // passes cuBLASLt / the prefill GEMM. Above 16, with max_sequences > 0, the tuning at load also
-  // times the decode GEMV's 16- and 32-row tiles, and the LM head's GEMV against cuBLASLt at those
-  // tiles: the head takes the decode GEMV only up to the largest tile where it was as fast
-  // (GemvTuning::gemm_us). 32: on the H200 the 32-row path was 1.05-1.07x of cuBLASLt's at 32
-  // rows with SmolLM2 and 1.01-1.02x with Gemma 3, the 64-row tile (or two 32-row slices)
-  // 0.88-0.94x at 64 (docs/results_h200.md). Out of range: Error at load.
+  // Batched decode passes (forward_batch) of at most this many rows (1 .. 64) take the decode
+  // path: the decode GEMV (deferred rstd computed in the kernel) with the fused ops above, in
+  // slices of 32 rows above 32; longer ones cuBLASLt. Other passes take it up to min(this, 16)
+  // tokens. With max_sequences > 0 and this above 16, the tuning at load also times the decode
+  // GEMV's 16- and 32-row tiles, and the LM head's GEMV against cuBLASLt at those tiles
+  // (GemvTuning::gemm_us): from the first tile where cuBLASLt was faster, the head normalizes x
+  // first and runs cuBLASLt. 32: on the H200 the 32-row path was 1.05-1.07x of cuBLASLt's at 32
+  // rows with SmolLM2 and 1.01-1.02x with Gemma 3; the 64-row tile 0.93-0.94x at 64 rows and two
+  // 32-row slices 0.88-0.92x (docs/results_h200.md). Out of range: Error at load.
   int decode_max_rows = 32;
 };
 

@@ -41,11 +41,14 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
     if (add_residual || glu) throw Error("internal: a fused op on a quantized prompt pass");
     wt = expand(*q, nullptr);
   }
+  // W just written by quant_dequantize (the expanded tile): no PDL, whose kernel streams W before
+  // it waits for the preceding kernel (LinearArgs::pdl)
+  const bool w_written = wt == ws.wtile.get();
   if (decode_path(M)) {
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = glu ? 2 * K : K, a.w = wt;
     a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = w.zero_mask.as<uint8_t>();
-    a.y_f32 = y_f32, a.pdl = opt.launch.pdl, a.x_glu = glu, a.glu_kind = glu_kind();
+    a.y_f32 = y_f32, a.pdl = opt.launch.pdl && !w_written, a.x_glu = glu, a.glu_kind = glu_kind();
     a.bias = bias;
     if (add_residual) {
       a.y = ws.x32.get(), a.ldy = d.H, a.y_f32 = true, a.accumulate = true;
@@ -99,8 +102,13 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
             [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias, q); });
     return;
   }
-  if (norm_in_add) {
-    norm_into_xn(nullptr);  // the first layer's (no add before it); the gain is folded
+  // the LM head past its decode GEMV rows (head_gemv_rows: cuBLASLt was faster there) normalizes
+  // x first too, so that its projection is that cuBLASLt GEMM
+  const bool head_gemm =
+      head_call && M > gemv_rows && opt.flashnorm.deferred != Deferred::kTwoStream;
+  if (norm_in_add || head_gemm) {
+    norm_into_xn(
+        nullptr);  // the first layer's or the head's (no add before it); the gain is folded
     prof.op(kNormedProj, s, [&] {
       if (quantized) {  // the gain on normalized x (head rows) or folded into the tile
         if (M <= kQuantGemvMaxM) return quant(*q, xnr, M, gain32->as<float>(), false, y, ldy, bias);
@@ -122,7 +130,7 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     a.dtype = dt, a.M = M, a.N = N, a.K = d.H, a.x = x, a.ldx = d.H, a.w = wt, a.ldw = d.H;
     a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32, a.bias = bias;
     const bool decode = M <= gemv_rows;
-    a.pdl = opt.launch.pdl && decode;  // kDecode's option
+    a.pdl = opt.launch.pdl && decode && wt != ws.wtile.get();  // kDecode's option (plain's note)
     const fk::LinearImpl impl = opt.flashnorm.deferred == Deferred::kTwoStream
                                     ? fk::LinearImpl::kTwoStream
                                 : decode ? fk::LinearImpl::kDecode
@@ -271,7 +279,7 @@ void Forward::layer(int l, int T) {
 
 void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed, int bound,
                   Pass p) {
-  xn_ready = false;  // never carried over from a pass that threw
+  xn_ready = false, head_call = false;  // never carried over from a pass that threw
   key_bound = bound, pass = p;
   if (p.batched && (rows != T || T > fk::kDecodeAttentionMaxBatch || (sample && temperature != 0)))
     throw Error("internal: a batched pass takes every row's logits, at most 64 rows, greedy");
@@ -282,14 +290,16 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
     ok(fk::embed_tokens(dt, T, d.H, d.V, ws.d_tokens.as<int32_t>(), w.emb.get(), d.emb_scale,
                         ws.x32.as<float>(), ws.xb.get(), s, opt.launch.pdl));
   });
-  gemv_rows = opt.launch.decode_max_rows;
+  // batched decode passes up to decode_max_rows rows on the decode GEMV, other passes up to 16
+  const int cap = p.batched ? fk::kDecodeAttentionMaxBatch : 16;
+  gemv_rows = std::min(opt.launch.decode_max_rows, cap);
   for (int l = 0; l < d.L; ++l) layer(l, T);
   if (rows > 0) {
-    gemv_rows = head_gemv_rows;
+    gemv_rows = std::min(head_gemv_rows, cap), head_call = true;
     normed(T - rows, rows, w.out_gain.get(), w.head_is_emb ? w.emb.get() : w.head.get(), d.V,
            ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb,
            nullptr, &w.qhead, &w.out_gain32);
-    gemv_rows = opt.launch.decode_max_rows;
+    head_call = false;
     if (cfg.final_softcap > 0) {  // Gemma 3's final logit soft-capping, before the sampler
       prof.op(kOther, s, [&] {
         ok(fk::softcap_logits(rows, d.V, ws.logits.as<float>(), d.ldv, cfg.final_softcap, s,

@@ -205,14 +205,17 @@ struct Forward {
   // quantized projection, into its expanded tile; for a tied head that keeps its gain, applied by
   // the add).
   bool norm_in_add = false;
-  // The most rows a projection takes the decode GEMV for: CudaLaunch::decode_max_rows, and
-  // head_gemv_rows during the LM head's call.
+  // The most rows a projection takes the decode GEMV for, set by run(): CudaLaunch::decode_max_rows
+  // in batched decode passes, at most 16 in others; head_gemv_rows (same caps) during the LM
+  // head's call (head_call).
   int gemv_rows = 16;
-  // The LM head's limit (<= decode_max_rows): lowered at load to the largest tuned tile at which
-  // the decode GEMV was at least as fast as cuBLASLt (tune_gemvs / use_gemv_configs).
+  // The LM head's limit (<= decode_max_rows): set at load to half the smallest tuned tile above 8
+  // at which cuBLASLt was faster than the decode GEMV (tune_gemvs / use_gemv_configs); past it the
+  // head normalizes x first and runs cuBLASLt, in both modes.
   int head_gemv_rows = 16;
-  int key_bound = 0;   // set by run() (its argument), for this pass's attention launches
-  Pass pass = Pass{};  // set by run() (its argument)
+  bool head_call = false;  // run() is in the LM head's normed projection
+  int key_bound = 0;       // set by run() (its argument), for this pass's attention launches
+  Pass pass = Pass{};      // set by run() (its argument)
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
   // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
