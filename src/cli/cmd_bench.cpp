@@ -49,22 +49,26 @@ void register_bench(CLI::App& app) {
                          "shape and M of a shapes file; CUDA-graph and eager medians, W rotated "
                          "past the L2. With --model GGUF: the CUDA engine's prompt and batch-1 "
                          "decode speed, standard vs flashnorm. Prints a table and writes JSON.");
-  sub->add_option("--shapes", o->shapes,
-                  "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
-      ->capture_default_str();
+  std::vector<CLI::Option*> kernel_only;  // refused with --model (they would be ignored)
+  kernel_only.push_back(
+      sub->add_option("--shapes", o->shapes,
+                      "shapes file (format of bench/shapes.json: M list and {name, K, N} shapes)")
+          ->capture_default_str());
   sub->add_option("--out", o->out,
                   "JSON output path (default bench/results/kernels_<date>.json, with --model "
                   "bench/results/model_<date>.json)");
-  sub->add_option("--M", o->Ms, "override the M list");
-  sub->add_option("--only", o->only, "only these shape names");
-  sub->add_option("--graph-reps", o->graph_reps, "graph replays per variant")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  sub->add_option("--eager-reps", o->eager_reps, "eager passes per variant")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  sub->add_flag("--no-check", o->no_check, "skip the comparison with the fp64 CPU reference");
-  sub->add_flag("--decode-sweep", o->decode_sweep, "also time the decode kernel at split-K 1..32");
+  kernel_only.push_back(sub->add_option("--M", o->Ms, "override the M list"));
+  kernel_only.push_back(sub->add_option("--only", o->only, "only these shape names"));
+  kernel_only.push_back(sub->add_option("--graph-reps", o->graph_reps, "graph replays per variant")
+                            ->check(CLI::Range(1, 1000000))
+                            ->capture_default_str());
+  kernel_only.push_back(sub->add_option("--eager-reps", o->eager_reps, "eager passes per variant")
+                            ->check(CLI::Range(1, 1000000))
+                            ->capture_default_str());
+  kernel_only.push_back(
+      sub->add_flag("--no-check", o->no_check, "skip the comparison with the fp64 CPU reference"));
+  kernel_only.push_back(sub->add_flag("--decode-sweep", o->decode_sweep,
+                                      "also time the decode kernel at split-K 1..32"));
   sub->add_option("--commit", o->commit, "commit id to record");
   sub->add_flag("--dirty", o->dirty, "record that the working tree had uncommitted changes");
   sub->add_option("--driver", o->driver, "driver version to record (nvidia-smi)");
@@ -73,6 +77,7 @@ void register_bench(CLI::App& app) {
                       "instead of the kernels: decode benchmark of this model on the CUDA engine "
                       "(standard vs flashnorm, batch 1)")
           ->check(CLI::ExistingFile);
+  for (CLI::Option* k : kernel_only) k->excludes(model);
   // the --model benchmark's options: refused without --model (the kernel benchmark has no use
   // for them)
   sub->add_option("--prompt-tokens", o->model.prompt_tokens,

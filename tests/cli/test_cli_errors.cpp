@@ -171,6 +171,12 @@ TEST(CliErrors, DeviceSelection) {
                         "--ctx 100 is below the 614 positions the run needs");
   expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() + " --batch 8,65"),
                         "--batch 65 is outside 1 .. 64");
+  // the kernel benchmark's options with --model: refused, not ignored
+  for (const char* opt : {"--shapes bench/shapes.json", "--M 1", "--only x", "--graph-reps 3",
+                          "--eager-reps 3", "--no-check", "--decode-sweep"}) {
+    expect_one_line_error(
+        run_cli("bench --model " + testing::smollm2_path() + " " + std::string(opt)), "excludes");
+  }
   // a negative cache length: the range in the message, not DBL_MAX
   expect_one_line_error(run_cli("bench --model " + testing::smollm2_path() + " --ctx -1"),
                         "--ctx: Value -1 not in range 0 to 32768");
