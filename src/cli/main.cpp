@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   reserve_standard_descriptors();
   CLI::App app{"flashnorm: RMSNorm folding and deferred normalization for LLM inference"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", FLASHNORM_VERSION);  // CMake's project version
   app.option_defaults()->always_capture_default();  // --help shows every default
   // Usage errors, like every other error, are one line on stderr.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {

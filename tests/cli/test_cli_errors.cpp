@@ -45,6 +45,9 @@ TEST(CliErrors, MissingFileAndBadFlags) {
   r = run_cli("generate --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--temperature"), std::string::npos);
+  r = run_cli("--version");  // the project's version (CMakeLists.txt), exit 0, no subcommand
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "0.1.0\n");
 }
 
 // `fold in -o out` must fail with one "refusing" error line and leave `kept` as it was.
