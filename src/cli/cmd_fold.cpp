@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "commands.h"
@@ -50,7 +51,11 @@ void register_fold(CLI::App& app) {
   auto* dtype = cmd->add_option("--dtype", a->dtype,
                                 "stored type of the rewritten (folded) tensors, whatever the "
                                 "input's type (every other tensor keeps its bytes)")
-                    ->check(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
+                    ->check(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case))
+                    // generate's and verify's spellings (--dtype fp16) too
+                    ->transform(CLI::Transformer(
+                        std::map<std::string, std::string>{{"fp16", "f16"}, {"fp32", "f32"}},
+                        CLI::ignore_case));
   auto* requant =
       cmd->add_option("--requantize", a->requantize,
                       "GGUF: store folded tensors as TYPE (q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k "

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "flashnorm/engine/make_engine.h"
@@ -25,6 +26,7 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
       ->capture_default_str();
   cmd->add_option("--dtype", d.dtype, "cuda: weight and activation type")
       ->check(CLI::IsMember({"bf16", "fp16"}))
+      ->transform(CLI::Transformer(std::map<std::string, std::string>{{"f16", "fp16"}}))  // fold's
       ->capture_default_str();
   cmd->add_option("--deferred", d.deferred,
                   "cuda, flashnorm mode: fused (one kernel in decode) or two-stream (GEMM and "

@@ -309,5 +309,22 @@ TEST(CliErrors, VerifyOutputAndTextChecks) {
   EXPECT_NE(json.find("\"greedy\""), std::string::npos);
 }
 
+// fold's type names (f16, f32) and the engines' (fp16) are accepted by both commands; other names
+// are refused with one line naming the choices.
+TEST(CliErrors, DtypeSpellingsOfBothCommands) {
+  const fs::path d = testing::fresh_dir("cli_dtype");
+  const std::string m = testing::smollm2_path();
+  auto r = run_cli("fold " + m + " -o " + (d / "f.gguf").string() + " --dtype FP16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_cli("inspect " + (d / "f.gguf").string());
+  EXPECT_NE(r.out.find("blk.0.attn_q.weight F16"), std::string::npos) << r.out;
+  r = run_cli("generate -m " + m + " -p hi -n 1 --device cpu --dtype f16");
+  EXPECT_EQ(r.code, 0) << r.err;
+  expect_one_line_error(run_cli("fold " + m + " -o " + (d / "g.gguf").string() + " --dtype fp8"),
+                        "--dtype: fp8 not in {f32,f16,bf16}");
+  expect_one_line_error(run_cli("generate -m " + m + " -p hi --dtype half"),
+                        "--dtype: half not in {bf16,fp16}");
+}
+
 }  // namespace
 }  // namespace flashnorm
