@@ -347,8 +347,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     // Batch invariance (flashnorm): one sequence's greedy decode alone, then the same sequence fed
     // the same tokens among batch - 1 others (their prompts differ in the first token); a step
     // agrees when its top-1 in the batch equals its top-1 alone.
-    // Both flashnorm rows that normalize in the add above the GEMV's rows: the default and, when
-    // run, the decode GEMV to 16 rows.
+    // Every flashnorm row but "batched deferred": the default and, when run, the GEMV to 16 rows.
     j["batch_invariance"] = nlohmann::json::array();
     const size_t V = size_t(model.cfg.vocab);
     auto top1 = [&](const float* row) { return argmax(std::span<const float>(row, V)); };

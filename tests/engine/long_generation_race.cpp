@@ -279,7 +279,8 @@ bool engine_gpu_test_args(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--decode-rows", g_args.decode_rows,
-                 "CudaLaunch::decode_max_rows: passes up to this many rows take the decode GEMV")
+                 "CudaLaunch::decode_max_rows: batched passes up to this many rows take the decode "
+                 "GEMV")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   app.add_option("--check-every", g_args.check_every, "full recompute every N steps")

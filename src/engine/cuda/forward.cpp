@@ -107,8 +107,8 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
   const bool head_gemm =
       head_call && M > gemv_rows && opt.flashnorm.deferred != Deferred::kTwoStream;
   if (norm_in_add || head_gemm) {
-    norm_into_xn(
-        nullptr);  // the first layer's or the head's (no add before it); the gain is folded
+    // the first layer's or the head's (no add before it wrote xn); the gain is folded
+    norm_into_xn(nullptr);
     prof.op(kNormedProj, s, [&] {
       if (quantized) {  // the gain on normalized x (head rows) or folded into the tile
         if (M <= kQuantGemvMaxM) return quant(*q, xnr, M, gain32->as<float>(), false, y, ldy, bias);

@@ -44,16 +44,14 @@ std::vector<Shape> gemv_shapes(const Forward& f, int M) {
 }
 
 // The padded row counts tuned: 1 (the decode kernel's 8-row tile), and for batched decode
-// (max_sequences > 0) with decode_max_rows above 16 the 16- and 32-row tiles (up to
-// kDecodeSliceRows, those the workspace holds); other engines take the heuristic configuration
-// there (prompt chunks of 9 to 32 tokens).
+// (max_sequences > 0) with decode_max_rows above 16 the 16- and 32-row tiles (kDecodeSliceRows is
+// the largest the engine runs; those the workspace holds); other engines take the heuristic
+// configuration there (prompt chunks of 9 to 16 tokens).
 std::vector<int> tuned_rows(const Forward& f) {
   std::vector<int> rows = {1};
-  const int r = f.opt.launch.decode_max_rows;
-  const int top = r <= 16 ? 16 : r <= 32 ? 32 : 64;        // the decode kernel's row tiles
   if (f.opt.launch.decode_max_rows > 16 && f.d.slots > 1)  // batched decode
-    for (int m : {16, 32})  // the engine's largest tile: kDecodeSliceRows
-      if (m <= top && m <= f.d.tmax) rows.push_back(m);
+    for (int m : {16, kDecodeSliceRows})
+      if (m <= f.d.tmax) rows.push_back(m);
   return rows;
 }
 
