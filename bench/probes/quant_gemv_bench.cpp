@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "flashnorm/io/dequant.h"
+#include "flashnorm/io/ggml_planar.h"
 #include "flashnorm/kernels/cpu/reference.h"
 #include "flashnorm/kernels/cuda/graph_timer.h"
 #include "flashnorm/kernels/cuda/linear.h"
@@ -92,14 +93,16 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < wf.size(); ++i) wb[i] = fc::float_to_bf16(wf[i]);
       std::uniform_real_distribution<float> u(-1.f, 1.f);
       for (auto& v : xb) v = fc::float_to_bf16(u(rng));
-      const size_t qbytes = wq.size(), bbytes = wb.size() * 2;
+      // the device layout (io/ggml_planar.h); copies 256-byte aligned
+      const std::vector<uint8_t> wp = io::to_planar(ggml(t), wq);
+      const size_t qbytes = (wp.size() + 255) / 256 * 256, bbytes = wb.size() * 2;
       const int copies_b = static_cast<int>(std::min<size_t>(512, (240u << 20) / bbytes + 2));
       const int copies_q = static_cast<int>(std::min<size_t>(512, (240u << 20) / qbytes + 2));
       const int steps = std::max(copies_b, copies_q);
       Dev dqw(qbytes * copies_q), dbw(bbytes * copies_b), dx(xb.size() * 2),
           dy(static_cast<size_t>(M) * sh.N * 4 * 2);
       for (int c = 0; c < copies_q; ++c)
-        CHECK(cudaMemcpy(static_cast<char*>(dqw.p) + c * qbytes, wq.data(), qbytes,
+        CHECK(cudaMemcpy(static_cast<char*>(dqw.p) + c * qbytes, wp.data(), wp.size(),
                          cudaMemcpyHostToDevice) == cudaSuccess);
       for (int c = 0; c < copies_b; ++c)
         CHECK(cudaMemcpy(static_cast<char*>(dbw.p) + c * bbytes, wb.data(), bbytes,

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "flashnorm/io/dequant.h"
+#include "flashnorm/io/ggml_planar.h"
 #include "flashnorm/io/ggml_types.h"
 #include "flashnorm/kernels/cpu/quant_matmul.h"
 #include "flashnorm/kernels/cuda/quant_dequant.h"
@@ -24,6 +25,13 @@ using fk::QuantType;
 namespace io = flashnorm::io;
 
 io::GgmlType ggml(QuantType t) { return fk::ggml_type(t); }
+
+// The kernels read the blocks in their device layout (io/ggml_planar.h); the references use the
+// file's blocks.
+void upload_planar(QuantType t, const std::vector<uint8_t>& blocks, void* dst) {
+  const std::vector<uint8_t> planes = io::to_planar(ggml(t), blocks);
+  ASSERT_EQ(cudaMemcpy(dst, planes.data(), planes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+}
 
 std::vector<uint8_t> random_blocks(QuantType t, int N, int K, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -53,7 +61,7 @@ void run(const Case& c) {
 
   DevMem dw(w.size()), dx(xbits.size() * 2), dg(gain.size() * 4), dy(size_t(c.M) * c.N * 4);
   ASSERT_TRUE(dw.p && dx.p && dg.p && dy.p);
-  CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+  upload_planar(c.type, w, dw.p);
   CUDA_OK(cudaMemcpy(dx.p, xbits.data(), xbits.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dg.p, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
   auto compute = [&](bool with_gain) {
@@ -207,7 +215,7 @@ TEST(QuantDequantize, EqualsIoDequantizeRoundedOnce) {
       for (int k = 0; k < K; ++k) gain[k] = (k % 5 == 2 ? -1.f : 1.f) * u(rng);
       DevMem dw(w.size()), dg(K * 4), dy(size_t(N) * ldy * 2);
       ASSERT_TRUE(dw.p && dg.p && dy.p);
-      CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      upload_planar(t, w, dw.p);
       CUDA_OK(cudaMemcpy(dg.p, gain.data(), K * 4, cudaMemcpyHostToDevice));
       for (bool with_gain : {false, true}) {
         fk::QuantDequantArgs a;
@@ -252,7 +260,7 @@ TEST(QuantGemv, FusedGluAndResidualAdd) {
       for (float& v : y0) v = nd(rng);
       DevMem dw(w.size()), dx(gu.size() * 4), dy(y0.size() * 4), dr(y0.size() * 2);
       ASSERT_TRUE(dw.p && dx.p && dy.p && dr.p);
-      CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      upload_planar(t, w, dw.p);
       CUDA_OK(cudaMemcpy(dx.p, gu.data(), gu.size() * 4, cudaMemcpyHostToDevice));
       CUDA_OK(cudaMemcpy(dy.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
       fk::QuantGemvArgs a;

@@ -15,39 +15,42 @@ __device__ __forceinline__ float h2f(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
 }
 
-// The 32 fp32 values of run r (0 .. K / 32 - 1) of one weight row.
+// The 32 fp32 values of run i of the tensor (run r of row n: i = n * K / 32 + r) from the planar
+// layout of its nb blocks (io/ggml_planar.h).
 template <QuantType T>
-__device__ __forceinline__ void run32(const uint8_t* row, int r, float (&v)[32]) {
+__device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, float (&v)[32]) {
   if constexpr (T == QuantType::kQ4_0 || T == QuantType::kQ4_1 || T == QuantType::kQ5_0) {
-    constexpr int bytes = T == QuantType::kQ4_0 ? 18 : (T == QuantType::kQ4_1 ? 20 : 22);
-    const uint8_t* b = row + static_cast<int64_t>(r) * bytes;
-    const float d = h2f(b);
+    // planes: qs[16], then Q4_0 d; Q4_1 d, m; Q5_0 qh[4], d
+    const uint8_t* qs = w + i * 16;
+    const uint8_t* aux = w + nb * 16;
     if constexpr (T == QuantType::kQ4_0) {
+      const float d = h2f(aux + i * 2);
       for (int j = 0; j < 16; ++j) {
-        v[j] = __fmul_rn(d, static_cast<float>((b[2 + j] & 0x0f) - 8));
-        v[j + 16] = __fmul_rn(d, static_cast<float>((b[2 + j] >> 4) - 8));
+        v[j] = __fmul_rn(d, static_cast<float>((qs[j] & 0x0f) - 8));
+        v[j + 16] = __fmul_rn(d, static_cast<float>((qs[j] >> 4) - 8));
       }
     } else if constexpr (T == QuantType::kQ4_1) {
-      const float m = h2f(b + 2);
+      const float d = h2f(aux + i * 4), m = h2f(aux + i * 4 + 2);
       for (int j = 0; j < 16; ++j) {
-        v[j] = __fadd_rn(__fmul_rn(d, static_cast<float>(b[4 + j] & 0x0f)), m);
-        v[j + 16] = __fadd_rn(__fmul_rn(d, static_cast<float>(b[4 + j] >> 4)), m);
+        v[j] = __fadd_rn(__fmul_rn(d, static_cast<float>(qs[j] & 0x0f)), m);
+        v[j + 16] = __fadd_rn(__fmul_rn(d, static_cast<float>(qs[j] >> 4)), m);
       }
     } else {
-      const uint32_t qh = b[2] | (b[3] << 8) | (b[4] << 16) | (static_cast<uint32_t>(b[5]) << 24);
+      const float d = h2f(aux + nb * 4 + i * 2);
+      const uint32_t qh = *reinterpret_cast<const uint32_t*>(aux + i * 4);
       for (int j = 0; j < 16; ++j) {
         const int hi0 = ((qh >> j) << 4) & 0x10, hi1 = (qh >> (j + 12)) & 0x10;
-        v[j] = __fmul_rn(d, static_cast<float>(((b[6 + j] & 0x0f) | hi0) - 16));
-        v[j + 16] = __fmul_rn(d, static_cast<float>(((b[6 + j] >> 4) | hi1) - 16));
+        v[j] = __fmul_rn(d, static_cast<float>(((qs[j] & 0x0f) | hi0) - 16));
+        v[j + 16] = __fmul_rn(d, static_cast<float>(((qs[j] >> 4) | hi1) - 16));
       }
     }
-  } else if constexpr (T == QuantType::kQ8_0) {
-    const uint8_t* b = row + static_cast<int64_t>(r) * 34;
-    const float d = h2f(b);
-    for (int j = 0; j < 32; ++j) v[j] = __fmul_rn(d, static_cast<float>(int8_t(b[2 + j])));
-  } else if constexpr (T == QuantType::kQ4_K) {
-    const uint8_t* b = row + static_cast<int64_t>(r / 8) * 144;
-    const int s = r % 8;  // sub-block: bytes 32 (s / 2) .., nibble s % 2
+  } else if constexpr (T == QuantType::kQ8_0) {  // planes: qs[32], d
+    const float d = h2f(w + nb * 32 + i * 2);
+    const int8_t* qs = reinterpret_cast<const int8_t*>(w + i * 32);
+    for (int j = 0; j < 32; ++j) v[j] = __fmul_rn(d, static_cast<float>(qs[j]));
+  } else if constexpr (T == QuantType::kQ4_K) {  // the file's blocks
+    const uint8_t* b = w + (i / 8) * 144;
+    const int s = static_cast<int>(i % 8);  // sub-block: bytes 32 (s / 2) .., nibble s % 2
     const float d = h2f(b), dmin = h2f(b + 2);
     const uint8_t* sc = b + 4;
     int scale, mn;
@@ -63,13 +66,14 @@ __device__ __forceinline__ void run32(const uint8_t* row, int r, float (&v)[32])
     const int sh = 4 * (s % 2);
     for (int l = 0; l < 32; ++l)
       v[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>((q[l] >> sh) & 0x0f)), m1);
-  } else {  // Q6_K: run r of the super-block: half h = s / 4, field f = s % 4
-    const uint8_t* b = row + static_cast<int64_t>(r / 8) * 210;
-    const int s = r % 8, h = s / 4, f = s % 4;
-    const float d = h2f(b + 208);
-    const uint8_t* ql = b + 64 * h + 32 * (f & 1);
-    const uint8_t* qh = b + 128 + 32 * h;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * h);
+  } else {  // Q6_K: run s of the super-block: half h = s / 4, field f = s % 4. Planes: ql[128],
+            // qh[64], scales[16], d
+    const int64_t sb = i / 8;
+    const int s = static_cast<int>(i % 8), h = s / 4, f = s % 4;
+    const float d = h2f(w + nb * 208 + sb * 2);
+    const uint8_t* ql = w + sb * 128 + 64 * h + 32 * (f & 1);
+    const uint8_t* qh = w + nb * 128 + sb * 64 + 32 * h;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + nb * 192 + sb * 16 + 8 * h);
     for (int l = 0; l < 32; ++l) {
       const int q = (((ql[l] >> (4 * (f >> 1))) & 0x0f) | (((qh[l] >> (2 * f)) & 3) << 4)) - 32;
       v[l] = __fmul_rn(__fmul_rn(d, static_cast<float>(sc[l / 16 + 2 * f])), static_cast<float>(q));
@@ -78,14 +82,14 @@ __device__ __forceinline__ void run32(const uint8_t* row, int r, float (&v)[32])
 }
 
 template <class E, QuantType T>
-__global__ void __launch_bounds__(256) dequant_kernel(QuantDequantArgs a, int64_t row_bytes) {
+__global__ void __launch_bounds__(256) dequant_kernel(QuantDequantArgs a, int64_t nb) {
   using Elem = typename E::T;
   const int runs = a.K / 32;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= static_cast<int64_t>(a.N) * runs) return;
   const int n = static_cast<int>(g / runs), r = static_cast<int>(g % runs);
   float v[32];
-  run32<T>(static_cast<const uint8_t*>(a.w) + n * row_bytes, r, v);
+  run32<T>(static_cast<const uint8_t*>(a.w), nb, g, v);
   if (a.gain) {
     for (int j = 0; j < 32; ++j) v[j] = __fmul_rn(v[j], __ldg(a.gain + 32 * r + j));
   }
@@ -104,15 +108,14 @@ Status quant_dequantize(const QuantDequantArgs& a, cudaStream_t s) {
   if (a.ldy < a.K || a.ldy % 8 != 0) return invalid("quant_dequantize: ldy >= K, ldy % 8 == 0");
   if (!a.w || !a.y) return invalid("quant_dequantize: w and y must be non-null");
   if (!aligned16(a.y)) return invalid("quant_dequantize: y must be 16-byte aligned");
-  if (reinterpret_cast<uintptr_t>(a.w) % 2 != 0)
-    return invalid("quant_dequantize: w must be 2-byte aligned");
-  const int64_t row_bytes = static_cast<int64_t>(a.K / be) * quant_block_bytes(a.type);
+  if (!aligned16(a.w)) return invalid("quant_dequantize: w must be 16-byte aligned");
+  const int64_t nb = static_cast<int64_t>(a.N) * (a.K / be);
   const int64_t threads = static_cast<int64_t>(a.N) * (a.K / 32);
   const int grid = static_cast<int>((threads + 255) / 256);
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);
     auto go = [&](auto kernel) {
-      kernel<<<grid, 256, 0, s>>>(a, row_bytes);
+      kernel<<<grid, 256, 0, s>>>(a, nb);
       return launched("quant_dequantize");
     };
     switch (a.type) {

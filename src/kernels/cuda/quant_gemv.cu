@@ -5,9 +5,12 @@
 // together (the loads of all its rows, F::kUnroll steps of them, are issued before their products,
 // for memory-level parallelism); a CTA takes group blockIdx.x and, when there are more groups than
 // CTAs resident at once (the occupancy query, at most kCtasPerSm per SM), every gridDim.x-th after
-// it, so that its staged x serves several groups. Its first group's
-// bytes are prefetched into L2 before the PDL wait (weights are constant), each next group's while
-// the current one is computed. Before the products, the CTA
+// it, so that its staged x serves several groups. Its first group's bytes are prefetched into L2,
+// and each warp's first steps of them loaded into registers, before the PDL wait and the staging of
+// x (weights are constant), each next group's bytes prefetched while the current one is computed.
+// The weights are read in the planar layout of io/ggml_planar.h (one aligned 8-byte load per
+// piece of codes; the file's 18- to 34-byte and 210-byte blocks allowed 2-byte loads only). Before
+// the products, the CTA
 // stages its M x rows in shared memory: x * gain quantized to int16 per block of 32 (the CPU
 // engine's activation rule, kernels/cpu/quant_matmul.h) with the block scales and the sums of
 // squares of the raw x (block reduction): every CTA computes the same rstd, so no second launch
@@ -39,8 +42,8 @@ struct Params {
   const void* x;
   int64_t ldx;
   const float* gain;
-  const uint8_t* w;
-  int64_t row_bytes;
+  const uint8_t* w;  // the planar layout (io/ggml_planar.h) of N * nblk blocks
+  int64_t nb;        // N * nblk
   float* y;
   int64_t ldy;
   bool scale_rows;
@@ -54,6 +57,12 @@ __device__ __forceinline__ float h2f(uint32_t bits16) {
 }
 __device__ __forceinline__ uint32_t ldu16(const uint8_t* p) {
   return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+__device__ __forceinline__ uint32_t ldu32(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+__device__ __forceinline__ uint2 ldu64(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint2*>(p));
 }
 
 // The staged x of one CTA in shared memory, per row m < MT: xq, the K values x * gain quantized
@@ -88,24 +97,24 @@ __device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, 
 }
 
 // ---- Q8_0: four lanes per block of 32, eight blocks per warp step ------------------------------
-// Lane part p (0..3) reads the block's 8 codes 8p .. 8p + 7 (four 2-byte loads: blocks are 34
-// bytes) and the 8 int16 of x beside them (one 16-byte shared load; consecutive lanes, consecutive
-// addresses).
+// Lane part p (0..3) reads the block's 8 codes 8p .. 8p + 7 (one 8-byte load from the codes plane:
+// a warp step reads 256 contiguous bytes) and the 8 int16 of x beside them (one 16-byte shared
+// load; consecutive lanes, consecutive addresses). Planes: qs[32], d[2].
 template <int MT>
 struct Q8_0 {
-  static constexpr int kBlockBytes = 34, kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
+  static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4, kPlanes = 2;
+  static __host__ __device__ constexpr int plane_bytes(int j) { return j == 0 ? 32 : 2; }
   struct Raw {
     uint32_t d, q0, q1;
   };
-  static __device__ __forceinline__ bool load(const uint8_t* row, int nblk, int it, int lane,
+  static __device__ __forceinline__ bool load(const Params& p, int n, int nblk, int it, int lane,
                                               Raw& r) {
     const int b = it * 8 + lane / 4;
     if (b >= nblk) return false;
-    const uint8_t* p = row + static_cast<int64_t>(b) * kBlockBytes;
-    const uint8_t* q = p + 2 + 8 * (lane & 3);
-    r.d = ldu16(p);
-    r.q0 = ldu16(q) | (ldu16(q + 2) << 16);
-    r.q1 = ldu16(q + 4) | (ldu16(q + 6) << 16);
+    const int64_t i = static_cast<int64_t>(n) * nblk + b;
+    const uint2 q = ldu64(p.w + i * 32 + 8 * (lane & 3));
+    r.d = ldu16(p.w + p.nb * 32 + i * 2);
+    r.q0 = q.x, r.q1 = q.y;
     return true;
   }
   static __device__ __forceinline__ void dot(const Raw& r, int it, int lane, const Staged& x,
@@ -122,38 +131,43 @@ struct Q8_0 {
 
 // ---- Q4_0, Q4_1, Q5_0: four lanes per block of 32, eight blocks per warp step -----------------
 // As Q8_0: lane part p (0..3) owns elements 8p .. 8p + 7 of its block. The 4-bit codes of element
-// j < 16 are the low nibble of qs[j], of j + 16 the high nibble: part p reads qs[8 (p % 2) ..] and
-// shifts by 4 (p / 2). Q5_0's fifth bit of element e is bit e of the 32-bit qh. Values
-// (io/dequant.h deq_q4_0, deq_q4_1, deq_q5_0): Q4_0 w = d (q - 8); Q4_1 w = d q + m, so sum w x =
-// dx (d sum(q xq)
-// + m sum(xq)), the min term added once per block by part 0; Q5_0 w = d (q - 16).
+// j < 16 are the low nibble of qs[j], of j + 16 the high nibble: part p reads qs[8 (p % 2) ..] (one
+// 8-byte load from the codes plane) and shifts by 4 (p / 2). Q5_0's fifth bit of element e is bit
+// e of the 32-bit qh. Planes (io/ggml_planar.h): qs[16], then Q4_0 d[2]; Q4_1 d|m[4]; Q5_0 qh[4],
+// d[2]. Values (io/dequant.h deq_q4_0, deq_q4_1, deq_q5_0): Q4_0 w = d (q - 8); Q4_1 w = d q + m,
+// so sum w x = dx (d sum(q xq) + m sum(xq)), the min term added once per block by part 0; Q5_0 w =
+// d (q - 16).
 enum class Small { kQ4_0, kQ4_1, kQ5_0 };
 template <Small S>
 struct SmallBlock {
-  static constexpr int kBlockBytes = S == Small::kQ4_0 ? 18 : (S == Small::kQ4_1 ? 20 : 22);
-  static constexpr int kQs = S == Small::kQ4_0 ? 2 : (S == Small::kQ4_1 ? 4 : 6);  // qs offset
   template <int MT>
   struct F {
     static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
+    static constexpr int kPlanes = S == Small::kQ5_0 ? 3 : 2;
+    static __host__ __device__ constexpr int plane_bytes(int j) {
+      return j == 0 ? 16 : (j == 2 || S == Small::kQ4_0 ? 2 : 4);
+    }
     struct Raw {
       uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 signed codes
     };
-    static __device__ __forceinline__ bool load(const uint8_t* row, int nblk, int it, int lane,
+    static __device__ __forceinline__ bool load(const Params& p, int n, int nblk, int it, int lane,
                                                 Raw& r) {
       const int b = it * 8 + lane / 4, part = lane & 3;
       if (b >= nblk) return false;
-      const uint8_t* p = row + static_cast<int64_t>(b) * kBlockBytes;
-      const uint8_t* q = p + kQs + 8 * (part & 1);
+      const int64_t i = static_cast<int64_t>(n) * nblk + b;
+      const uint2 q = ldu64(p.w + i * 16 + 8 * (part & 1));
       const int sh = 4 * (part >> 1);
-      uint32_t c0 = ((ldu16(q) | (ldu16(q + 2) << 16)) >> sh) & 0x0f0f0f0fu;
-      uint32_t c1 = ((ldu16(q + 4) | (ldu16(q + 6) << 16)) >> sh) & 0x0f0f0f0fu;
-      r.dm = ldu16(p);
+      uint32_t c0 = (q.x >> sh) & 0x0f0f0f0fu;
+      uint32_t c1 = (q.y >> sh) & 0x0f0f0f0fu;
+      const uint8_t* aux = p.w + p.nb * 16;  // the plane after the codes
       if constexpr (S == Small::kQ4_0) {
+        r.dm = ldu16(aux + i * 2);
         c0 = __vsub4(c0, 0x08080808u), c1 = __vsub4(c1, 0x08080808u);
       } else if constexpr (S == Small::kQ4_1) {
-        r.dm |= ldu16(p + 2) << 16;
+        r.dm = ldu32(aux + i * 4);
       } else {  // bit 8 part + i of qh is the fifth bit of element 8 part + i
-        const uint32_t hb = ((ldu16(p + 2) | (ldu16(p + 4) << 16)) >> (8 * part)) & 0xffu;
+        r.dm = ldu16(aux + p.nb * 4 + i * 2);
+        const uint32_t hb = (ldu32(aux + i * 4) >> (8 * part)) & 0xffu;
         c0 |= ((((hb & 0x0fu) * 0x00204081u) & 0x01010101u) << 4);
         c1 |= ((((hb >> 4) * 0x00204081u) & 0x01010101u) << 4);
         c0 = __vsub4(c0, 0x10101010u), c1 = __vsub4(c1, 0x10101010u);
@@ -196,14 +210,16 @@ struct Q4_K {
   // one step at a time and no register cap: two steps at once held to 80 registers (three CTAs)
   // ran 1.3x slower at Llama-3-8B's q|k|v, o and down shapes (H200, a5dfdc8)
   static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8, kUnroll = 1, kMinCtas = 1;
+  static constexpr int kPlanes = 1;  // the file's blocks (16-byte aligned fields)
+  static __host__ __device__ constexpr int plane_bytes(int) { return kBlockBytes; }
   struct Raw {
     uint4 head, q0, q1;
   };
-  static __device__ __forceinline__ bool load(const uint8_t* row, int nsb, int it, int lane,
+  static __device__ __forceinline__ bool load(const Params& prm, int n, int nsb, int it, int lane,
                                               Raw& r) {
     const int sb = it * 8 + lane / 4;
     if (sb >= nsb) return false;
-    const uint8_t* p = row + static_cast<int64_t>(sb) * kBlockBytes;
+    const uint8_t* p = prm.w + (static_cast<int64_t>(n) * nsb + sb) * kBlockBytes;
     r.head = __ldg(reinterpret_cast<const uint4*>(p));
     r.q0 = __ldg(reinterpret_cast<const uint4*>(p + 16 + 32 * (lane & 3)));
     r.q1 = __ldg(reinterpret_cast<const uint4*>(p + 32 + 32 * (lane & 3)));
@@ -257,37 +273,35 @@ struct Q4_K {
 // Lane part p (0..7): half h = p / 4 (128 elements), l = 8 (p % 4): elements 128h + 32s + l + i
 // (s = 0..3, i = 0..7) from ql[64h + l + i] (s = 0, 2: low / high nibble), ql[64h + 32 + l + i]
 // (s = 1, 3) and the 2-bit fields 2s of qh[32h + l + i], scale sc[8h + l / 16 + 2s] (one scale
-// for the 8). Blocks are 210 bytes: only 2-byte loads are aligned.
+// for the 8). Planes (io/ggml_planar.h): ql[128], qh[64], scales[16], d[2]: every piece an aligned
+// 8-byte load (the file's 210-byte blocks allow only 2-byte loads).
 template <int MT>
 struct Q6_K {
-  static constexpr int kBlockBytes = 210, kElems = 256, kPerStep = 4;
+  static constexpr int kElems = 256, kPerStep = 4;
   // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (a5dfdc8)
   static constexpr int kUnroll = 1, kMinCtas = 1;
+  static constexpr int kPlanes = 4;
+  static __host__ __device__ constexpr int plane_bytes(int j) {
+    return j == 0 ? 128 : (j == 1 ? 64 : (j == 2 ? 16 : 2));
+  }
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
     uint32_t sc, d;                         // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
   };
-  static __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
-    return ldu16(p) | (ldu16(p + 2) << 16);
-  }
-  static __device__ __forceinline__ bool load(const uint8_t* row, int nsb, int it, int lane,
+  static __device__ __forceinline__ bool load(const Params& prm, int n, int nsb, int it, int lane,
                                               Raw& r) {
     const int sb = it * 4 + lane / 8;
     if (sb >= nsb) return false;
     const int p = lane & 7, h = p >> 2, l = 8 * (p & 3);
-    const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
-    const uint8_t* ql = b + 64 * h + l;
-    const uint8_t* qh = b + 128 + 32 * h + l;
-    const uint8_t* sc = b + 192 + 8 * h + (l >> 4);  // sc[is], is = l / 16
-    r.qa0 = ld32(ql), r.qa1 = ld32(ql + 4);
-    r.qb0 = ld32(ql + 32), r.qb1 = ld32(ql + 36);
-    r.qh0 = ld32(qh), r.qh1 = ld32(qh + 4);
-    // bytes at even distances from an index that may be odd: one by one (L1-resident: the 8 lanes
-    // of the block share the line)
-    r.sc = __ldg(sc) | (static_cast<uint32_t>(__ldg(sc + 2)) << 8) |
-           (static_cast<uint32_t>(__ldg(sc + 4)) << 16) |
-           (static_cast<uint32_t>(__ldg(sc + 6)) << 24);
-    r.d = ldu16(b + 208);
+    const int64_t i = static_cast<int64_t>(n) * nsb + sb, nb = prm.nb;
+    const uint2 qa = ldu64(prm.w + i * 128 + 64 * h + l);
+    const uint2 qb = ldu64(prm.w + i * 128 + 64 * h + 32 + l);
+    const uint2 qh = ldu64(prm.w + nb * 128 + i * 64 + 32 * h + l);
+    const uint2 sc = ldu64(prm.w + nb * 192 + i * 16 + 8 * h);  // sc[8h .. 8h + 7]
+    r.qa0 = qa.x, r.qa1 = qa.y, r.qb0 = qb.x, r.qb1 = qb.y, r.qh0 = qh.x, r.qh1 = qh.y;
+    // bytes is, is + 2, is + 4, is + 6 of the eight (is = l / 16)
+    r.sc = __byte_perm(sc.x, sc.y, (l >> 4) ? 0x7531u : 0x6420u);
+    r.d = ldu16(prm.w + nb * 208 + i * 2);
     return true;
   }
   // The 4 codes of field s from one word of ql and one of qh, as int8 (q - 32, per byte).
@@ -326,14 +340,22 @@ __host__ __device__ constexpr size_t staged_bytes(int mt, int K) {
   return static_cast<size_t>(mt) * padded(K) * 2 + static_cast<size_t>(mt) * (K / 32) * 8;
 }
 
-// Prefetch into L2 the bytes of row group g (kRowsPerCta contiguous rows, fewer at the end), one
-// 128-byte line per thread and step.
+// Prefetch into L2 the bytes of row group g (kRowsPerCta contiguous rows, fewer at the end): its
+// blocks' part of every plane (contiguous within each), one 128-byte line per thread and step.
+template <class F>
 __device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
   const int64_t first = static_cast<int64_t>(g) * kRowsPerCta;
   const int64_t rows = min(static_cast<int64_t>(kRowsPerCta), p.N - first);
-  const uint8_t* base = p.w + first * p.row_bytes;
-  for (int64_t off = threadIdx.x * 128; off < rows * p.row_bytes; off += blockDim.x * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+  const int64_t nblk = p.K / F::kElems;
+  const uint8_t* plane = p.w;
+#pragma unroll
+  for (int j = 0; j < F::kPlanes; ++j) {
+    const uint8_t* base = plane + first * nblk * F::plane_bytes(j);
+    for (int64_t off = threadIdx.x * 128; off < rows * nblk * F::plane_bytes(j);
+         off += blockDim.x * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+    plane += p.nb * F::plane_bytes(j);
+  }
 }
 
 // XG: 0 x in dt; 1 / 2 x the fp32 gate|up rows [M, 2K] of a SwiGLU / GeGLU, staged as
@@ -351,7 +373,32 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // kernel finishes (weights are constant: nothing still running writes them), then wait for it
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
-  prefetch_rows(p, blockIdx.x);
+  prefetch_rows<F<MT>>(p, blockIdx.x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int nblk = p.K / F<MT>::kElems;
+  const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
+  // kUnroll steps of the warp's rows loaded before their products: that many more bytes in flight
+  // per warp, and a short row (SmolLM2's K = 576 is 3 steps of Q4_1) in one memory round trip
+  // instead of one per step. Same products in the same order per row.
+  constexpr int U = F<MT>::kUnroll;
+  typename F<MT>::Raw raw[U][kRowsPerWarp];
+  bool ok[U][kRowsPerWarp];
+  auto load_steps = [&](int g, int it0) {
+    const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
+        ok[u][r] = F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
+      }
+  };
+  // the first steps of group blockIdx.x before the PDL wait and the staging of x (weights are
+  // constant: nothing still running writes them), so that their latency overlaps both; not for the
+  // GLU input of the formats held to 64 registers (its staging needs the registers: 32-72 bytes of
+  // spills)
+  constexpr bool kEarly = XG == 0 || F<MT>::kMinCtas == 1;
+  if (kEarly) load_steps(blockIdx.x, 0);
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int K = p.K;
   int16_t* xq = reinterpret_cast<int16_t*>(smem);
@@ -424,32 +471,17 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   }
   __syncthreads();
   const Staged staged{xq, xd, xs32, K};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int nblk = K / F<MT>::kElems;
-  const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
   // row groups of kRowsPerCta rows: blockIdx.x, then every gridDim.x-th (the staged x reused)
   for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-    if (g + static_cast<int>(gridDim.x) < groups) prefetch_rows(p, g + gridDim.x);
+    if (g + static_cast<int>(gridDim.x) < groups) prefetch_rows<F<MT>>(p, g + gridDim.x);
     const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
     float acc[kRowsPerWarp][MT];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
       for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
-    // kUnroll steps of both rows loaded before their products: that many more bytes in flight per
-    // warp, and a short row (SmolLM2's K = 576 is 3 steps of Q4_1) in one memory round trip
-    // instead of one per step. Same products in the same order per row.
-    constexpr int U = F<MT>::kUnroll;
     for (int it0 = 0; it0 < steps; it0 += U) {
-      typename F<MT>::Raw raw[U][kRowsPerWarp];
-      bool ok[U][kRowsPerWarp];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
-          ok[u][r] = F<MT>::load(p.w + n * p.row_bytes, nblk, it0 + u, lane, raw[u][r]);
-        }
+      if (!kEarly || g != static_cast<int>(blockIdx.x) || it0 != 0) load_steps(g, it0);
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -584,14 +616,21 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   if (a.ldx < (a.x_glu ? 2 * int64_t(a.K) : a.K) || a.ldx % 8 != 0 || !aligned16(a.x))
     return invalid("quant_gemv: ldx >= K (2K with x_glu), ldx % 8 == 0 and x 16-byte aligned");
   if (a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");
-  const int64_t row_bytes = static_cast<int64_t>(a.K / be) * quant_block_bytes(a.type);
-  if (a.type == QuantType::kQ4_K && !aligned16(a.w))
-    return invalid("quant_gemv: a Q4_K w must be 16-byte aligned");
-  if (a.type != QuantType::kQ4_K && reinterpret_cast<uintptr_t>(a.w) % 2 != 0)
-    return invalid("quant_gemv: w must be 2-byte aligned");
-  const Params p{
-      a.M,       a.N, a.K,   a.x,          a.ldx, a.gain,       static_cast<const uint8_t*>(a.w),
-      row_bytes, a.y, a.ldy, a.scale_rows, a.eps, a.accumulate, a.y_rounded};
+  if (!aligned16(a.w)) return invalid("quant_gemv: w must be 16-byte aligned");
+  const Params p{a.M,
+                 a.N,
+                 a.K,
+                 a.x,
+                 a.ldx,
+                 a.gain,
+                 static_cast<const uint8_t*>(a.w),
+                 int64_t(a.N) * (a.K / be),
+                 a.y,
+                 a.ldy,
+                 a.scale_rows,
+                 a.eps,
+                 a.accumulate,
+                 a.y_rounded};
   const int xg = !a.x_glu ? 0 : (a.glu_kind == GluKind::kGeGLU ? 2 : 1);
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);

@@ -16,9 +16,9 @@
 
 namespace flashnorm::kernels::cuda {
 
-// Arguments of quant_dequantize. w: N rows of K / quant_block_elems(type) whole blocks (the
-// layout of quant_gemv.h), 2-byte aligned; gain: [K] fp32 or null; y: [N, K] in dt with row
-// stride ldy (elements), 16-byte aligned.
+// Arguments of quant_dequantize. w: N rows of K / quant_block_elems(type) whole blocks in the
+// planar device layout of quant_gemv.h (io/ggml_planar.h), 16-byte aligned; gain: [K] fp32 or null;
+// y: [N, K] in dt with row stride ldy (elements), 16-byte aligned.
 struct QuantDequantArgs {
   QuantType type = QuantType::kQ4_K;
   DType dt = DType::kBF16;

@@ -3,8 +3,9 @@
 //   y[m, n] = s[m] * sum_k (x[m, k] * gain[k]) * W[n, k],  s[m] = rstd(x[m, :]) or 1,
 //   rstd(x) = 1 / sqrt(mean_k x[k]^2 + eps) (sum of squares of the raw x in fp32),
 // so a file's quantized weights are read as they are (the gain multiplies x as it is staged; rstd
-// scales the output rows after the join of each warp's sums). W: N rows of K elements, each row
-// K / block_elems whole blocks in the GGUF layout of ggml-common.h as decoded by io/dequant.h:
+// scales the output rows after the join of each warp's sums; the blocks' bytes are rearranged into
+// planes at load, io/ggml_planar.h, no value changed). W: N rows of K elements, each row
+// K / block_elems whole blocks of the GGUF layout of ggml-common.h as decoded by io/dequant.h:
 // Q4_0 (18-byte blocks of 32: fp16 d, 4-bit q[32]; w = d * (q - 8)), Q4_1 (20 bytes: fp16 d,
 // fp16 m, 4-bit q; w = d * q + m), Q5_0 (22 bytes: fp16 d, 32 fifth bits, 4-bit q; w =
 // d * (q - 16)), Q8_0 (34-byte blocks of 32: fp16 d, int8 q[32]; w = d * q), Q4_K (144-byte
@@ -64,8 +65,10 @@ size_t quant_gemv_shared_bytes(int M, int K);
 inline constexpr size_t kQuantGemvMaxSharedBytes = 200 * 1024;
 
 // Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32 or null
-// (1); w: N * (K / block_elems) blocks, rows contiguous (row r at w + r * row bytes), 16-byte
-// aligned for Q4_K; y: [M, N] fp32, row stride ldy. scale_rows: multiply row m by rstd(x[m, :])
+// (1); w: the N * (K / block_elems) blocks of the N rows (row-major, as in the file) in the
+// device layout of io/ggml_planar.h (io::to_planar: each field in its own plane, so that the codes
+// of a block are one aligned piece; Q4_K as in the file), 16-byte aligned; y: [M, N] fp32, row
+// stride ldy. scale_rows: multiply row m by rstd(x[m, :])
 // (false: a consumer whose rstd cancels, or the standard order fed a normalized x).
 struct QuantGemvArgs {
   QuantType type = QuantType::kQ4_K;
@@ -96,7 +99,8 @@ struct QuantGemvArgs {
 // reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32.
 // Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
 // block; M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes within 200 KiB of shared memory; ldx >=
-// K, ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers. kCudaError for a failed launch.
+// K, ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers; w not 16-byte aligned.
+// kCudaError for a failed launch.
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
 
 }  // namespace flashnorm::kernels::cuda
