@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/ggml_planar.h"
 #include "flashnorm/kernels/cpu/reference.h"
 #include "flashnorm/kernels/cuda/graph_timer.h"
 #include "flashnorm/kernels/cuda/linear.h"
 #include "flashnorm/kernels/cuda/quant_gemv.h"
+#include "flashnorm/kernels/cuda/quant_layout.h"
 #include "random_quant_blocks.h"
 
 namespace fk = flashnorm::kernels::cuda;
@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < wf.size(); ++i) wb[i] = fc::float_to_bf16(wf[i]);
       std::uniform_real_distribution<float> u(-1.f, 1.f);
       for (auto& v : xb) v = fc::float_to_bf16(u(rng));
-      // the device layout (io/ggml_planar.h); copies 256-byte aligned
-      const std::vector<uint8_t> wp = io::to_planar(ggml(t), wq);
+      // the device layout (kernels/cuda/quant_layout.h); copies 256-byte aligned
+      const std::vector<uint8_t> wp = fk::to_device_layout(t, wq);
       const size_t qbytes = (wp.size() + 255) / 256 * 256, bbytes = wb.size() * 2;
       const int copies_b = static_cast<int>(std::min<size_t>(512, (240u << 20) / bbytes + 2));
       const int copies_q = static_cast<int>(std::min<size_t>(512, (240u << 20) / qbytes + 2));

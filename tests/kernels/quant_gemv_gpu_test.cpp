@@ -11,11 +11,11 @@
 #include <span>
 
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/ggml_planar.h"
 #include "flashnorm/io/ggml_types.h"
 #include "flashnorm/kernels/cpu/quant_matmul.h"
 #include "flashnorm/kernels/cuda/quant_dequant.h"
 #include "flashnorm/kernels/cuda/quant_gemv.h"
+#include "flashnorm/kernels/cuda/quant_layout.h"
 #include "gpu_util.h"
 #include "random_quant_blocks.h"
 
@@ -26,10 +26,10 @@ namespace io = flashnorm::io;
 
 io::GgmlType ggml(QuantType t) { return fk::ggml_type(t); }
 
-// The kernels read the blocks in their device layout (io/ggml_planar.h); the references use the
-// file's blocks.
+// The kernels read the blocks in their device layout (kernels/cuda/quant_layout.h); the
+// references use the file's blocks.
 void upload_planar(QuantType t, const std::vector<uint8_t>& blocks, void* dst) {
-  const std::vector<uint8_t> planes = io::to_planar(ggml(t), blocks);
+  const std::vector<uint8_t> planes = fk::to_device_layout(t, blocks);
   ASSERT_EQ(cudaMemcpy(dst, planes.data(), planes.size(), cudaMemcpyHostToDevice), cudaSuccess);
 }
 

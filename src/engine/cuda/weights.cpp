@@ -10,7 +10,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/fold/fold_gain.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/io/ggml_planar.h"
+#include "flashnorm/kernels/cuda/quant_layout.h"
 #include "internal.h"
 
 namespace flashnorm::cuda_engine {
@@ -61,9 +61,9 @@ QuantProj quant_proj(std::initializer_list<std::pair<const Tensor*, bool>> parts
     q.parts.back().N += static_cast<int>(t->rows());
     q.N += static_cast<int>(t->rows());
   }
-  // the device layout of quant_gemv: the blocks' fields in planes (io/ggml_planar.h)
+  // the device layout of quant_gemv: the blocks' fields in planes (quant_layout.h)
   for (size_t i = 0; i < q.parts.size(); ++i)
-    q.parts[i].w = upload(io::to_planar(fk::ggml_type(q.parts[i].type), bytes[i]));
+    q.parts[i].w = upload(fk::to_device_layout(q.parts[i].type, bytes[i]));
   return q;
 }
 

@@ -16,7 +16,7 @@ __device__ __forceinline__ float h2f(const uint8_t* p) {
 }
 
 // The 32 fp32 values of run i of the tensor (run r of row n: i = n * K / 32 + r) from the planar
-// layout of its nb blocks (io/ggml_planar.h).
+// layout of its nb blocks (quant_layout.h).
 template <QuantType T>
 __device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, float (&v)[32]) {
   if constexpr (T == QuantType::kQ4_0 || T == QuantType::kQ4_1 || T == QuantType::kQ5_0) {

@@ -5,10 +5,11 @@
 // together (the loads of all its rows, F::kUnroll steps of them, are issued before their products,
 // for memory-level parallelism); a CTA takes group blockIdx.x and, when there are more groups than
 // CTAs resident at once (the occupancy query, at most kCtasPerSm per SM), every gridDim.x-th after
-// it, so that its staged x serves several groups. Its first group's bytes are prefetched into L2,
-// and each warp's first steps of them loaded into registers, before the PDL wait and the staging of
-// x (weights are constant), each next group's bytes prefetched while the current one is computed.
-// The weights are read in the planar layout of io/ggml_planar.h (one aligned 8-byte load per
+// it, so that its staged x serves several groups. Its first group's bytes are prefetched into L2
+// before the PDL wait (weights are constant), each next group's while the current one is computed
+// (loading the first steps into registers there instead ran 7-14% slower for Q4_K and up to 1.3x
+// for Q4_1 on the H200: their latency then delayed the staging's loads of x, 3b5c55f).
+// The weights are read in the planar layout of quant_layout.h (one aligned 8-byte load per
 // piece of codes; the file's 18- to 34-byte and 210-byte blocks allowed 2-byte loads only). Before
 // the products, the CTA
 // stages its M x rows in shared memory: x * gain quantized to int16 per block of 32 (the CPU
@@ -42,7 +43,7 @@ struct Params {
   const void* x;
   int64_t ldx;
   const float* gain;
-  const uint8_t* w;  // the planar layout (io/ggml_planar.h) of N * nblk blocks
+  const uint8_t* w;  // the planar layout (quant_layout.h) of N * nblk blocks
   int64_t nb;        // N * nblk
   float* y;
   int64_t ldy;
@@ -133,7 +134,7 @@ struct Q8_0 {
 // As Q8_0: lane part p (0..3) owns elements 8p .. 8p + 7 of its block. The 4-bit codes of element
 // j < 16 are the low nibble of qs[j], of j + 16 the high nibble: part p reads qs[8 (p % 2) ..] (one
 // 8-byte load from the codes plane) and shifts by 4 (p / 2). Q5_0's fifth bit of element e is bit
-// e of the 32-bit qh. Planes (io/ggml_planar.h): qs[16], then Q4_0 d[2]; Q4_1 d|m[4]; Q5_0 qh[4],
+// e of the 32-bit qh. Planes (quant_layout.h): qs[16], then Q4_0 d[2]; Q4_1 d|m[4]; Q5_0 qh[4],
 // d[2]. Values (io/dequant.h deq_q4_0, deq_q4_1, deq_q5_0): Q4_0 w = d (q - 8); Q4_1 w = d q + m,
 // so sum w x = dx (d sum(q xq) + m sum(xq)), the min term added once per block by part 0; Q5_0 w =
 // d (q - 16).
@@ -273,7 +274,7 @@ struct Q4_K {
 // Lane part p (0..7): half h = p / 4 (128 elements), l = 8 (p % 4): elements 128h + 32s + l + i
 // (s = 0..3, i = 0..7) from ql[64h + l + i] (s = 0, 2: low / high nibble), ql[64h + 32 + l + i]
 // (s = 1, 3) and the 2-bit fields 2s of qh[32h + l + i], scale sc[8h + l / 16 + 2s] (one scale
-// for the 8). Planes (io/ggml_planar.h): ql[128], qh[64], scales[16], d[2]: every piece an aligned
+// for the 8). Planes (quant_layout.h): ql[128], qh[64], scales[16], d[2]: every piece an aligned
 // 8-byte load (the file's 210-byte blocks allow only 2-byte loads).
 template <int MT>
 struct Q6_K {
@@ -393,12 +394,6 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
         ok[u][r] = F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
       }
   };
-  // the first steps of group blockIdx.x before the PDL wait and the staging of x (weights are
-  // constant: nothing still running writes them), so that their latency overlaps both; not for the
-  // GLU input of the formats held to 64 registers (its staging needs the registers: 32-72 bytes of
-  // spills)
-  constexpr bool kEarly = XG == 0 || F<MT>::kMinCtas == 1;
-  if (kEarly) load_steps(blockIdx.x, 0);
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int K = p.K;
   int16_t* xq = reinterpret_cast<int16_t*>(smem);
@@ -481,7 +476,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 #pragma unroll
       for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
     for (int it0 = 0; it0 < steps; it0 += U) {
-      if (!kEarly || g != static_cast<int>(blockIdx.x) || it0 != 0) load_steps(g, it0);
+      load_steps(g, it0);
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll

@@ -17,7 +17,7 @@
 namespace flashnorm::kernels::cuda {
 
 // Arguments of quant_dequantize. w: N rows of K / quant_block_elems(type) whole blocks in the
-// planar device layout of quant_gemv.h (io/ggml_planar.h), 16-byte aligned; gain: [K] fp32 or null;
+// planar device layout of quant_gemv.h (quant_layout.h), 16-byte aligned; gain: [K] fp32 or null;
 // y: [N, K] in dt with row stride ldy (elements), 16-byte aligned.
 struct QuantDequantArgs {
   QuantType type = QuantType::kQ4_K;

@@ -4,7 +4,7 @@
 //   rstd(x) = 1 / sqrt(mean_k x[k]^2 + eps) (sum of squares of the raw x in fp32),
 // so a file's quantized weights are read as they are (the gain multiplies x as it is staged; rstd
 // scales the output rows after the join of each warp's sums; the blocks' bytes are rearranged into
-// planes at load, io/ggml_planar.h, no value changed). W: N rows of K elements, each row
+// planes at load, quant_layout.h, no value changed). W: N rows of K elements, each row
 // K / block_elems whole blocks of the GGUF layout of ggml-common.h as decoded by io/dequant.h:
 // Q4_0 (18-byte blocks of 32: fp16 d, 4-bit q[32]; w = d * (q - 8)), Q4_1 (20 bytes: fp16 d,
 // fp16 m, 4-bit q; w = d * q + m), Q5_0 (22 bytes: fp16 d, 32 fifth bits, 4-bit q; w =
@@ -66,7 +66,7 @@ inline constexpr size_t kQuantGemvMaxSharedBytes = 200 * 1024;
 
 // Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32 or null
 // (1); w: the N * (K / block_elems) blocks of the N rows (row-major, as in the file) in the
-// device layout of io/ggml_planar.h (io::to_planar: each field in its own plane, so that the codes
+// device layout of quant_layout.h (to_device_layout: each field in its own plane, so that the codes
 // of a block are one aligned piece; Q4_K as in the file), 16-byte aligned; y: [M, N] fp32, row
 // stride ldy. scale_rows: multiply row m by rstd(x[m, :])
 // (false: a consumer whose rstd cancels, or the standard order fed a normalized x).

@@ -1,8 +1,11 @@
-// io/ggml_planar.h: the planar layout against the block layouts of the GGUF specification
-// (ggml-common.h: block_q4_0 {d; qs[16]}, block_q4_1 {d; m; qs[16]}, block_q5_0 {d; qh[4];
-// qs[16]}, block_q8_0 {d; qs[32]}, block_q6_K {ql[128]; qh[64]; scales[16]; d}), the offsets
-// written here from the spec: each plane holds one field of every block in file order, the inverse
-// restores the file's bytes, Q4_K stays as it is, and sizes that are not whole blocks are refused.
+// kernels/cuda/quant_layout.h: the device layout of quant_gemv against the block layouts of the
+// GGUF specification (ggml-common.h: block_q4_0 {d; qs[16]}, block_q4_1 {d; m; qs[16]}, block_q5_0
+// {d; qh[4]; qs[16]}, block_q8_0 {d; qs[32]}, block_q6_K {ql[128]; qh[64]; scales[16]; d}), the
+// offsets written here from the spec: each plane holds one field of every block in file order, the
+// inverse restores the file's bytes, Q4_K stays as it is, and sizes that are not whole blocks are
+// refused.
+#include "flashnorm/kernels/cuda/quant_layout.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,16 +13,15 @@
 #include <random>
 
 #include "flashnorm/error.h"
-#include "flashnorm/io/ggml_planar.h"
 
-namespace flashnorm::io {
+namespace flashnorm::kernels::cuda {
 namespace {
 
 struct SpecField {
   int offset, size;
 };
 struct SpecCase {
-  GgmlType type;
+  QuantType type;
   int block_bytes;
   std::vector<SpecField> planes;  // in plane order: codes, then the rest
 };
@@ -31,19 +33,19 @@ std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
   return b;
 }
 
-TEST(GgmlPlanar, PlanesHoldEachFieldOfEveryBlockInFileOrder) {
+TEST(QuantLayout, PlanesHoldEachFieldOfEveryBlockInFileOrder) {
   const std::vector<SpecCase> cases = {
-      {GgmlType::Q4_0, 18, {{2, 16}, {0, 2}}},
-      {GgmlType::Q4_1, 20, {{4, 16}, {0, 4}}},
-      {GgmlType::Q5_0, 22, {{6, 16}, {2, 4}, {0, 2}}},
-      {GgmlType::Q8_0, 34, {{2, 32}, {0, 2}}},
-      {GgmlType::Q6_K, 210, {{0, 128}, {128, 64}, {192, 16}, {208, 2}}},
+      {QuantType::kQ4_0, 18, {{2, 16}, {0, 2}}},
+      {QuantType::kQ4_1, 20, {{4, 16}, {0, 4}}},
+      {QuantType::kQ5_0, 22, {{6, 16}, {2, 4}, {0, 2}}},
+      {QuantType::kQ8_0, 34, {{2, 32}, {0, 2}}},
+      {QuantType::kQ6_K, 210, {{0, 128}, {128, 64}, {192, 16}, {208, 2}}},
   };
   for (const SpecCase& c : cases) {
-    SCOPED_TRACE(ggml_type_name(uint32_t(c.type)));
+    SCOPED_TRACE(c.block_bytes);
     const size_t nb = 37;  // odd: a plane's end is not a multiple of 16 in general
-    const std::vector<uint8_t> blocks = random_bytes(nb * c.block_bytes, 7 + int(c.type));
-    const std::vector<uint8_t> planes = to_planar(c.type, blocks);
+    const std::vector<uint8_t> blocks = random_bytes(nb * c.block_bytes, 7 + c.block_bytes);
+    const std::vector<uint8_t> planes = to_device_layout(c.type, blocks);
     ASSERT_EQ(planes.size(), blocks.size());
     std::vector<int> sizes;
     size_t start = 0;
@@ -55,8 +57,8 @@ TEST(GgmlPlanar, PlanesHoldEachFieldOfEveryBlockInFileOrder) {
       start += nb * f.size;
       sizes.push_back(f.size);
     }
-    EXPECT_EQ(planar_fields(c.type), sizes);
-    EXPECT_EQ(from_planar(c.type, planes), blocks);
+    EXPECT_EQ(quant_planes(c.type), sizes);
+    EXPECT_EQ(from_device_layout(c.type, planes), blocks);
     // for any block count, each plane starts at a multiple of its field size (at most 16): an
     // aligned base makes every field an aligned load
     int before = 0;
@@ -67,24 +69,24 @@ TEST(GgmlPlanar, PlanesHoldEachFieldOfEveryBlockInFileOrder) {
   }
 }
 
-TEST(GgmlPlanar, Q4_KKeepsTheFileLayout) {
+TEST(QuantLayout, Q4_KKeepsTheFileLayout) {
   const std::vector<uint8_t> blocks = random_bytes(5 * 144, 3);
-  EXPECT_EQ(to_planar(GgmlType::Q4_K, blocks), blocks);
-  EXPECT_EQ(planar_fields(GgmlType::Q4_K), std::vector<int>{144});
+  EXPECT_EQ(to_device_layout(QuantType::kQ4_K, blocks), blocks);
+  EXPECT_EQ(quant_planes(QuantType::kQ4_K), std::vector<int>{144});
 }
 
-TEST(GgmlPlanar, RefusesPartialBlocks) {
+TEST(QuantLayout, RefusesPartialBlocks) {
   const std::vector<uint8_t> bytes(35);
   try {
-    to_planar(GgmlType::Q8_0, bytes);
+    to_device_layout(QuantType::kQ8_0, bytes);
     FAIL() << "35 bytes of Q8_0 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("35 bytes are not whole blocks of Q8_0"),
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(from_planar(GgmlType::Q6_K, std::vector<uint8_t>(211)), Error);
+  EXPECT_THROW(from_device_layout(QuantType::kQ6_K, std::vector<uint8_t>(211)), Error);
 }
 
 }  // namespace
-}  // namespace flashnorm::io
+}  // namespace flashnorm::kernels::cuda

@@ -1,0 +1,89 @@
+// The device layout of GGML blocks (quant_layout.h).
+#include "flashnorm/kernels/cuda/quant_layout.h"
+
+#include <cstring>
+#include <string>
+
+#include "flashnorm/error.h"
+
+namespace flashnorm::kernels::cuda {
+namespace {
+
+struct Field {
+  int offset, size;  // within the block
+};
+
+// The fields of a block in plane order.
+std::vector<Field> fields(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_0:
+      return {{2, 16}, {0, 2}};
+    case QuantType::kQ4_1:
+      return {{4, 16}, {0, 4}};
+    case QuantType::kQ5_0:
+      return {{6, 16}, {2, 4}, {0, 2}};
+    case QuantType::kQ8_0:
+      return {{2, 32}, {0, 2}};
+    case QuantType::kQ6_K:
+      return {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
+    default:
+      return {{0, quant_block_bytes(type)}};
+  }
+}
+
+const char* name(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_0:
+      return "Q4_0";
+    case QuantType::kQ4_1:
+      return "Q4_1";
+    case QuantType::kQ5_0:
+      return "Q5_0";
+    case QuantType::kQ8_0:
+      return "Q8_0";
+    case QuantType::kQ4_K:
+      return "Q4_K";
+    default:
+      return "Q6_K";
+  }
+}
+
+// Copies between the two layouts: to_planes true reads blocks and writes planes.
+std::vector<uint8_t> convert(QuantType type, std::span<const uint8_t> src, bool to_planes) {
+  const size_t block_bytes = quant_block_bytes(type);
+  if (src.size() % block_bytes != 0)
+    throw Error("quant device layout: " + std::to_string(src.size()) +
+                " bytes are not whole blocks of " + name(type));
+  const size_t nb = src.size() / block_bytes;
+  std::vector<uint8_t> out(src.size());
+  size_t plane = 0;  // start of the current plane
+  for (const Field& f : fields(type)) {
+    for (size_t i = 0; i < nb; ++i) {
+      const size_t in_block = i * block_bytes + f.offset, in_plane = plane + i * f.size;
+      if (to_planes)
+        std::memcpy(out.data() + in_plane, src.data() + in_block, f.size);
+      else
+        std::memcpy(out.data() + in_block, src.data() + in_plane, f.size);
+    }
+    plane += nb * f.size;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> quant_planes(QuantType type) {
+  std::vector<int> sizes;
+  for (const Field& f : fields(type)) sizes.push_back(f.size);
+  return sizes;
+}
+
+std::vector<uint8_t> to_device_layout(QuantType type, std::span<const uint8_t> blocks) {
+  return convert(type, blocks, true);
+}
+
+std::vector<uint8_t> from_device_layout(QuantType type, std::span<const uint8_t> planes) {
+  return convert(type, planes, false);
+}
+
+}  // namespace flashnorm::kernels::cuda
