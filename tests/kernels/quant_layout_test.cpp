@@ -1,9 +1,9 @@
 // kernels/cuda/quant_layout.h: the device layout of quant_gemv against the block layouts of the
 // GGUF specification (ggml-common.h: block_q4_0 {d; qs[16]}, block_q4_1 {d; m; qs[16]}, block_q5_0
 // {d; qh[4]; qs[16]}, block_q8_0 {d; qs[32]}, block_q6_K {ql[128]; qh[64]; scales[16]; d}), the
-// offsets written here from the spec: each plane holds one field of every block in file order, the
-// inverse restores the file's bytes, Q4_K stays as it is, and sizes that are not whole blocks are
-// refused.
+// offsets written here from the spec: each plane holds one field of every block in file order
+// (Q5_0's qh with its bits permuted as quant_layout.h states), the inverse restores the file's
+// bytes, Q4_K stays as it is, and sizes that are not whole blocks are refused.
 #include "flashnorm/kernels/cuda/quant_layout.h"
 
 #include <gtest/gtest.h>
@@ -50,10 +50,24 @@ TEST(QuantLayout, PlanesHoldEachFieldOfEveryBlockInFileOrder) {
     std::vector<int> sizes;
     size_t start = 0;
     for (const SpecField& f : c.planes) {
-      for (size_t i = 0; i < nb; ++i)
-        ASSERT_EQ(0, std::memcmp(planes.data() + start + i * f.size,
-                                 blocks.data() + i * c.block_bytes + f.offset, f.size))
-            << "block " << i << " field at " << f.offset;
+      const bool qh = c.type == QuantType::kQ5_0 && f.offset == 2;
+      for (size_t i = 0; i < nb; ++i) {
+        const uint8_t* dev = planes.data() + start + i * f.size;
+        const uint8_t* file = blocks.data() + i * c.block_bytes + f.offset;
+        if (!qh) {
+          ASSERT_EQ(0, std::memcmp(dev, file, f.size)) << "block " << i << " field at " << f.offset;
+          continue;
+        }
+        // Q5_0's qh: the fifth bit of element 8p + j (bit 8p + j of the file's little-endian
+        // word) is bit p + 4 (j / 4) of device byte j % 4
+        for (int part = 0; part < 4; ++part)
+          for (int j = 0; j < 8; ++j) {
+            const int e = 8 * part + j;
+            const int file_bit = (file[e / 8] >> (e % 8)) & 1;
+            const int dev_bit = (dev[j % 4] >> (part + 4 * (j / 4))) & 1;
+            ASSERT_EQ(file_bit, dev_bit) << "block " << i << " element " << e;
+          }
+      }
       start += nb * f.size;
       sizes.push_back(f.size);
     }

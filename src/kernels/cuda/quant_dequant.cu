@@ -37,9 +37,11 @@ __device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, f
       }
     } else {
       const float d = h2f(aux + nb * 4 + i * 2);
+      // the device qh (quant_layout.h): element e = 8p + t at bit p + 4 (t / 4) of byte t % 4
       const uint32_t qh = *reinterpret_cast<const uint32_t*>(aux + i * 4);
+      auto bit = [qh](int e) { return (qh >> (8 * (e % 8 % 4) + e / 8 + 4 * (e % 8 / 4))) & 1; };
       for (int j = 0; j < 16; ++j) {
-        const int hi0 = ((qh >> j) << 4) & 0x10, hi1 = (qh >> (j + 12)) & 0x10;
+        const int hi0 = bit(j) << 4, hi1 = bit(j + 16) << 4;
         v[j] = __fmul_rn(d, static_cast<float>(((qs[j] & 0x0f) | hi0) - 16));
         v[j + 16] = __fmul_rn(d, static_cast<float>(((qs[j] >> 4) | hi1) - 16));
       }

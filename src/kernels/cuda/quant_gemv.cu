@@ -133,11 +133,11 @@ struct Q8_0 {
 // ---- Q4_0, Q4_1, Q5_0: four lanes per block of 32, eight blocks per warp step -----------------
 // As Q8_0: lane part p (0..3) owns elements 8p .. 8p + 7 of its block. The 4-bit codes of element
 // j < 16 are the low nibble of qs[j], of j + 16 the high nibble: part p reads qs[8 (p % 2) ..] (one
-// 8-byte load from the codes plane) and shifts by 4 (p / 2). Q5_0's fifth bit of element e is bit
-// e of the 32-bit qh. Planes (quant_layout.h): qs[16], then Q4_0 d[2]; Q4_1 d|m[4]; Q5_0 qh[4],
-// d[2]. Values (io/dequant.h deq_q4_0, deq_q4_1, deq_q5_0): Q4_0 w = d (q - 8); Q4_1 w = d q + m,
-// so sum w x = dx (d sum(q xq) + m sum(xq)), the min term added once per block by part 0; Q5_0 w =
-// d (q - 16).
+// 8-byte load from the codes plane) and shifts by 4 (p / 2). Q5_0's fifth bits: the device qh
+// (quant_layout.h) holds element 8p + j's at bit p + 4 (j / 4) of byte j % 4, so part p's eight
+// are two shifts and masks. Planes: qs[16], then Q4_0 d[2]; Q4_1 d|m[4]; Q5_0 qh[4], d[2]. Values
+// (io/dequant.h deq_q4_0, deq_q4_1, deq_q5_0): Q4_0 w = d (q - 8); Q4_1 w = d q + m, so sum w x =
+// dx (d sum(q xq) + m sum(xq)), the min term added once per block by part 0; Q5_0 w = d (q - 16).
 enum class Small { kQ4_0, kQ4_1, kQ5_0 };
 template <Small S>
 struct SmallBlock {
@@ -163,31 +163,34 @@ struct SmallBlock {
       const uint8_t* aux = p.w + p.nb * 16;  // the plane after the codes
       if constexpr (S == Small::kQ4_0) {
         r.dm = ldu16(aux + i * 2);
-        c0 = __vsub4(c0, 0x08080808u), c1 = __vsub4(c1, 0x08080808u);
       } else if constexpr (S == Small::kQ4_1) {
         r.dm = ldu32(aux + i * 4);
-      } else {  // bit 8 part + i of qh is the fifth bit of element 8 part + i
+      } else {  // the device qh: bit p + 4 (j / 4) of byte j % 4 is the fifth bit of element 8p + j
         r.dm = ldu16(aux + p.nb * 4 + i * 2);
-        const uint32_t hb = (ldu32(aux + i * 4) >> (8 * part)) & 0xffu;
-        c0 |= ((((hb & 0x0fu) * 0x00204081u) & 0x01010101u) << 4);
-        c1 |= ((((hb >> 4) * 0x00204081u) & 0x01010101u) << 4);
-        c0 = __vsub4(c0, 0x10101010u), c1 = __vsub4(c1, 0x10101010u);
+        const uint32_t qh = ldu32(aux + i * 4);
+        c0 |= ((qh >> part) & 0x01010101u) << 4;
+        c1 |= ((qh >> (part + 4)) & 0x01010101u) << 4;
       }
       r.q0 = c0, r.q1 = c1;
       return true;
     }
+    // The codes are unsigned (Q4_0 0..15, Q5_0 0..31): the offset (8, 16) times the block's sum of
+    // xq is taken from part 0's sum once per block (exact int32 arithmetic; Q4_1's min the same
+    // way), so no per-byte subtraction.
     static __device__ __forceinline__ void dot(const Raw& r, int it, int lane, const Staged& x,
                                                float (&acc)[MT]) {
       const int e0 = (it * 8 + lane / 4) * 32 + 8 * (lane & 3);
       const float d = h2f(r.dm);
+      const bool first = (lane & 3) == 0;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        const int isum = dot8(x.q(m, e0), r.q0, r.q1, 0);
+        int isum = dot8(x.q(m, e0), r.q0, r.q1, 0);
         if constexpr (S == Small::kQ4_1) {
-          const float mn = (lane & 3) == 0 ? h2f(r.dm >> 16) : 0.f;
+          const float mn = first ? h2f(r.dm >> 16) : 0.f;
           acc[m] +=
               x.d(m, e0) * (d * static_cast<float>(isum) + mn * static_cast<float>(x.s32(m, e0)));
         } else {
+          if (first) isum -= (S == Small::kQ4_0 ? 8 : 16) * x.s32(m, e0);
           acc[m] += d * x.d(m, e0) * static_cast<float>(isum);
         }
       }
@@ -336,6 +339,19 @@ struct Q6_K {
   }
 };
 
+// The 8 gain values of chunk c (elements 8c .. 8c + 7; two 16-byte loads), or 1s for no gain or a
+// chunk past K.
+__device__ __forceinline__ void gain8(const float* gain, int c, bool in, float (&g)[8]) {
+  if (gain && in) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(gain) + 2 * c);
+    const float4 b = __ldg(reinterpret_cast<const float4*>(gain) + 2 * c + 1);
+    g[0] = a.x, g[1] = a.y, g[2] = a.z, g[3] = a.w, g[4] = b.x, g[5] = b.y, g[6] = b.z, g[7] = b.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) g[i] = 1.f;
+  }
+}
+
 // Shared-memory bytes of the staged x of mt rows of K.
 __host__ __device__ constexpr size_t staged_bytes(int mt, int K) {
   return static_cast<size_t>(mt) * padded(K) * 2 + static_cast<size_t>(mt) * (K / 32) * 8;
@@ -394,6 +410,10 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
         ok[u][r] = F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
       }
   };
+  // the gain of this thread's chunk of the first staging pass, read before the PDL wait (the gain
+  // is constant), so that x is the staging's only load after it
+  float gain_first[8];
+  gain8(p.gain, threadIdx.x, static_cast<int>(threadIdx.x) < p.K / 8, gain_first);
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int K = p.K;
   int16_t* xq = reinterpret_cast<int16_t*>(smem);
@@ -428,11 +448,18 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
             f[i] = E::to_f(E::from_f(detail::glu_value<XG == 2>(g[i], u[i])));
         }
       }
+      float g[8];
+      if (c0 == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) g[i] = gain_first[i];
+      } else {
+        gain8(p.gain, c, in, g);
+      }
       float amax = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         ss += f[i] * f[i];
-        f[i] *= (p.gain && in) ? __ldg(p.gain + 8 * c + i) : 1.f;
+        f[i] *= g[i];
         amax = fmaxf(amax, fabsf(f[i]));
       }
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
@@ -612,6 +639,7 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
     return invalid("quant_gemv: ldx >= K (2K with x_glu), ldx % 8 == 0 and x 16-byte aligned");
   if (a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");
   if (!aligned16(a.w)) return invalid("quant_gemv: w must be 16-byte aligned");
+  if (a.gain && !aligned16(a.gain)) return invalid("quant_gemv: gain must be 16-byte aligned");
   const Params p{a.M,
                  a.N,
                  a.K,

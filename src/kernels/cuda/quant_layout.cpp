@@ -48,6 +48,19 @@ const char* name(QuantType type) {
   }
 }
 
+// Q5_0's fifth bits: element e = 8p + j (bit e of the file's qh) at bit p + 4 (j / 4) of byte
+// j % 4 of the device qh.
+int q5_0_qh_bit(int e) { return 8 * (e % 8 % 4) + e / 8 + 4 * (e % 8 / 4); }
+void permute_qh(uint8_t* qh, bool to_device) {
+  uint32_t in = 0, out = 0;
+  std::memcpy(&in, qh, 4);  // little-endian, as the file stores it
+  for (int e = 0; e < 32; ++e) {
+    const int from = to_device ? e : q5_0_qh_bit(e), to = to_device ? q5_0_qh_bit(e) : e;
+    out |= ((in >> from) & 1u) << to;
+  }
+  std::memcpy(qh, &out, 4);
+}
+
 // Copies between the two layouts: to_planes true reads blocks and writes planes.
 std::vector<uint8_t> convert(QuantType type, std::span<const uint8_t> src, bool to_planes) {
   const size_t block_bytes = quant_block_bytes(type);
@@ -58,12 +71,16 @@ std::vector<uint8_t> convert(QuantType type, std::span<const uint8_t> src, bool 
   std::vector<uint8_t> out(src.size());
   size_t plane = 0;  // start of the current plane
   for (const Field& f : fields(type)) {
+    const bool qh = type == QuantType::kQ5_0 && f.offset == 2;
     for (size_t i = 0; i < nb; ++i) {
       const size_t in_block = i * block_bytes + f.offset, in_plane = plane + i * f.size;
-      if (to_planes)
+      if (to_planes) {
         std::memcpy(out.data() + in_plane, src.data() + in_block, f.size);
-      else
+        if (qh) permute_qh(out.data() + in_plane, true);
+      } else {
         std::memcpy(out.data() + in_block, src.data() + in_plane, f.size);
+        if (qh) permute_qh(out.data() + in_block, false);
+      }
     }
     plane += nb * f.size;
   }

@@ -64,12 +64,12 @@ int quant_block_bytes(QuantType t);
 size_t quant_gemv_shared_bytes(int M, int K);
 inline constexpr size_t kQuantGemvMaxSharedBytes = 200 * 1024;
 
-// Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32 or null
-// (1); w: the N * (K / block_elems) blocks of the N rows (row-major, as in the file) in the
-// device layout of quant_layout.h (to_device_layout: each field in its own plane, so that the codes
-// of a block are one aligned piece; Q4_K as in the file), 16-byte aligned; y: [M, N] fp32, row
-// stride ldy. scale_rows: multiply row m by rstd(x[m, :])
-// (false: a consumer whose rstd cancels, or the standard order fed a normalized x).
+// Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32, 16-byte
+// aligned, or null (1); w: the N * (K / block_elems) blocks of the N rows (row-major, as in the
+// file) in the device layout of quant_layout.h (to_device_layout: each field in its own plane, so
+// that the codes of a block are one aligned piece; Q4_K as in the file), 16-byte aligned; y: [M, N]
+// fp32, row stride ldy. scale_rows: multiply row m by rstd(x[m, :]) (false: a consumer whose rstd
+// cancels, or the standard order fed a normalized x).
 struct QuantGemvArgs {
   QuantType type = QuantType::kQ4_K;
   DType dt = DType::kBF16;
@@ -99,7 +99,7 @@ struct QuantGemvArgs {
 // reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32.
 // Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
 // block; M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes within 200 KiB of shared memory; ldx >=
-// K, ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers; w not 16-byte aligned.
+// K, ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers; w or gain not 16-byte aligned.
 // kCudaError for a failed launch.
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
 

@@ -1,11 +1,14 @@
 // The device layout of GGML blocks that quant_gemv and quant_dequantize read (quant_gemv.h,
 // quant_dequant.h): the bytes of every block split by field, each field of all the blocks stored
 // contiguously, one plane per field, blocks in file order (row n's block b is block
-// n * blocks_per_row + b). No value changes: the planes hold exactly the file's bytes, rearranged,
+// n * blocks_per_row + b). No value changes: the planes hold exactly the file's bits, rearranged,
 // and from_device_layout restores them. Field order and sizes per block (block layouts:
 // ggml-common.h):
 //   Q4_0 (18 bytes): qs[16], d[2]            Q4_1 (20): qs[16], d|m[4]
 //   Q5_0 (22): qs[16], qh[4], d[2]           Q8_0 (34): qs[32], d[2]
+//     (Q5_0's qh with its bits permuted: the fifth bit of element e = 8p + j, bit e of the file's
+//     little-endian qh, is bit p + 4 (j / 4) of byte j % 4, so that the kernel's lane p finds its
+//     8 bits with two shifts and masks)
 //   Q6_K (210): ql[128], qh[64], scales[16], d[2]
 //   Q4_K (144): the whole block, as in the file (its fields are 16-byte aligned already)
 // With a 16-byte aligned base each plane starts at a multiple of its field size (up to 16: the
