@@ -28,6 +28,8 @@
 # bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
 # race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json.
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
+# QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
+# the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
 # bucket, cpusimd, ncu, ncuk, racebatch, batch, serve.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
@@ -110,7 +112,12 @@ if has qgemv; then
   stamp "quant_gemv: tests and kernel lab"
   "$BIN/kernels_gpu_test" --gtest_filter='QuantGemv*' 2>&1 | tee "$OUT/quant_gemv_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -20
   check "kernels_gpu_test QuantGemv" "${PIPESTATUS[0]}"
-  for m in 1 8; do "$BIN/quant_gemv_bench" $m >> "$OUT/quant_gemv_bench.jsonl"; check "quant_gemv_bench M=$m" $?; done
+  # QGEMV_RUNS: M[:PDL] per lab run (PDL 1: both kernels launched with PDL, as the engine does)
+  for run in ${QGEMV_RUNS:-1 1:1 8}; do
+    "$BIN/quant_gemv_bench" ${run%%:*} $([[ $run == *:* ]] && echo ${run##*:}) \
+      >> "$OUT/quant_gemv_bench.jsonl"
+    check "quant_gemv_bench $run" $?
+  done
   cat "$OUT/quant_gemv_bench.jsonl"
 fi
 
@@ -279,11 +286,13 @@ if has native; then
   for mdir in /tmp/fn_model /tmp/fn_model2; do
     name=$(model_in "$mdir") || { [[ $? == 2 ]] && check "model in $mdir (sha256)" 1; continue; }
     i=$((i + 1))
+    if [[ ${NATIVE_VERIFY:-1} == 1 ]]; then
     stamp "verify --device cuda --weights native: $name"
     "$BIN/flashnorm" verify "$mdir/$name" --device cuda --weights native --text /tmp/fn/data/GPL-3 \
       --max-text-tokens 1026 --ctx 513 --tokens 32 --commit "$COMMIT" --driver "$DRIVER" \
       --json "$OUT/verify_native_$i.json" 2>&1 | grep -v $'\r'
     check "verify native $name" "${PIPESTATUS[0]}"
+    fi
     stamp "bench --model --weights native: $name"
     "$BIN/flashnorm" bench --model "$mdir/$name" --weights native --quick --runs 5 \
       --prompt-tokens "$PROMPTS" --out "$OUT/bench_native_$i.json" --commit "$COMMIT" \

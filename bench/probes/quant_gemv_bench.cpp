@@ -7,7 +7,9 @@
 // rounding of the weights), or the program fails. Timing: CUDA graphs of `steps` calls, each on the
 // next of enough weight copies to exceed 240 MB (past the 60 MB L2), replayed interleaved
 // (time_graphs_interleaved), medians of 7 rounds. Random data (never zeros).
-//   quant_gemv_bench [M]   one JSON line per shape on stdout
+// PDL 1: both kernels launched with programmatic dependent launch, as the CUDA engine launches
+// them (each call's prologue then overlaps the previous call).
+//   quant_gemv_bench [M] [PDL]   one JSON line per shape on stdout
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -57,6 +59,7 @@ const char* name(fk::QuantType t) {
 
 int main(int argc, char** argv) {
   const int M = argc > 1 ? std::atoi(argv[1]) : 1;
+  const bool pdl = argc > 2 && std::atoi(argv[2]) != 0;
   CHECK(M >= 1 && M <= 8);
   struct Shape {
     const char* what;
@@ -115,13 +118,13 @@ int main(int argc, char** argv) {
           fk::LinearArgs a;
           a.M = M, a.N = sh.N, a.K = sh.K, a.x = dx.p, a.ldx = sh.K;
           a.w = static_cast<char*>(dbw.p) + (step % copies_b) * bbytes, a.ldw = sh.K;
-          a.y = yb, a.ldy = sh.N, a.y_f32 = true;
+          a.y = yb, a.ldy = sh.N, a.y_f32 = true, a.pdl = pdl;
           return ctx.run(a, fk::LinearImpl::kDecode, st);
         }
         fk::QuantGemvArgs a;
         a.type = t, a.M = M, a.N = sh.N, a.K = sh.K, a.x = dx.p, a.ldx = sh.K;
         a.w = static_cast<char*>(dqw.p) + (step % copies_q) * qbytes;
-        a.y = yq, a.ldy = sh.N;
+        a.y = yq, a.ldy = sh.N, a.pdl = pdl;
         return fk::quant_gemv(a, st);
       };
       {  // tune the bf16 kernel for the shape on rotating weight copies, then verify once
@@ -160,9 +163,9 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"gpu\": \"%s\", \"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"type\": \"%s\", "
           "\"bf16_us\": %.3f, \"quant_us\": %.3f, \"speedup\": %.3f, \"bf16_GBps\": %.0f, "
-          "\"quant_GBps\": %.0f, \"max_rel_diff\": %.2e, \"steps\": %d}\n",
+          "\"quant_GBps\": %.0f, \"max_rel_diff\": %.2e, \"steps\": %d, \"pdl\": %s}\n",
           prop.name, sh.what, M, sh.N, sh.K, name(t), us_b, us_q, us_b / us_q, bbytes / us_b / 1e3,
-          qbytes / us_q / 1e3, rel, steps);
+          qbytes / us_q / 1e3, rel, steps, pdl ? "true" : "false");
       std::fflush(stdout);
     }
   }

@@ -7,8 +7,7 @@
 // CTAs resident at once (the occupancy query, at most kCtasPerSm per SM), every gridDim.x-th after
 // it, so that its staged x serves several groups. Its first group's bytes are prefetched into L2
 // before the PDL wait (weights are constant), each next group's while the current one is computed
-// (loading the first steps into registers there instead ran 7-14% slower for Q4_K and up to 1.3x
-// for Q4_1 on the H200: their latency then delayed the staging's loads of x, 3b5c55f).
+// (with PDL, each warp's first steps are loaded into registers there too).
 // The weights are read in the planar layout of quant_layout.h (one aligned 8-byte load per
 // piece of codes; the file's 18- to 34-byte and 210-byte blocks allowed 2-byte loads only). Before
 // the products, the CTA
@@ -380,15 +379,16 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
 // One-row instances of the 32-element formats are held to 64 registers, so that four CTAs share
 // an SM (F::kMinCtas; without spills): with their four steps of loads at once, 1.3-1.8x faster
 // than one step in up to 78 registers on the H200 (a5dfdc8 against 67e30d7, kernel lab).
-template <class E, template <int> class F, int MT, int XG>
+// EARLY: launched with PDL, the first steps of W loaded before the wait (below).
+template <class E, template <int> class F, int MT, int XG, bool EARLY = false>
 __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
     quant_gemv_kernel(Params p) {
   using T = typename E::T;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[32];
-  // PDL: let the next kernel launch, pull this CTA's first rows into L2 while the preceding
-  // kernel finishes (weights are constant: nothing still running writes them), then wait for it
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // PDL: pull this CTA's first rows into L2 while the preceding kernel finishes (weights are
+  // constant: nothing still running writes them), load the warp's first steps of them, let the next
+  // kernel launch, then wait for the preceding one
   const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
   prefetch_rows<F<MT>>(p, blockIdx.x);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -410,10 +410,21 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
         ok[u][r] = F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
       }
   };
+  // EARLY (launched with PDL): the first steps of group blockIdx.x are loaded into registers
+  // before the wait, so that their latency overlaps the preceding kernel, as the bf16 decode GEMV
+  // does with its first batch. Without PDL there is nothing to overlap, and loading them before the
+  // staging of x ran 7-14% slower for Q4_K on the H200 (3b5c55f): the staging's loads queue behind
+  // them. A template parameter: as a run-time flag it cost 16 bytes of spills to the instances
+  // held to 64 registers.
+  if constexpr (EARLY) load_steps(blockIdx.x, 0);
   // the gain of this thread's chunk of the first staging pass, read before the PDL wait (the gain
-  // is constant), so that x is the staging's only load after it
+  // is constant), so that x is the staging's only load after it; not beside the early steps of
+  // the instances held to 64 registers (16-32 bytes of spills)
+  constexpr bool kGainFirst = !EARLY || F<MT>::kMinCtas == 1;
   float gain_first[8];
-  gain8(p.gain, threadIdx.x, static_cast<int>(threadIdx.x) < p.K / 8, gain_first);
+  if constexpr (kGainFirst)
+    gain8(p.gain, threadIdx.x, static_cast<int>(threadIdx.x) < p.K / 8, gain_first);
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int K = p.K;
   int16_t* xq = reinterpret_cast<int16_t*>(smem);
@@ -449,7 +460,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
         }
       }
       float g[8];
-      if (c0 == 0) {
+      if (kGainFirst && c0 == 0) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) g[i] = gain_first[i];
       } else {
@@ -503,7 +514,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 #pragma unroll
       for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
     for (int it0 = 0; it0 < steps; it0 += U) {
-      load_steps(g, it0);
+      if (!EARLY || g != static_cast<int>(blockIdx.x) || it0 != 0) load_steps(g, it0);
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -583,13 +594,21 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
 // The instance of format F for M rows. The GLU variants (xg 1: SwiGLU, 2: GeGLU) exist for M = 1
 // only (batch-1 decode; one instance per format and kind, for the library's size): quant_gemv
 // refuses x_glu with M > 1.
+// With PDL, the one-row instances load their first steps early (EARLY), except the GLU input of
+// the formats held to 64 registers (its staging needs the registers: 32-72 bytes of spills).
 template <class E, template <int> class F>
 Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
-  if (xg == 1) return launch_kernel(quant_gemv_kernel<E, F, 1, 1>, 1, p, s, pdl);
-  if (xg == 2) return launch_kernel(quant_gemv_kernel<E, F, 1, 2>, 1, p, s, pdl);
+  constexpr bool kGluEarly = F<1>::kMinCtas == 1;
+  if (xg == 1)
+    return pdl && kGluEarly ? launch_kernel(quant_gemv_kernel<E, F, 1, 1, kGluEarly>, 1, p, s, pdl)
+                            : launch_kernel(quant_gemv_kernel<E, F, 1, 1>, 1, p, s, pdl);
+  if (xg == 2)
+    return pdl && kGluEarly ? launch_kernel(quant_gemv_kernel<E, F, 1, 2, kGluEarly>, 1, p, s, pdl)
+                            : launch_kernel(quant_gemv_kernel<E, F, 1, 2>, 1, p, s, pdl);
   switch (staged_rows(M)) {
     case 1:
-      return launch_kernel(quant_gemv_kernel<E, F, 1, 0>, 1, p, s, pdl);
+      return pdl ? launch_kernel(quant_gemv_kernel<E, F, 1, 0, true>, 1, p, s, pdl)
+                 : launch_kernel(quant_gemv_kernel<E, F, 1, 0>, 1, p, s, pdl);
     case 2:
       return launch_kernel(quant_gemv_kernel<E, F, 2, 0>, 2, p, s, pdl);
     case 4:
