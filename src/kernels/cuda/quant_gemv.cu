@@ -595,7 +595,8 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
 // only (batch-1 decode; one instance per format and kind, for the library's size): quant_gemv
 // refuses x_glu with M > 1.
 // With PDL, the one-row instances load their first steps early (EARLY), except the GLU input of
-// the formats held to 64 registers (its staging needs the registers: 32-72 bytes of spills).
+// the formats held to 64 registers (its staging needs the registers: 32-72 bytes of spills) and
+// their K above 2048.
 template <class E, template <int> class F>
 Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
   constexpr bool kGluEarly = F<1>::kMinCtas == 1;
@@ -605,10 +606,15 @@ Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
   if (xg == 2)
     return pdl && kGluEarly ? launch_kernel(quant_gemv_kernel<E, F, 1, 2, kGluEarly>, 1, p, s, pdl)
                             : launch_kernel(quant_gemv_kernel<E, F, 1, 2>, 1, p, s, pdl);
+  // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
+  // shapes, where the engine gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of Q4_1 / Q5_0
+  // GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel lab), which
+  // was not split between the two.
+  const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);
   switch (staged_rows(M)) {
     case 1:
-      return pdl ? launch_kernel(quant_gemv_kernel<E, F, 1, 0, true>, 1, p, s, pdl)
-                 : launch_kernel(quant_gemv_kernel<E, F, 1, 0>, 1, p, s, pdl);
+      return early ? launch_kernel(quant_gemv_kernel<E, F, 1, 0, true>, 1, p, s, pdl)
+                   : launch_kernel(quant_gemv_kernel<E, F, 1, 0>, 1, p, s, pdl);
     case 2:
       return launch_kernel(quant_gemv_kernel<E, F, 2, 0>, 2, p, s, pdl);
     case 4:
