@@ -413,9 +413,9 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // EARLY (launched with PDL): the first steps of group blockIdx.x are loaded into registers
   // before the wait, so that their latency overlaps the preceding kernel, as the bf16 decode GEMV
   // does with its first batch. Without PDL there is nothing to overlap, and loading them before the
-  // staging of x ran 7-14% slower for Q4_K on the H200 (3b5c55f): the staging's loads queue behind
-  // them. A template parameter: as a run-time flag it cost 16 bytes of spills to the instances
-  // held to 64 registers.
+  // staging of x ran 9-16% slower for Q4_K on the H200 (3b5c55f against f461df2), probably
+  // because the staging's loads of x queue behind them. A template parameter: as a run-time flag it cost 16 bytes of spills to
+  // the instances held to 64 registers.
   if constexpr (EARLY) load_steps(blockIdx.x, 0);
   // the gain of this thread's chunk of the first staging pass, read before the PDL wait (the gain
   // is constant), so that x is the staging's only load after it; not beside the early steps of
