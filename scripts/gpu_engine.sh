@@ -26,12 +26,13 @@
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
 # in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
 # bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
-# race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json.
+# race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json; stage
+# `sanquant`: sanquant.log.
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# bucket, cpusimd, ncu, ncuk, racebatch, batch, serve.
+# bucket, cpusimd, ncu, ncuk, racebatch, batch, serve, sanquant.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -315,8 +316,9 @@ if has native8b; then
   "$BIN/random_quant_gguf" /tmp/fn_l8b.gguf q4_k --distinct 4 2>&1 | tail -1
   check "random_quant_gguf" "${PIPESTATUS[0]}"
   stamp "bench --model --weights native: Llama-3-8B shapes, Q4_K"
+  # PROMPTS_8B (default 512): with 4096-token prompts too the call ran past 500 s (f461df2)
   "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 3 \
-    --prompt-tokens "$PROMPTS" --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
+    --prompt-tokens "${PROMPTS_8B:-512}" --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
     --commit "$COMMIT" --driver "$DRIVER"
   check "bench native l8b" $?
 fi
@@ -393,6 +395,25 @@ if has torchprof; then
     --model "${TORCH_PROF_MODEL:-qwen3-0.6b}" > "$OUT/torch_hf_profile.log" 2>&1
   check "torch_hf_profile" $?
   grep "^==" "$OUT/torch_hf_profile.log"
+fi
+
+if has sanquant; then
+  # compute-sanitizer over quant_gemv / quant_dequantize (the device layout, PDL with early loads)
+  # and the engine on native weights
+  stamp "compute-sanitizer: quantized weights"
+  for tool in memcheck racecheck synccheck; do
+    echo "--- $tool" >> /tmp/sanquant.log
+    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/kernels_gpu_test" --gtest_filter='QuantGemv.Q4_0Q4_1Q5_0:QuantGemv.Q4_K:QuantGemv.Fused*:QuantDequantize*' \
+      >> /tmp/sanquant.log 2>&1
+    check "sanitizer $tool (quant_gemv, quant_dequantize)" $? /tmp/sanquant.log
+    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BIN/cuda_engine_gpu_test" --gtest_filter='*CudaNativeWeights.*llama_flashnorm*' \
+      >> /tmp/sanquant.log 2>&1
+    check "sanitizer $tool (engine, native weights)" $? /tmp/sanquant.log
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanquant.log | sort | uniq -c
+  cp /tmp/sanquant.log "$OUT/sanquant.log"
 fi
 
 # last: the slowest stage (a sanitizer timeout must not cost the other results)

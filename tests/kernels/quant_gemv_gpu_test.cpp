@@ -64,12 +64,12 @@ void run(const Case& c) {
   upload_planar(c.type, w, dw.p);
   CUDA_OK(cudaMemcpy(dx.p, xbits.data(), xbits.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dg.p, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
-  auto compute = [&](bool with_gain) {
+  auto compute = [&](bool with_gain, bool pdl = false) {
     fk::QuantGemvArgs a;
     a.type = c.type, a.dt = c.dt, a.M = c.M, a.N = c.N, a.K = c.K;
     a.x = dx.p, a.ldx = c.K, a.gain = with_gain ? static_cast<const float*>(dg.p) : nullptr;
     a.w = dw.p, a.y = static_cast<float*>(dy.p), a.ldy = c.N, a.scale_rows = c.scale_rows;
-    a.eps = 1e-6f;
+    a.eps = 1e-6f, a.pdl = pdl;
     std::vector<float> y(size_t(c.M) * c.N);
     EXPECT_TRUE(fk::quant_gemv(a, nullptr).ok());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -107,6 +107,10 @@ void run(const Case& c) {
   };
   const std::vector<float> y = compute(true);
   EXPECT_LE(worst(y), 1.0);
+  // launched with PDL (the one-row instances then load their first steps of W before the wait):
+  // the same products in the same order, so the same bits
+  const std::vector<float> y_pdl = compute(true, true);
+  EXPECT_EQ(0, std::memcmp(y.data(), y_pdl.data(), y.size() * sizeof(float))) << "with PDL";
   EXPECT_GT(worst(compute(false)), 100.0);  // negative control: the gain matters
   // Tight: against the x * gain the kernel should have staged (the CPU rule applied on the host
   // to fp32 x * gain, kernels/cpu/quant_matmul.h), only fp32 rounding is left: 2e-6 of the sum of
