@@ -71,8 +71,12 @@ void run(const Case& c) {
     a.w = dw.p, a.y = static_cast<float*>(dy.p), a.ldy = c.N, a.scale_rows = c.scale_rows;
     a.eps = 1e-6f, a.pdl = pdl;
     std::vector<float> y(size_t(c.M) * c.N);
-    EXPECT_TRUE(fk::quant_gemv(a, nullptr).ok());
+    EXPECT_EQ(cudaMemset(dy.p, 0xff, y.size() * 4), cudaSuccess);  // NaN until the kernel writes it
+    cudaStream_t st = nullptr;  // PDL launches on a stream of their own, as the engine's
+    if (pdl) EXPECT_EQ(cudaStreamCreate(&st), cudaSuccess);
+    EXPECT_TRUE(fk::quant_gemv(a, st).ok());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (st) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     return y;
   };
