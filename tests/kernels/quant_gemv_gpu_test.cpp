@@ -198,6 +198,8 @@ TEST(QuantGemv, RejectsBadArguments) {
       "200 KiB");
   bad([](auto& b) { b.ldx = 255; }, "ldx");
   bad([](auto& b) { b.w = static_cast<const char*>(b.w) + 2; }, "16-byte");
+  bad([](auto& b) { b.gain = reinterpret_cast<const float*>(static_cast<const char*>(b.w) + 4); },
+      "gain must be 16-byte");
   bad([](auto& b) { b.ldy = 3; }, "ldy");
   bad([](auto& b) { b.y = nullptr; }, "non-null");
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -254,7 +256,7 @@ TEST(QuantDequantize, EqualsIoDequantizeRoundedOnce) {
 // reference of the same formula: y0 + (round(act(g) u)) W^T, within the loose bound above (fp32
 // sums and the int16 staging, plus one dt ulp of the staged input for the GLU's fast exp).
 TEST(QuantGemv, FusedGluAndResidualAdd) {
-  for (QuantType t : {QuantType::kQ4_1, QuantType::kQ4_K}) {
+  for (QuantType t : {QuantType::kQ4_1, QuantType::kQ4_K, QuantType::kQ6_K}) {
     for (fk::GluKind kind : {fk::GluKind::kSwiGLU, fk::GluKind::kGeGLU}) {
       SCOPED_TRACE(testing::Message() << "type " << int(t) << " glu " << int(kind));
       const int M = 1, N = 37, K = 1280;
@@ -309,6 +311,23 @@ TEST(QuantGemv, FusedGluAndResidualAdd) {
       }
       EXPECT_LE(worst, 1.0);
       EXPECT_EQ(rounded_wrong, 0);
+      // launched with PDL (Q4_K's GLU instances then load their first steps early): the same bits
+      {
+        cudaStream_t st = nullptr;
+        ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+        CUDA_OK(cudaMemcpy(dy.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
+        fk::QuantGemvArgs b = a;
+        b.pdl = true;
+        ASSERT_TRUE(fk::quant_gemv(b, st).ok());
+        CUDA_OK(cudaStreamSynchronize(st));
+        CUDA_OK(cudaStreamDestroy(st));
+        std::vector<float> yp(y0.size());
+        std::vector<uint16_t> yrp(y0.size());
+        CUDA_OK(cudaMemcpy(yp.data(), dy.p, yp.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(yrp.data(), dr.p, yrp.size() * 2, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4)) << "with PDL";
+        EXPECT_EQ(yr, yrp) << "with PDL";
+      }
       // negative control: without the residual add the result is off by y0
       a.accumulate = false, a.y_rounded = nullptr;
       ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());

@@ -84,7 +84,7 @@ Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaEngineO
 // into a dt tile by quant_dequantize for longer passes. Empty: the projection is in dt.
 struct QuantPart {
   fk::QuantType type = fk::QuantType::kQ4_K;
-  DeviceBuffer w;  // N rows of K / block elements blocks, as in the file
+  DeviceBuffer w;  // N rows of K / block elements blocks, in quant_gemv's device layout
   int n0 = 0, N = 0;
   bool scaled = true;  // FlashNorm mode: rows scaled by rstd (false: QK-norm cancels it)
 };

@@ -1,6 +1,7 @@
 // The CUDA engine's weights on the device (internal.h): dequantized fp32 tensors rounded once to
 // the engine dtype, the FlashNorm mode's gains folded at load (fold/fold_gain.h; biases are not
-// scaled), or, for native weights, the file's GGML blocks of the projections quant_gemv reads; the
+// scaled), or, for native weights, the file's GGML blocks of the projections quant_gemv reads (in
+// its device layout, quant_layout.h: the blocks' fields in planes, the same values); the
 // scale masks of the QK-norm-cancelled columns and the RoPE tables.
 #include <fmt/format.h>
 
@@ -40,9 +41,9 @@ void append_rows(FoldTarget t, const Tensor& w, const std::vector<double>* gain,
             std::span<uint16_t>(out.data() + at, data.size()));
 }
 
-// The projection whose rows are those of `parts` stacked, in their file blocks, when every part is
-// a native tensor of a type quant_gemv reads; else empty (the caller uploads it in dt). Adjacent
-// parts of one type and one `scaled` flag share one buffer (one launch).
+// The projection whose rows are those of `parts` stacked, in their blocks (device layout), when
+// every part is a native tensor of a type quant_gemv reads; else empty (the caller uploads it in
+// dt). Adjacent parts of one type and one `scaled` flag share one buffer (one launch).
 QuantProj quant_proj(std::initializer_list<std::pair<const Tensor*, bool>> parts) {
   QuantProj q;
   for (const auto& [t, scaled] : parts)

@@ -7,7 +7,8 @@
 // CTAs resident at once (the occupancy query, at most kCtasPerSm per SM), every gridDim.x-th after
 // it, so that its staged x serves several groups. Its first group's bytes are prefetched into L2
 // before the PDL wait (weights are constant), each next group's while the current one is computed
-// (with PDL, each warp's first steps are loaded into registers there too).
+// (with PDL, the one-row instances also load each warp's first steps into registers there:
+// launch_format says which).
 // The weights are read in the planar layout of quant_layout.h (one aligned 8-byte load per
 // piece of codes; the file's 18- to 34-byte and 210-byte blocks allowed 2-byte loads only). Before
 // the products, the CTA
@@ -148,7 +149,7 @@ struct SmallBlock {
       return j == 0 ? 16 : (j == 2 || S == Small::kQ4_0 ? 2 : 4);
     }
     struct Raw {
-      uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 signed codes
+      uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 unsigned codes
     };
     static __device__ __forceinline__ bool load(const Params& p, int n, int nblk, int it, int lane,
                                                 Raw& r) {
@@ -379,7 +380,8 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
 // One-row instances of the 32-element formats are held to 64 registers, so that four CTAs share
 // an SM (F::kMinCtas; without spills): with their four steps of loads at once, 1.3-1.8x faster
 // than one step in up to 78 registers on the H200 (a5dfdc8 against 67e30d7, kernel lab).
-// EARLY: launched with PDL, the first steps of W loaded before the wait (below).
+// EARLY: launched with PDL, the first steps of W loaded before the wait (below; launch_format
+// chooses it).
 template <class E, template <int> class F, int MT, int XG, bool EARLY = false>
 __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
     quant_gemv_kernel(Params p) {
@@ -413,9 +415,9 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // EARLY (launched with PDL): the first steps of group blockIdx.x are loaded into registers
   // before the wait, so that their latency overlaps the preceding kernel, as the bf16 decode GEMV
   // does with its first batch. Without PDL there is nothing to overlap, and loading them before the
-  // staging of x ran 9-16% slower for Q4_K on the H200 (3b5c55f against f461df2), probably
-  // because the staging's loads of x queue behind them. A template parameter: as a run-time flag it cost 16 bytes of spills to
-  // the instances held to 64 registers.
+  // staging of x ran 7-16% slower for Q4_K on the H200 (3b5c55f against f461df2), probably
+  // because the staging's loads of x queue behind them. A template parameter: as a run-time flag it
+  // cost 16 bytes of spills to the instances held to 64 registers.
   if constexpr (EARLY) load_steps(blockIdx.x, 0);
   // the gain of this thread's chunk of the first staging pass, read before the PDL wait (the gain
   // is constant), so that x is the staging's only load after it; not beside the early steps of
@@ -607,9 +609,9 @@ Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
     return pdl && kGluEarly ? launch_kernel(quant_gemv_kernel<E, F, 1, 2, kGluEarly>, 1, p, s, pdl)
                             : launch_kernel(quant_gemv_kernel<E, F, 1, 2>, 1, p, s, pdl);
   // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
-  // shapes, where the engine gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of Q4_1 / Q5_0
-  // GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel lab), which
-  // was not split between the two.
+  // shapes, where native flashnorm decode gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of
+  // Q4_1 / Q5_0 GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel
+  // lab), which was not split between the two.
   const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);
   switch (staged_rows(M)) {
     case 1:

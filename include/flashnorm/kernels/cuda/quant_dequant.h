@@ -17,8 +17,8 @@
 namespace flashnorm::kernels::cuda {
 
 // Arguments of quant_dequantize. w: N rows of K / quant_block_elems(type) whole blocks in the
-// planar device layout of quant_gemv.h (quant_layout.h), 16-byte aligned; gain: [K] fp32 or null;
-// y: [N, K] in dt with row stride ldy (elements), 16-byte aligned.
+// planar device layout of quant_gemv.h (quant_layout.h) of exactly these N rows, 16-byte aligned;
+// gain: [K] fp32 or null; y: [N, K] in dt with row stride ldy (elements), 16-byte aligned.
 struct QuantDequantArgs {
   QuantType type = QuantType::kQ4_K;
   DType dt = DType::kBF16;

@@ -67,7 +67,9 @@ inline constexpr size_t kQuantGemvMaxSharedBytes = 200 * 1024;
 // Arguments of quant_gemv. x: [M, K] in dt, row stride ldx (elements); gain: [K] fp32, 16-byte
 // aligned, or null (1); w: the N * (K / block_elems) blocks of the N rows (row-major, as in the
 // file) in the device layout of quant_layout.h (to_device_layout: each field in its own plane, so
-// that the codes of a block are one aligned piece; Q4_K as in the file), 16-byte aligned; y: [M, N]
+// that the codes of a block are one aligned piece; Q4_K as in the file), 16-byte aligned: exactly
+// the layout of these N rows (the planes' offsets follow from N, so a row range of a larger
+// upload is not one); y: [M, N]
 // fp32, row stride ldy. scale_rows: multiply row m by rstd(x[m, :]) (false: a consumer whose rstd
 // cancels, or the standard order fed a normalized x).
 struct QuantGemvArgs {
@@ -82,7 +84,11 @@ struct QuantGemvArgs {
   int64_t ldy = 0;
   bool scale_rows = true;
   float eps = 1e-6f;
-  bool pdl = false;  // programmatic dependent launch (engine_ops.h)
+  // Programmatic dependent launch (sm_90): W and the gain are read before the wait for the
+  // preceding kernel (the one-row instances load their first steps of W there), x and y only
+  // after it; so, as for LinearArgs::pdl, W and the gain must not be written by any kernel that
+  // may still be in flight (in the CUDA engine both are constant after load). Off by default.
+  bool pdl = false;
   // Fused decode ops (the bf16 decode GEMV's, linear.h): x_glu (M = 1 only): x is the fp32 gate|up
   // output [1, 2K] (ldx >= 2K) and the staged input is round_dt(act(gate) * up) (glu_kind);
   // accumulate:
