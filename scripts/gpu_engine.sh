@@ -27,12 +27,13 @@
 # in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
 # bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
 # race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json; stage
-# `sanquant`: sanquant.log.
+# `sanquant`: sanquant.log; stage `nsys`: nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the
+# norm mode).
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# bucket, cpusimd, ncu, ncuk, racebatch, batch, serve, sanquant.
+# bucket, cpusimd, ncu, ncuk, racebatch, batch, serve, sanquant, nsys.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -81,7 +82,7 @@ export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
 needs_model=0
-for st in race nojoin ncu ncuk verify generate bench sanitize bucket racebatch serve; do has $st && needs_model=1; done
+for st in race nojoin ncu ncuk nsys verify generate bench sanitize bucket racebatch serve; do has $st && needs_model=1; done
 if [[ $needs_model == 1 ]]; then
   if [[ ! -f "$M" ]]; then
     cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
@@ -218,6 +219,30 @@ if has ncu && command -v ncu > /dev/null; then
     echo "($(grep -c gpu__time_duration "$OUT/ncu_$norm.csv") kernels)"
     check "ncu $norm" $rc
   done
+fi
+
+if has nsys; then
+  # Where a graph-replayed decode step's time goes, bf16 against native weights (issue "On the
+  # H200 (2)", item 2: native decode is 2-8% slower than bf16 although its kernels' eager sums are
+  # not): an nsys timeline of 64 steps per configuration, then per kernel name the summed GPU time
+  # and the idle time between consecutive kernels (bench/probes/nsys_gaps.py).
+  if command -v nsys > /dev/null; then
+    stamp "nsys: decode steps, bf16 and native weights"
+    for w in f32 native; do
+      for norm in standard flashnorm; do
+        timeout 200 nsys profile --cuda-graph-trace=node --force-overwrite true \
+          -o "/tmp/nsys_${w}_$norm" "$BIN/flashnorm" generate -m "$M" --device cuda \
+          --weights $w --norm $norm -p "Hi" -n 64 > /dev/null 2>&1
+        check "nsys $w $norm" $?
+        nsys stats --report cuda_gpu_trace --format csv --force-export true \
+          -o "$OUT/nsys_${w}_$norm" "/tmp/nsys_${w}_$norm.nsys-rep" > /dev/null 2>&1
+        python3 bench/probes/nsys_gaps.py "$OUT/nsys_${w}_${norm}_cuda_gpu_trace.csv" \
+          --label "$w $norm"
+      done
+    done
+  else
+    echo "nsys is not on this machine"; check "nsys present" 1
+  fi
 fi
 
 if has ncuk && command -v ncu > /dev/null; then
