@@ -26,6 +26,26 @@ void reserve_standard_descriptors() {
   }
 }
 
+// Every integer option of `app` and its subcommands takes decimal digits only (an optional sign,
+// no leading zero): CLI11 2.1 reads integers with base 0, so "-n 010" would be 8 and "0x10" 16.
+void decimal_integers(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& v) -> std::string {
+        const size_t d = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
+        const bool digits =
+            v.size() > d && v.find_first_not_of("0123456789", d) == std::string::npos;
+        if (!digits || (v[d] == '0' && v.size() > d + 1))
+          return "'" + v + "' is not a decimal integer (digits, no leading zero)";
+        return {};
+      },
+      "");
+  for (CLI::Option* o : app.get_options()) {
+    const std::string t = o->get_type_name();
+    if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) o->check(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands({})) decimal_integers(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -33,7 +53,7 @@ int main(int argc, char** argv) {
   CLI::App app{"flashnorm: RMSNorm folding and deferred normalization for LLM inference"};
   app.require_subcommand(1);
   app.set_version_flag("--version", FLASHNORM_VERSION);  // CMake's project version
-  app.option_defaults()->always_capture_default();  // --help shows every default
+  app.option_defaults()->always_capture_default();       // --help shows every default
   // Usage errors, like every other error, are one line on stderr.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     std::string msg = e.what();
@@ -48,6 +68,7 @@ int main(int argc, char** argv) {
   flashnorm::cli::register_generate(app);
   flashnorm::cli::register_bench(app);
   flashnorm::cli::register_serve(app);
+  decimal_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -326,5 +326,21 @@ TEST(CliErrors, DtypeSpellingsOfBothCommands) {
                         "--dtype: half not in {bf16,fp16}");
 }
 
+// Integers are decimal: CLI11 alone reads them with base 0 ("010" = 8, "0x10" = 16). A leading
+// zero or a hexadecimal prefix is refused with one line naming the option, in a single value and
+// in a list; a sign and plain digits pass.
+TEST(CliErrors, IntegersAreDecimal) {
+  const std::string m = testing::smollm2_path();
+  expect_one_line_error(run_cli("generate -m " + m + " -p hi -n 010 --device cpu"),
+                        "--n-predict: '010' is not a decimal integer");
+  expect_one_line_error(run_cli("generate -m " + m + " -p hi -n 0x10 --device cpu"),
+                        "--n-predict: '0x10' is not a decimal integer");
+  expect_one_line_error(run_cli("bench --model " + m + " --batch 1,08"),
+                        "--batch: '08' is not a decimal integer");
+  const auto r = run_cli("generate -m " + m + " -p hi -n +2 --seed 0 --device cpu");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("decode: 2 tokens"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace flashnorm
