@@ -65,6 +65,16 @@ check() {
   [[ -n ${3:-} ]] && echo "$1 rc=$2" >> "$3"
   [[ $2 == 0 ]] || FAILED+=("$1 (rc=$2)")
 }
+# san TOOL LOG LABEL PROGRAM [ARGS...]: PROGRAM under compute-sanitizer's TOOL (SAN_TIMEOUT s,
+# default 240), its output appended to LOG, the result recorded by check as "sanitizer TOOL
+# (LABEL)". Not to be piped, as check.
+san() {
+  local tool=$1 log=$2 label=$3
+  shift 3
+  timeout "${SAN_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" \
+    >> "$log" 2>&1
+  check "sanitizer $tool ($label)" $? "$log"
+}
 
 stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -428,14 +438,10 @@ if has sanquant; then
   stamp "compute-sanitizer: quantized weights"
   for tool in memcheck racecheck synccheck; do
     echo "--- $tool" >> /tmp/sanquant.log
-    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/kernels_gpu_test" --gtest_filter='QuantGemv.Q4_0Q4_1Q5_0:QuantGemv.Q4_K:QuantGemv.Fused*:QuantDequantize*' \
-      >> /tmp/sanquant.log 2>&1
-    check "sanitizer $tool (quant_gemv, quant_dequantize)" $? /tmp/sanquant.log
-    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/cuda_engine_gpu_test" --gtest_filter='*CudaNativeWeights.*llama_flashnorm*' \
-      >> /tmp/sanquant.log 2>&1
-    check "sanitizer $tool (engine, native weights)" $? /tmp/sanquant.log
+    san $tool /tmp/sanquant.log "quant_gemv, quant_dequantize" "$BIN/kernels_gpu_test" \
+      --gtest_filter='QuantGemv.Q4_0Q4_1Q5_0:QuantGemv.Q4_K:QuantGemv.Fused*:QuantDequantize*'
+    san $tool /tmp/sanquant.log "engine, native weights" "$BIN/cuda_engine_gpu_test" \
+      --gtest_filter='*CudaNativeWeights.*llama_flashnorm*'
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanquant.log | sort | uniq -c
   cp /tmp/sanquant.log "$OUT/sanquant.log"
@@ -451,20 +457,14 @@ if has sanitize; then
   F+=':Modes/CudaEngineVsCpu.GpuGreedyGenerationMatchesHostArgmax/gemma3_softcap_*'
   for tool in memcheck racecheck synccheck; do
     echo "--- $tool" >> /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/kernels_gpu_test" --gtest_filter='LinearSmall.DecodeGluInput:LinearSmall.DecodeAccumulate' \
-      >> /tmp/sanitize.log 2>&1
-    check "sanitizer $tool (decode GEMV: GLU input, fused residual add)" $? /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/engine_ops_gpu_test" --gtest_filter='DecodeAttentionSmall.ManyChunks*:DecodeAttentionSmall.CacheShorter*' >> /tmp/sanitize.log 2>&1
-    check "sanitizer $tool (decode_attention)" $? /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/cuda_engine_gpu_test" --gtest_filter="$F" >> /tmp/sanitize.log 2>&1
-    check "sanitizer $tool (GPU tests, $F)" $? /tmp/sanitize.log
-    timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$BIN/engine_race_test" --gtest_filter='-*NoJoin*' --model "$M" --steps 2 \
-      --check-every 2 --no-tune --only flashnorm two-stream >> /tmp/sanitize.log 2>&1
-    check "sanitizer $tool (SmolLM2, 2 steps)" $? /tmp/sanitize.log
+    san $tool /tmp/sanitize.log "decode GEMV: GLU input, fused residual add" \
+      "$BIN/kernels_gpu_test" --gtest_filter='LinearSmall.DecodeGluInput:LinearSmall.DecodeAccumulate'
+    san $tool /tmp/sanitize.log "decode_attention" "$BIN/engine_ops_gpu_test" \
+      --gtest_filter='DecodeAttentionSmall.ManyChunks*:DecodeAttentionSmall.CacheShorter*'
+    san $tool /tmp/sanitize.log "GPU tests, $F" "$BIN/cuda_engine_gpu_test" --gtest_filter="$F"
+    san $tool /tmp/sanitize.log "SmolLM2, 2 steps" "$BIN/engine_race_test" \
+      --gtest_filter='-*NoJoin*' --model "$M" --steps 2 --check-every 2 --no-tune \
+      --only flashnorm two-stream
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid|Race" /tmp/sanitize.log | sort | uniq -c
   cp /tmp/sanitize.log "$OUT/sanitize.log"

@@ -19,10 +19,13 @@ __device__ __forceinline__ float h2f(const uint8_t* p) {
 // layout of its nb blocks (quant_layout.h).
 template <QuantType T>
 __device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, float (&v)[32]) {
+  // planes 1..3 start at nb times these bytes per block (quant_gemv.h)
+  constexpr int kBefore1 = quant_plane_before(T, 1), kBefore2 = quant_plane_before(T, 2),
+                kBefore3 = quant_plane_before(T, 3);
   if constexpr (T == QuantType::kQ4_0 || T == QuantType::kQ4_1 || T == QuantType::kQ5_0) {
     // planes: qs[16], then Q4_0 d; Q4_1 d, m; Q5_0 qh[4], d
     const uint8_t* qs = w + i * 16;
-    const uint8_t* aux = w + nb * 16;
+    const uint8_t* aux = w + nb * kBefore1;
     if constexpr (T == QuantType::kQ4_0) {
       const float d = h2f(aux + i * 2);
       for (int j = 0; j < 16; ++j) {
@@ -36,7 +39,7 @@ __device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, f
         v[j + 16] = __fadd_rn(__fmul_rn(d, static_cast<float>(qs[j] >> 4)), m);
       }
     } else {
-      const float d = h2f(aux + nb * 4 + i * 2);
+      const float d = h2f(w + nb * kBefore2 + i * 2);
       // the device qh (quant_layout.h): element e = 8p + t at bit p + 4 (t / 4) of byte t % 4
       const uint32_t qh = *reinterpret_cast<const uint32_t*>(aux + i * 4);
       auto bit = [qh](int e) { return (qh >> (8 * (e % 8 % 4) + e / 8 + 4 * (e % 8 / 4))) & 1; };
@@ -47,7 +50,7 @@ __device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, f
       }
     }
   } else if constexpr (T == QuantType::kQ8_0) {  // planes: qs[32], d
-    const float d = h2f(w + nb * 32 + i * 2);
+    const float d = h2f(w + nb * kBefore1 + i * 2);
     const int8_t* qs = reinterpret_cast<const int8_t*>(w + i * 32);
     for (int j = 0; j < 32; ++j) v[j] = __fmul_rn(d, static_cast<float>(qs[j]));
   } else if constexpr (T == QuantType::kQ4_K) {  // the file's blocks
@@ -72,10 +75,10 @@ __device__ __forceinline__ void run32(const uint8_t* w, int64_t nb, int64_t i, f
             // qh[64], scales[16], d
     const int64_t sb = i / 8;
     const int s = static_cast<int>(i % 8), h = s / 4, f = s % 4;
-    const float d = h2f(w + nb * 208 + sb * 2);
+    const float d = h2f(w + nb * kBefore3 + sb * 2);
     const uint8_t* ql = w + sb * 128 + 64 * h + 32 * (f & 1);
-    const uint8_t* qh = w + nb * 128 + sb * 64 + 32 * h;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(w + nb * 192 + sb * 16 + 8 * h);
+    const uint8_t* qh = w + nb * kBefore1 + sb * 64 + 32 * h;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(w + nb * kBefore2 + sb * 16 + 8 * h);
     for (int l = 0; l < 32; ++l) {
       const int q = (((ql[l] >> (4 * (f >> 1))) & 0x0f) | (((qh[l] >> (2 * f)) & 3) << 4)) - 32;
       v[l] = __fmul_rn(__fmul_rn(d, static_cast<float>(sc[l / 16 + 2 * f])), static_cast<float>(q));

@@ -51,6 +51,12 @@ struct Params {
   float eps;
   bool accumulate;
   void* y_rounded;
+  // plane J of the device layout of W (quant_layout.h) of format T; plane 0 starts at w
+  template <QuantType T, int J>
+  __device__ __forceinline__ const uint8_t* plane() const {
+    constexpr int kBefore = quant_plane_before(T, J);
+    return w + nb * kBefore;
+  }
 };
 
 __device__ __forceinline__ float h2f(uint32_t bits16) {
@@ -103,8 +109,8 @@ __device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, 
 // load; consecutive lanes, consecutive addresses). Planes: qs[32], d[2].
 template <int MT>
 struct Q8_0 {
-  static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4, kPlanes = 2;
-  static __host__ __device__ constexpr int plane_bytes(int j) { return j == 0 ? 32 : 2; }
+  static constexpr QuantType kType = QuantType::kQ8_0;
+  static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
   struct Raw {
     uint32_t d, q0, q1;
   };
@@ -114,7 +120,7 @@ struct Q8_0 {
     if (b >= nblk) return false;
     const int64_t i = static_cast<int64_t>(n) * nblk + b;
     const uint2 q = ldu64(p.w + i * 32 + 8 * (lane & 3));
-    r.d = ldu16(p.w + p.nb * 32 + i * 2);
+    r.d = ldu16(p.template plane<kType, 1>() + i * 2);
     r.q0 = q.x, r.q1 = q.y;
     return true;
   }
@@ -143,11 +149,10 @@ template <Small S>
 struct SmallBlock {
   template <int MT>
   struct F {
+    static constexpr QuantType kType = S == Small::kQ4_0   ? QuantType::kQ4_0
+                                       : S == Small::kQ4_1 ? QuantType::kQ4_1
+                                                           : QuantType::kQ5_0;
     static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
-    static constexpr int kPlanes = S == Small::kQ5_0 ? 3 : 2;
-    static __host__ __device__ constexpr int plane_bytes(int j) {
-      return j == 0 ? 16 : (j == 2 || S == Small::kQ4_0 ? 2 : 4);
-    }
     struct Raw {
       uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 unsigned codes
     };
@@ -160,13 +165,13 @@ struct SmallBlock {
       const int sh = 4 * (part >> 1);
       uint32_t c0 = (q.x >> sh) & 0x0f0f0f0fu;
       uint32_t c1 = (q.y >> sh) & 0x0f0f0f0fu;
-      const uint8_t* aux = p.w + p.nb * 16;  // the plane after the codes
+      const uint8_t* aux = p.template plane<kType, 1>();  // the plane after the codes
       if constexpr (S == Small::kQ4_0) {
         r.dm = ldu16(aux + i * 2);
       } else if constexpr (S == Small::kQ4_1) {
         r.dm = ldu32(aux + i * 4);
       } else {  // the device qh: bit p + 4 (j / 4) of byte j % 4 is the fifth bit of element 8p + j
-        r.dm = ldu16(aux + p.nb * 4 + i * 2);
+        r.dm = ldu16(p.template plane<kType, 2>() + i * 2);
         const uint32_t qh = ldu32(aux + i * 4);
         c0 |= ((qh >> part) & 0x01010101u) << 4;
         c1 |= ((qh >> (part + 4)) & 0x01010101u) << 4;
@@ -214,8 +219,7 @@ struct Q4_K {
   // one step at a time and no register cap: two steps at once held to 80 registers (three CTAs)
   // ran 1.3x slower at Llama-3-8B's q|k|v, o and down shapes (H200, a5dfdc8)
   static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8, kUnroll = 1, kMinCtas = 1;
-  static constexpr int kPlanes = 1;  // the file's blocks (16-byte aligned fields)
-  static __host__ __device__ constexpr int plane_bytes(int) { return kBlockBytes; }
+  static constexpr QuantType kType = QuantType::kQ4_K;  // one plane: the file's blocks
   struct Raw {
     uint4 head, q0, q1;
   };
@@ -284,10 +288,7 @@ struct Q6_K {
   static constexpr int kElems = 256, kPerStep = 4;
   // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (a5dfdc8)
   static constexpr int kUnroll = 1, kMinCtas = 1;
-  static constexpr int kPlanes = 4;
-  static __host__ __device__ constexpr int plane_bytes(int j) {
-    return j == 0 ? 128 : (j == 1 ? 64 : (j == 2 ? 16 : 2));
-  }
+  static constexpr QuantType kType = QuantType::kQ6_K;
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
     uint32_t sc, d;                         // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
@@ -297,15 +298,15 @@ struct Q6_K {
     const int sb = it * 4 + lane / 8;
     if (sb >= nsb) return false;
     const int p = lane & 7, h = p >> 2, l = 8 * (p & 3);
-    const int64_t i = static_cast<int64_t>(n) * nsb + sb, nb = prm.nb;
+    const int64_t i = static_cast<int64_t>(n) * nsb + sb;
     const uint2 qa = ldu64(prm.w + i * 128 + 64 * h + l);
     const uint2 qb = ldu64(prm.w + i * 128 + 64 * h + 32 + l);
-    const uint2 qh = ldu64(prm.w + nb * 128 + i * 64 + 32 * h + l);
-    const uint2 sc = ldu64(prm.w + nb * 192 + i * 16 + 8 * h);  // sc[8h .. 8h + 7]
+    const uint2 qh = ldu64(prm.template plane<kType, 1>() + i * 64 + 32 * h + l);
+    const uint2 sc = ldu64(prm.template plane<kType, 2>() + i * 16 + 8 * h);  // sc[8h .. 8h + 7]
     r.qa0 = qa.x, r.qa1 = qa.y, r.qb0 = qb.x, r.qb1 = qb.y, r.qh0 = qh.x, r.qh1 = qh.y;
     // bytes is, is + 2, is + 4, is + 6 of the eight (is = l / 16)
     r.sc = __byte_perm(sc.x, sc.y, (l >> 4) ? 0x7531u : 0x6420u);
-    r.d = ldu16(prm.w + nb * 208 + i * 2);
+    r.d = ldu16(prm.template plane<kType, 3>() + i * 2);
     return true;
   }
   // The 4 codes of field s from one word of ql and one of qh, as int8 (q - 32, per byte).
@@ -366,12 +367,12 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
   const int64_t nblk = p.K / F::kElems;
   const uint8_t* plane = p.w;
 #pragma unroll
-  for (int j = 0; j < F::kPlanes; ++j) {
-    const uint8_t* base = plane + first * nblk * F::plane_bytes(j);
-    for (int64_t off = threadIdx.x * 128; off < rows * nblk * F::plane_bytes(j);
+  for (int j = 0; j < quant_plane_count(F::kType); ++j) {
+    const uint8_t* base = plane + first * nblk * quant_plane_bytes(F::kType, j);
+    for (int64_t off = threadIdx.x * 128; off < rows * nblk * quant_plane_bytes(F::kType, j);
          off += blockDim.x * 128)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-    plane += p.nb * F::plane_bytes(j);
+    plane += p.nb * quant_plane_bytes(F::kType, j);
   }
 }
 

@@ -9,25 +9,21 @@
 namespace flashnorm::kernels::cuda {
 namespace {
 
-struct Field {
-  int offset, size;  // within the block
-};
-
-// The fields of a block in plane order.
-std::vector<Field> fields(QuantType type) {
+// Offset within the file's block of the field that plane j holds (ggml-common.h).
+int field_offset(QuantType type, int j) {
   switch (type) {
-    case QuantType::kQ4_0:
-      return {{2, 16}, {0, 2}};
-    case QuantType::kQ4_1:
-      return {{4, 16}, {0, 4}};
-    case QuantType::kQ5_0:
-      return {{6, 16}, {2, 4}, {0, 2}};
-    case QuantType::kQ8_0:
-      return {{2, 32}, {0, 2}};
-    case QuantType::kQ6_K:
-      return {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
-    default:
-      return {{0, quant_block_bytes(type)}};
+    case QuantType::kQ4_0:  // d, qs[16]
+      return j == 0 ? 2 : 0;
+    case QuantType::kQ4_1:  // d, m, qs[16]
+      return j == 0 ? 4 : 0;
+    case QuantType::kQ5_0:  // d, qh[4], qs[16]
+      return j == 0 ? 6 : (j == 1 ? 2 : 0);
+    case QuantType::kQ8_0:  // d, qs[32]
+      return j == 0 ? 2 : 0;
+    case QuantType::kQ6_K:  // ql[128], qh[64], scales[16], d
+      return j == 0 ? 0 : (j == 1 ? 128 : (j == 2 ? 192 : 208));
+    default:  // the whole block
+      return 0;
   }
 }
 
@@ -69,20 +65,20 @@ std::vector<uint8_t> convert(QuantType type, std::span<const uint8_t> src, bool 
                 " bytes are not whole blocks of " + name(type));
   const size_t nb = src.size() / block_bytes;
   std::vector<uint8_t> out(src.size());
-  size_t plane = 0;  // start of the current plane
-  for (const Field& f : fields(type)) {
-    const bool qh = type == QuantType::kQ5_0 && f.offset == 2;
+  for (int j = 0; j < quant_plane_count(type); ++j) {
+    const size_t size = quant_plane_bytes(type, j), plane = nb * quant_plane_before(type, j);
+    const size_t offset = field_offset(type, j);
+    const bool qh = type == QuantType::kQ5_0 && j == 1;
     for (size_t i = 0; i < nb; ++i) {
-      const size_t in_block = i * block_bytes + f.offset, in_plane = plane + i * f.size;
+      const size_t in_block = i * block_bytes + offset, in_plane = plane + i * size;
       if (to_planes) {
-        std::memcpy(out.data() + in_plane, src.data() + in_block, f.size);
+        std::memcpy(out.data() + in_plane, src.data() + in_block, size);
         if (qh) permute_qh(out.data() + in_plane, true);
       } else {
-        std::memcpy(out.data() + in_block, src.data() + in_plane, f.size);
+        std::memcpy(out.data() + in_block, src.data() + in_plane, size);
         if (qh) permute_qh(out.data() + in_block, false);
       }
     }
-    plane += nb * f.size;
   }
   return out;
 }
@@ -91,7 +87,7 @@ std::vector<uint8_t> convert(QuantType type, std::span<const uint8_t> src, bool 
 
 std::vector<int> quant_planes(QuantType type) {
   std::vector<int> sizes;
-  for (const Field& f : fields(type)) sizes.push_back(f.size);
+  for (int j = 0; j < quant_plane_count(type); ++j) sizes.push_back(quant_plane_bytes(type, j));
   return sizes;
 }
 

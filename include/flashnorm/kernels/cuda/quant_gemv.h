@@ -58,6 +58,41 @@ inline std::optional<QuantType> quant_type(io::GgmlType t) {
 int quant_block_elems(QuantType t);
 int quant_block_bytes(QuantType t);
 
+// Bytes per block of plane j (0-based) of `type`'s device layout (quant_layout.h: the planes in
+// the order listed there); 0 past its last plane. The one description of the planes: the host
+// conversion (quant_layout.cpp) and the kernels use it.
+__host__ __device__ constexpr int quant_plane_bytes(QuantType type, int j) {
+  switch (type) {
+    case QuantType::kQ4_0:
+      return j == 0 ? 16 : (j == 1 ? 2 : 0);
+    case QuantType::kQ4_1:
+      return j == 0 ? 16 : (j == 1 ? 4 : 0);
+    case QuantType::kQ5_0:
+      return j == 0 ? 16 : (j == 1 ? 4 : (j == 2 ? 2 : 0));
+    case QuantType::kQ8_0:
+      return j == 0 ? 32 : (j == 1 ? 2 : 0);
+    case QuantType::kQ4_K:
+      return j == 0 ? 144 : 0;
+    default:  // Q6_K
+      return j == 0 ? 128 : (j == 1 ? 64 : (j == 2 ? 16 : (j == 3 ? 2 : 0)));
+  }
+}
+
+// The number of planes of `type` (1 to 4).
+__host__ __device__ constexpr int quant_plane_count(QuantType type) {
+  int n = 0;
+  while (quant_plane_bytes(type, n) > 0) ++n;
+  return n;
+}
+
+// Bytes per block of the planes before plane j of `type`: plane j of the device layout of nb
+// blocks starts at byte nb * quant_plane_before(type, j).
+__host__ __device__ constexpr int quant_plane_before(QuantType type, int j) {
+  int before = 0;
+  for (int k = 0; k < j; ++k) before += quant_plane_bytes(type, k);
+  return before;
+}
+
 // Shared memory (bytes) quant_gemv stages x in for M rows of K (M rounded up to 1, 2, 4, 8; about
 // 2.5 bytes per element: int16 values with 16 bytes of padding per 128, a scale and a sum per
 // block of 32), and the most it takes: larger M * K are refused.
