@@ -26,14 +26,14 @@
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
 # in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
 # bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
-# race_batch.log; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json; stage
+# race_batch.log; stage `racenative`: race_native.log; stage `ncuq`: ncuq_SHAPE.txt; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json; stage
 # `sanquant`: sanquant.log; stage `nsys`: nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the
 # norm mode).
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# bucket, cpusimd, ncu, ncuk, racebatch, batch, serve, sanquant, nsys.
+# bucket, cpusimd, ncu, ncuk, ncuq, racebatch, racenative, batch, serve, sanquant, nsys.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -92,7 +92,7 @@ export LD_LIBRARY_PATH=/tmp/fn/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib:${LD_LIBRARY_
 BIN=/tmp/fn/bin
 M=/tmp/fn_model/$(awk '{print $2}' /tmp/fn_model/model.sha256 2>/dev/null)
 needs_model=0
-for st in race nojoin ncu ncuk nsys verify generate bench sanitize bucket racebatch serve; do has $st && needs_model=1; done
+for st in race nojoin ncu ncuk nsys verify generate bench sanitize bucket racebatch racenative serve; do has $st && needs_model=1; done
 if [[ $needs_model == 1 ]]; then
   if [[ ! -f "$M" ]]; then
     cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
@@ -189,6 +189,17 @@ if has racebatch; then
   grep -vE "^  text:" "$OUT/race_batch.log" | grep -vE "^\[ RUN" | head -60
 fi
 
+if has racenative; then
+  # The single-sequence race test on the GGUF's own blocks (--native: the decode steps read them
+  # with quant_gemv, launched with PDL); RACE_ONLY: the configurations (default: all but two-stream,
+  # which native weights do not take)
+  stamp "race test on native weights ($STEPS steps)"
+  "$BIN/engine_race_test" --gtest_filter='*GraphReplayMatchesEagerEveryStep*:-*Batched*:*two_stream*' \
+    --model "$M" --steps "$STEPS" --native ${RACE_ONLY:+--only $RACE_ONLY} > "$OUT/race_native.log" 2>&1
+  check "engine_race_test --native" $? "$OUT/race_native.log"
+  grep -vE "^  text:" "$OUT/race_native.log" | grep -vE "^\[ RUN" | head -40
+fi
+
 if has batch; then
   # Batched decode throughput at 1, 8, 32, 64 sequences (standard, flashnorm, standard fused
   # add+norm, each also with the decode GEMV to 16 rows) and flashnorm's batch invariance, on
@@ -253,6 +264,24 @@ if has nsys; then
   else
     echo "nsys is not on this machine"; check "nsys present" 1
   fi
+fi
+
+if has ncuq; then
+  # quant_gemv under ncu (its first launch of each lab shape: the verification call), for where its
+  # time goes: NCUQ_SHAPES (';'-separated parts of the lab's shape names, default "8b down;8b q|k|v")
+  # and NCUQ_TYPES (default q4_k), M = 1 launched with PDL
+  stamp "ncu: quant_gemv in the kernel lab"
+  IFS=';' read -r -a ncuq_shapes <<< "${NCUQ_SHAPES:-8b down;8b q|k|v}"
+  for sh in "${ncuq_shapes[@]}"; do
+    f="$OUT/ncuq_$(echo "$sh" | tr -c 'a-z0-9\n' '_').txt"
+    QGEMV_SHAPES="$sh" QGEMV_TYPES="${NCUQ_TYPES:-q4_k}" timeout 150 ncu --clock-control none \
+      -k regex:quant_gemv_kernel --launch-count "${NCUQ_LAUNCHES:-1}" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+      "$BIN/quant_gemv_bench" 1 1 > "$f" 2>&1
+    check "ncu quant_gemv ($sh)" $?
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issued Warp|L2 Hit|L1/TEX Hit|Stall|One or More|No Eligible" "$f" | head -40
+  done
 fi
 
 if has ncuk && command -v ncu > /dev/null; then
@@ -351,8 +380,13 @@ if has native8b; then
   "$BIN/random_quant_gguf" /tmp/fn_l8b.gguf q4_k --distinct 4 2>&1 | tail -1
   check "random_quant_gguf" "${PIPESTATUS[0]}"
   stamp "bench --model --weights native: Llama-3-8B shapes, Q4_K"
-  # PROMPTS_8B (default 512): with 4096-token prompts too the call ran past 500 s (f461df2)
-  "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 3 \
+  # PROMPTS_8B (default 512): with 4096-token prompts too the call ran past 500 s (f461df2);
+  # CONFIGS_8B (default standard,flashnorm, each with its native twin): with all of --quick's
+  # (8 engines of 8B, each tuned at load) 512-token prompts ran past 350 s too (6c3b2d1);
+  # BENCH_8B_TIMEOUT (default 330 s) stops it so that the call still returns its log
+  timeout "${BENCH_8B_TIMEOUT:-330}" \
+    "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 3 \
+    --configs "${CONFIGS_8B:-standard,flashnorm}" \
     --prompt-tokens "${PROMPTS_8B:-512}" --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
     --commit "$COMMIT" --driver "$DRIVER"
   check "bench native l8b" $?

@@ -117,6 +117,12 @@ void register_bench(CLI::App& app) {
                 "add+norm and flashnorm with deferred prompts, without the ablations "
                 "(recommended for large models: each configuration holds its own weights)")
       ->needs(model);
+  sub->add_option("--configs", o->model.configs,
+                  "--model: only these configurations, by the names of the table (comma-separated, "
+                  "e.g. standard,flashnorm); with --weights native each keeps its native twin "
+                  "(large models: each configuration holds its own weights and tunes at load)")
+      ->delimiter(',')
+      ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {
       o->model.out = o->out;

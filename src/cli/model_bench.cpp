@@ -22,6 +22,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -88,9 +89,13 @@ void run_model_bench(const ModelBenchArgs& a) {
   if (a.weights != "f32" && a.weights != "native")
     throw Error("bench --model: --weights must be f32 or native");
   const bool native = a.weights == "native";
+  const auto t_start = std::chrono::steady_clock::now();
   const Model model = load_model(a.model);
   std::optional<Model> native_model;
   if (native) native_model = load_model(a.model, /*with_data=*/true, WeightStorage::kNative);
+  const auto t_load = std::chrono::steady_clock::now();
+  fmt::print(stderr, "bench --model: weights read in {:.1f} s\n",
+             std::chrono::duration<double>(t_load - t_start).count());
   struct Config {
     std::string name;
     NormMode mode;
@@ -164,6 +169,33 @@ void run_model_bench(const ModelBenchArgs& a) {
                       false, TiedHead::kFoldCopy});
     }
   }
+  if (!a.configs.empty()) {  // --configs: the named ones (a native one with its bf16 one)
+    std::vector<std::string> names;
+    for (const Config& c : cfgs)
+      if (!c.native()) names.push_back(c.name);
+    for (const std::string& n : a.configs) {
+      if (std::find(names.begin(), names.end(), n) == names.end())
+        throw Error(fmt::format("bench --model: --configs \"{}\" is not one of this run's: {}", n,
+                                fmt::join(names, ", ")));
+    }
+    auto wanted = [&](const Config& c) {
+      const std::string& n = c.native() ? cfgs[size_t(c.bf16_of)].name : c.name;
+      return std::find(a.configs.begin(), a.configs.end(), n) != a.configs.end();
+    };
+    std::vector<int> index(cfgs.size(), -1);
+    std::vector<Config> kept;
+    for (size_t k = 0; k < cfgs.size(); ++k) {
+      if (!wanted(cfgs[k])) continue;
+      index[k] = int(kept.size());
+      kept.push_back(std::move(cfgs[k]));
+    }
+    for (Config& c : kept)
+      if (c.native()) c.bf16_of = index[size_t(c.bf16_of)];
+    cfgs = std::move(kept);
+  }
+  auto since_load = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  };
   const int ctx = a.ctx != 0 ? a.ctx : std::min(need + 64, std::max(need, model.cfg.context));
   if (ctx > model.cfg.context)
     throw Error(
@@ -185,6 +217,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.launch.decode_max_rows = c.decode_rows;
     if (c.batched) o.capacity.max_sequences = max_b;
     c.e = std::make_unique<CudaEngine>(c.native() ? *native_model : model, c.mode, o);
+    fmt::print(stderr, "bench --model: engine \"{}\" ready at {:.1f} s\n", c.name, since_load());
   }
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> id(0, model.cfg.vocab - 1);
@@ -248,7 +281,18 @@ void run_model_bench(const ModelBenchArgs& a) {
              "over runs (configurations interleaved); profile: eager step, CUDA events "
              "around each kernel, median of 20 steps"},
             {"configs", nlohmann::json::array()}});
-  const double std_us = median(cfgs[0].decode_us);
+  // the bf16 configurations the ratios are against (--configs may leave one out: its ratios are
+  // then NaN, null in the JSON)
+  auto find = [&](const std::string& n) {
+    for (size_t k = 0; k < cfgs.size(); ++k)
+      if (cfgs[k].name == n) return int(k);
+    return -1;
+  };
+  const int i_std = find("standard"), i_fn = find("flashnorm"),
+            i_fused = find("standard fused add+norm");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto med = [&](int k, auto field) { return k < 0 ? nan : median(field(cfgs[size_t(k)])); };
+  const double std_us = med(i_std, [](const Config& c) { return c.decode_us; });
   fmt::print("{} | {} | prompt {} tokens, decode {} tokens at batch 1, {} runs (medians)\n",
              j["gpu"].get<std::string>(), a.model, lens[0], a.decode_tokens, a.runs);
   fmt::print("{:<24} {:>12} {:>11} {:>9} {:>8} | {:>7} {:>9} {:>9} {:>9} {:>8} (us, eager)\n",
@@ -303,7 +347,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     j["configs"][k]["prompt_speed_vs_bf16"] = pr;
     fmt::print("{:<24} vs bf16: decode {:.3f}x, prompt {:.3f}x\n", cfgs[k].name, dec, pr);
   }
-  // Prompt tokens/s at each length, against standard and standard fused add+norm (cfgs[3]).
+  // Prompt tokens/s at each length, against standard and standard fused add+norm.
   fmt::print("{:<28} {:>7} {:>12} {:>12} {:>14}\n", "prompt pass", "tokens", "tok/s", "vs standard",
              "vs fused add");
   for (size_t k = 0; k < cfgs.size(); ++k) {
@@ -311,8 +355,8 @@ void run_model_bench(const ModelBenchArgs& a) {
     for (size_t i = 0; i < lens.size(); ++i) {
       const double tps = median(c.prompt_tps[i]);
       // against the bf16 standard engines (native rows too: what the blocks cost against bf16)
-      const double vs_std = tps / median(cfgs[0].prompt_tps[i]);
-      const double vs_fused = tps / median(cfgs[3].prompt_tps[i]);
+      const double vs_std = tps / med(i_std, [&](const Config& r) { return r.prompt_tps[i]; });
+      const double vs_fused = tps / med(i_fused, [&](const Config& r) { return r.prompt_tps[i]; });
       j["configs"][k]["prompts"].push_back({{"tokens", lens[i]},
                                             {"tokens_per_s", tps},
                                             {"tokens_per_s_runs", c.prompt_tps[i]},
@@ -330,8 +374,8 @@ void run_model_bench(const ModelBenchArgs& a) {
     for (int k : batched_cfgs) {
       for (size_t i = 0; i < a.batches.size(); ++i) {
         const double us = median(cfgs[k].batch_us[i]), b = a.batches[i];
-        const double vs_std = median(cfgs[0].batch_us[i]) / us;
-        const double vs_fused = median(cfgs[3].batch_us[i]) / us;
+        const double vs_std = med(i_std, [&](const Config& r) { return r.batch_us[i]; }) / us;
+        const double vs_fused = med(i_fused, [&](const Config& r) { return r.batch_us[i]; }) / us;
         j["batched_decode"].push_back({{"config", cfgs[k].name},
                                        {"decode_max_rows", cfgs[k].decode_rows},
                                        {"batch", a.batches[i]},
@@ -400,16 +444,18 @@ void run_model_bench(const ModelBenchArgs& a) {
   // What the norms cost: Standard's standalone norm kernels as a share of its eager step; after,
   // FlashNorm's standalone norm kernels (the final RMSNorm of a tied head that keeps its gain) plus
   // what its normed projections cost beyond Standard's plain ones (the sum can be negative).
-  const StepProfile &ps = cfgs[0].prof, &pf = cfgs[1].prof;
-  const double before = ps.norm_us / ps.total_us();
-  const double after = (pf.norm_us + pf.normed_proj_us - ps.normed_proj_us) / pf.total_us();
-  j["norm_share_standard"] = before;
-  j["norm_share_flashnorm"] = after;
-  fmt::print(
-      "norm share of a decode step (eager profile): standard {:.1f}% (rms_norm kernels); "
-      "flashnorm {:+.1f}% (its rms_norm kernels + its normed projections minus standard's "
-      "plain ones)\n",
-      100 * before, 100 * after);
+  if (i_std >= 0 && i_fn >= 0) {
+    const StepProfile &ps = cfgs[size_t(i_std)].prof, &pf = cfgs[size_t(i_fn)].prof;
+    const double before = ps.norm_us / ps.total_us();
+    const double after = (pf.norm_us + pf.normed_proj_us - ps.normed_proj_us) / pf.total_us();
+    j["norm_share_standard"] = before;
+    j["norm_share_flashnorm"] = after;
+    fmt::print(
+        "norm share of a decode step (eager profile): standard {:.1f}% (rms_norm kernels); "
+        "flashnorm {:+.1f}% (its rms_norm kernels + its normed projections minus standard's "
+        "plain ones)\n",
+        100 * before, 100 * after);
+  }
   const std::string s = j.dump(1) + "\n";
   f.write(s.data(), s.size());
   f.commit();

@@ -25,6 +25,9 @@ struct ModelBenchArgs {
   // the first length, and flashnorm's batch invariance (greedy top-1 of one sequence alone vs in
   // the batch)
   std::vector<int> batches;
+  // only the configurations of these names (empty: all that the other options select); a native
+  // configuration goes with its bf16 one. Errors: a name that is not one of the run's.
+  std::vector<std::string> configs;
 };
 // Part of the CUDA module (libflashnorm_cuda.so, engine/cuda_module.h): callers in the executable
 // reach it through cuda_module().run_model_bench.
