@@ -239,6 +239,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     cfgs[k].batch_us.resize(a.batches.size());
     for (int b : a.batches) cfgs[k].e->time_batch_decode_steps(prompt(0), b, 8);  // warm-up
   }
+  fmt::print(stderr, "bench --model: warm-up done at {:.1f} s\n", since_load());
   for (int r = 0; r < a.runs; ++r) {
     for (auto& c : cfgs) {
       for (size_t i = lens.size(); i-- > 0;) {  // the first length last: decode follows it
@@ -256,6 +257,8 @@ void run_model_bench(const ModelBenchArgs& a) {
             c.e->time_batch_decode_steps(prompt(0), a.batches[i], a.decode_tokens));
       }
     }
+    fmt::print(stderr, "bench --model: round {} of {} done at {:.1f} s\n", r + 1, a.runs,
+               since_load());
   }
   for (auto& c : cfgs) {
     c.e->reset();
