@@ -182,10 +182,12 @@ void run_model_bench(const ModelBenchArgs& a) {
       const std::string& n = c.native() ? cfgs[size_t(c.bf16_of)].name : c.name;
       return std::find(a.configs.begin(), a.configs.end(), n) != a.configs.end();
     };
+    std::vector<char> keep(cfgs.size());  // before any is moved (a native one reads its bf16 name)
+    for (size_t k = 0; k < cfgs.size(); ++k) keep[k] = wanted(cfgs[k]);
     std::vector<int> index(cfgs.size(), -1);
     std::vector<Config> kept;
     for (size_t k = 0; k < cfgs.size(); ++k) {
-      if (!wanted(cfgs[k])) continue;
+      if (!keep[k]) continue;
       index[k] = int(kept.size());
       kept.push_back(std::move(cfgs[k]));
     }

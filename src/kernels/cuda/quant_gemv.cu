@@ -111,7 +111,6 @@ template <int MT>
 struct Q8_0 {
   static constexpr QuantType kType = QuantType::kQ8_0;
   static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
-  static constexpr bool kPipelined = false;  // no registers for a second set under the cap
   struct Raw {
     uint32_t d, q0, q1;
   };
@@ -154,7 +153,6 @@ struct SmallBlock {
                                        : S == Small::kQ4_1 ? QuantType::kQ4_1
                                                            : QuantType::kQ5_0;
     static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
-    static constexpr bool kPipelined = false;  // no registers for a second set under the cap
     struct Raw {
       uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 unsigned codes
     };
@@ -221,7 +219,6 @@ struct Q4_K {
   // one step at a time and no register cap: two steps at once held to 80 registers (three CTAs)
   // ran 1.3x slower at Llama-3-8B's q|k|v, o and down shapes (H200, a5dfdc8)
   static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8, kUnroll = 1, kMinCtas = 1;
-  static constexpr bool kPipelined = true;
   static constexpr QuantType kType = QuantType::kQ4_K;  // one plane: the file's blocks
   struct Raw {
     uint4 head, q0, q1;
@@ -291,7 +288,6 @@ struct Q6_K {
   static constexpr int kElems = 256, kPerStep = 4;
   // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (a5dfdc8)
   static constexpr int kUnroll = 1, kMinCtas = 1;
-  static constexpr bool kPipelined = true;
   static constexpr QuantType kType = QuantType::kQ6_K;
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
@@ -511,10 +507,6 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   }
   __syncthreads();
   const Staged staged{xq, xd, xs32, K};
-  // F::kPipelined: the next steps' loads (the next group's first ones after a group's last) are
-  // issued before the current steps' products, so a warp always has a load in flight
-  constexpr bool P = F<MT>::kPipelined;
-  if constexpr (P && !EARLY) load_steps(blockIdx.x, 0);
   // row groups of kRowsPerCta rows: blockIdx.x, then every gridDim.x-th (the staged x reused)
   for (int g = blockIdx.x; g < groups; g += gridDim.x) {
     if (g + static_cast<int>(gridDim.x) < groups) prefetch_rows<F<MT>>(p, g + gridDim.x);
@@ -525,30 +517,12 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 #pragma unroll
       for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
     for (int it0 = 0; it0 < steps; it0 += U) {
-      if constexpr (P) {
-        typename F<MT>::Raw cur[U][kRowsPerWarp];
-        bool cur_ok[U][kRowsPerWarp];
+      if (!EARLY || g != static_cast<int>(blockIdx.x) || it0 != 0) load_steps(g, it0);
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r) cur[u][r] = raw[u][r], cur_ok[u][r] = ok[u][r];
-        if (it0 + U < steps)
-          load_steps(g, it0 + U);
-        else if (g + static_cast<int>(gridDim.x) < groups)
-          load_steps(g + gridDim.x, 0);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r)
-            if (cur_ok[u][r]) F<MT>::dot(cur[u][r], it0 + u, lane, staged, acc[r]);
-      } else {
-        if (!EARLY || g != static_cast<int>(blockIdx.x) || it0 != 0) load_steps(g, it0);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r)
-            if (ok[u][r]) F<MT>::dot(raw[u][r], it0 + u, lane, staged, acc[r]);
-      }
+        for (int r = 0; r < kRowsPerWarp; ++r)
+          if (ok[u][r]) F<MT>::dot(raw[u][r], it0 + u, lane, staged, acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
