@@ -1,7 +1,9 @@
 // Folding rounds once: fp64 products go to f16/bf16 without passing through a nearest-even fp32.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
+#include <limits>
 
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/dequant.h"
@@ -31,6 +33,26 @@ TEST(Rounding, ExactValuesAndTiesStayNearestEven) {
   EXPECT_EQ(round_to_f32(0.1), 0.1f);
   EXPECT_TRUE(std::isinf(io::bf16_to_fp32(round_to_bf16(1e300))));
   EXPECT_TRUE(std::isnan(io::bf16_to_fp32(round_to_bf16(NAN))));
+}
+
+// Round to odd (the fp32 step before the 16-bit rounding): the fp64 value truncated toward zero to
+// fp32, the last bit set when that dropped anything. Expected values from the definition.
+TEST(Rounding, RoundToOddTruncatesThenSetsTheStickyBit) {
+  const float next1 = std::nextafter(1.0f, 2.0f);  // 1 + 2^-23, odd
+  EXPECT_EQ(round_to_odd_f32(1.0), 1.0f);          // exact: unchanged, even
+  // nearest rounds up to 1 + 2^-23 (odd) or 1 + 2^-22 (even): truncation gives 1 or 1 + 2^-23
+  EXPECT_EQ(round_to_odd_f32(1.0 + std::ldexp(1.0, -23) - std::ldexp(1.0, -40)), next1);
+  EXPECT_EQ(round_to_odd_f32(1.0 + std::ldexp(1.0, -22) - std::ldexp(1.0, -40)), next1);
+  EXPECT_EQ(round_to_odd_f32(-(1.0 + std::ldexp(1.0, -30))), -next1);
+  // past FLT_MAX but finite (nearest would be infinity): FLT_MAX, which is odd
+  const double big = static_cast<double>(FLT_MAX) + std::ldexp(1.0, 103) + std::ldexp(1.0, 90);
+  EXPECT_EQ(round_to_odd_f32(big), FLT_MAX);
+  EXPECT_EQ(round_to_odd_f32(-big), -FLT_MAX);
+  // below the smallest subnormal (nearest would be zero): the smallest subnormal, sign kept
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(round_to_odd_f32(std::ldexp(1.0, -160)), tiny);
+  EXPECT_EQ(round_to_odd_f32(-std::ldexp(1.0, -160)), -tiny);
+  EXPECT_TRUE(std::isinf(round_to_odd_f32(INFINITY)));
 }
 
 TEST(FoldMatrix, MultipliesColumnsByGain) {
