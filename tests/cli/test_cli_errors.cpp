@@ -342,5 +342,16 @@ TEST(CliErrors, IntegersAreDecimal) {
   EXPECT_NE(r.err.find("decode: 2 tokens"), std::string::npos) << r.err;
 }
 
+// CLI11 2.1 drops empty items of a delimited list: `--batch 1,,8` ran batches 1 and 8.
+TEST(CliErrors, ListsRefuseEmptyItems) {
+  const std::string m = testing::smollm2_path();
+  expect_one_line_error(run_cli("bench --model " + m + " --batch 1,,8"),
+                        "--batch: '1,,8' has an empty item");
+  expect_one_line_error(run_cli("bench --model " + m + " --batch=,8"),
+                        "--batch: ',8' has an empty item");
+  expect_one_line_error(run_cli("bench --model " + m + " --prompt-tokens 512,"),
+                        "--prompt-tokens: '512,' has an empty item");
+}
+
 }  // namespace
 }  // namespace flashnorm
