@@ -23,12 +23,13 @@
 # torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json;
 # stage `torchprof` (needs _C.so): torch_hf_profile.log.
 # stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
-# stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json, bench_native_I.json (I = 1, 2: the models
-# in /tmp/fn_model and /tmp/fn_model2); stage `native8b`: bench_native_l8b.json; stage `l1b`:
-# bench_l1b.json; stage `bucket`: bench_ctx0.json, bench_ctx4160.json; stage `racebatch`:
-# race_batch.log; stage `racenative`: race_native.log; stage `ncuq`: ncuq_SHAPE.txt; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json; stage
-# `sanquant`: sanquant.log; stage `nsys`: nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the
-# norm mode).
+# stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json,
+# bench_native_I.json (I = 1, 2: the models in /tmp/fn_model and /tmp/fn_model2); stage
+# `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
+# bench_ctx4160.json; stage `racebatch`: race_batch.log; stage `racenative`: race_native.log;
+# stage `ncuq`: ncuq_SHAPE.txt; stage `batch`: bench_batch_I.json; stage `serve`:
+# serve_cuda.json; stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device
+# machine in session 13): nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
@@ -266,7 +267,7 @@ if has nsys; then
   fi
 fi
 
-if has ncuq; then
+if has ncuq && command -v ncu > /dev/null; then
   # quant_gemv under ncu (its first launch of each lab shape: the verification call), for where its
   # time goes: NCUQ_SHAPES (';'-separated parts of the lab's shape names, default "8b down;8b q|k|v")
   # and NCUQ_TYPES (default q4_k), M = 1 launched with PDL

@@ -11,15 +11,16 @@
 // them (each call's prologue then overlaps the previous call).
 //   quant_gemv_bench [M] [PDL]   one JSON line per shape on stdout
 // Environment (for profilers): QGEMV_SHAPES, only the shapes whose name contains it (e.g.
-// "8b down"); QGEMV_TYPES, only these formats (e.g. "q4_k,q6_k").
+// "8b down"); QGEMV_TYPES, only these formats (e.g. "q4_k,q6_k"); empty: unset. Exit status 1
+// when they select nothing.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "flashnorm/io/dequant.h"
@@ -80,13 +81,19 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   std::mt19937 rng(1234);
-  const char* only_shapes = std::getenv("QGEMV_SHAPES");
-  const char* only_types = std::getenv("QGEMV_TYPES");
+  auto env = [](const char* n) -> const char* {
+    const char* v = std::getenv(n);
+    return v && *v ? v : nullptr;
+  };
+  const char* only_shapes = env("QGEMV_SHAPES");
+  const char* only_types = env("QGEMV_TYPES");
+  int ran = 0;
   for (const Shape& sh : shapes) {
     if (only_shapes && !std::strstr(sh.what, only_shapes)) continue;
     for (fk::QuantType t : types) {
       if (sh.K % fk::quant_block_elems(t)) continue;
       if (only_types && std::string(only_types).find(name(t)) == std::string::npos) continue;
+      ++ran;
       if (fk::quant_gemv_shared_bytes(M, sh.K) > fk::kQuantGemvMaxSharedBytes) {
         // a shape quant_gemv refuses (its staged x over the shared-memory limit) is reported
         std::printf(
@@ -177,5 +184,6 @@ int main(int argc, char** argv) {
     }
   }
   cudaStreamDestroy(s);
-  return 0;
+  if (ran == 0) std::fprintf(stderr, "QGEMV_SHAPES / QGEMV_TYPES select no shape and format\n");
+  return ran > 0 ? 0 : 1;
 }

@@ -14,6 +14,7 @@
 #include "flashnorm/error.h"
 #include "flashnorm/io/atomic_file.h"
 #include "kernel_bench.h"  // bench/kernel_bench: its options (the benchmark is in the CUDA module)
+#include "list_option.h"
 #include "model_bench.h"
 
 namespace flashnorm::cli {
@@ -80,11 +81,10 @@ void register_bench(CLI::App& app) {
   for (CLI::Option* k : kernel_only) k->excludes(model);
   // the --model benchmark's options: refused without --model (the kernel benchmark has no use
   // for them)
-  sub->add_option("--prompt-tokens", o->model.prompt_tokens,
-                  "--model: prompt lengths, comma-separated, each >= 2 (each timed; decode follows "
-                  "a prompt of the first)")
-      ->delimiter(',')
-      ->capture_default_str()
+  add_int_list(sub, "--prompt-tokens", o->model.prompt_tokens,
+               "--model: prompt lengths, comma-separated, each >= 2 (each timed; decode follows a "
+               "prompt of the first)")
+      ->default_str("512")
       ->needs(model);
   sub->add_option("--decode-tokens", o->model.decode_tokens, "--model: decode steps per run (>= 8)")
       ->capture_default_str()
@@ -103,25 +103,24 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "native"}))
       ->capture_default_str()
       ->needs(model);
-  sub->add_option(
-         "--batch", o->model.batches,
-         "--model: also batched decode at these batch sizes (1..64, comma-separated): "
-         "standard, flashnorm, standard fused add+norm and flashnorm with its batched passes "
-         "deferred, with a size above 16 the first three again with the decode GEMV to 16 rows, "
-         "output tokens/s, and flashnorm's batch invariance (one sequence's greedy top-1 alone vs "
-         "batched)")
-      ->delimiter(',')
+  add_int_list(
+      sub, "--batch", o->model.batches,
+      "--model: also batched decode at these batch sizes (1..64, comma-separated): "
+      "standard, flashnorm, standard fused add+norm and flashnorm with its batched passes "
+      "deferred, with a size above 16 the first three again with the decode GEMV to 16 rows, "
+      "output tokens/s, and flashnorm's batch invariance (one sequence's greedy top-1 alone vs "
+      "batched)")
       ->needs(model);
   sub->add_flag("--quick", o->model.quick,
                 "--model: only standard, flashnorm, flashnorm two-stream, standard fused "
                 "add+norm and flashnorm with deferred prompts, without the ablations "
                 "(recommended for large models: each configuration holds its own weights)")
       ->needs(model);
-  sub->add_option("--configs", o->model.configs,
-                  "--model: only these configurations, by the names of the table (comma-separated, "
-                  "e.g. standard,flashnorm); with --weights native each keeps its native twin "
-                  "(large models: each configuration holds its own weights and tunes at load)")
-      ->delimiter(',')
+  add_name_list(sub, "--configs", o->model.configs,
+                "--model: only these configurations, by their names in the table, separated by "
+                "commas (a comma and a space belong to a name: 'standard,flashnorm, deferred "
+                "prompts'); with --weights native each keeps its native twin (large models: "
+                "each configuration holds its own weights and tunes at load)")
       ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {

@@ -8,7 +8,6 @@
 #include <exception>
 #include <new>
 #include <string>
-#include <vector>
 
 #include "commands.h"
 #include "flashnorm/error.h"
@@ -42,48 +41,11 @@ void decimal_integers(CLI::App& app) {
       "");
   for (CLI::Option* o : app.get_options()) {
     const std::string t = o->get_type_name();
-    if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) o->check(decimal);
+    // a comma-separated list (list_option.h, type "INT,...") checks its items itself
+    if ((t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) && t.find(',') == std::string::npos)
+      o->check(decimal);
   }
   for (CLI::App* sub : app.get_subcommands({})) decimal_integers(*sub);
-}
-
-void list_options(const CLI::App& app, std::vector<const CLI::Option*>& out) {
-  for (const CLI::Option* o : app.get_options())
-    if (o->get_delimiter() != '\0') out.push_back(o);
-  for (const CLI::App* sub : app.get_subcommands({})) list_options(*sub, out);
-}
-
-// Every list option (one with a delimiter) of `app` and its subcommands refuses an empty item
-// ("1,,8", ",8", "8,") and an empty list: CLI11 2.1 drops empty items silently, so `--batch 1,,8`
-// ran batches 1 and 8. Checked on argv before parsing, since CLI11 splits inside the parse.
-// Errors: CLI::ValidationError naming the option.
-void refuse_empty_list_items(const CLI::App& app, int argc, char** argv) {
-  std::vector<const CLI::Option*> lists;
-  list_options(app, lists);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--") break;  // what follows is positional
-    if (a.size() < 2 || a[0] != '-') continue;
-    std::string name = a, value;
-    bool inline_value = false;
-    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = a.substr(0, eq), value = a.substr(eq + 1), inline_value = true;
-    }
-    for (const CLI::Option* o : lists) {
-      if (!o->check_name(name)) continue;
-      if (!inline_value) {
-        if (i + 1 >= argc) break;  // CLI11 reports the missing value
-        value = argv[i + 1];
-      }
-      const char d = o->get_delimiter();
-      if (value.empty() || value.front() == d || value.back() == d ||
-          value.find(std::string(2, d)) != std::string::npos) {
-        throw CLI::ValidationError(o->get_name(), "'" + value + "' has an empty item (items are " +
-                                                      "separated by '" + std::string(1, d) + "')");
-      }
-      break;
-    }
-  }
 }
 
 }  // namespace
@@ -110,7 +72,6 @@ int main(int argc, char** argv) {
   flashnorm::cli::register_serve(app);
   decimal_integers(app);
   try {
-    refuse_empty_list_items(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help is a ParseError that exits 0

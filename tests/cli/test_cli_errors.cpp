@@ -342,7 +342,8 @@ TEST(CliErrors, IntegersAreDecimal) {
   EXPECT_NE(r.err.find("decode: 2 tokens"), std::string::npos) << r.err;
 }
 
-// CLI11 2.1 drops empty items of a delimited list: `--batch 1,,8` ran batches 1 and 8.
+// List options are split by the CLI (src/cli/list_option.h): CLI11 2.1 dropped empty items
+// (`--batch 1,,8` ran 1 and 8) and let a list read tokens past it.
 TEST(CliErrors, ListsRefuseEmptyItems) {
   const std::string m = testing::smollm2_path();
   expect_one_line_error(run_cli("bench --model " + m + " --batch 1,,8"),
@@ -351,6 +352,15 @@ TEST(CliErrors, ListsRefuseEmptyItems) {
                         "--batch: ',8' has an empty item");
   expect_one_line_error(run_cli("bench --model " + m + " --prompt-tokens 512,"),
                         "--prompt-tokens: '512,' has an empty item");
+  expect_one_line_error(run_cli("bench --model " + m + " --configs standard,,flashnorm"),
+                        "--configs: 'standard,,flashnorm' has an empty item");
+  expect_one_line_error(run_cli("bench --model " + m + " --batch 99999999999"),
+                        "--batch: '99999999999' is outside the range of an int");
+  // one token per list: a second is not part of it
+  expect_one_line_error(run_cli("bench --model " + m + " --batch 1 8"), "8");
+  // a list option's text inside another option's value is that value
+  const auto r = run_cli("generate -m " + m + " -p --batch=1,,2 -n 1 --seed 0 --device cpu");
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 }  // namespace
