@@ -173,7 +173,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     for (const std::string& n : a.configs) {
       if (std::find(names.begin(), names.end(), n) == names.end())
         throw Error(fmt::format("bench --model: --configs \"{}\" is not one of this run's: {}", n,
-                                fmt::join(names, ", ")));
+                                fmt::join(names, "; ")));  // a name may hold ", "
     }
     auto wanted = [&](const Config& c) {
       const std::string& n = c.native() ? cfgs[size_t(c.bf16_of)].name : c.name;
