@@ -28,7 +28,13 @@ std::string empty_item(const std::string& v, const std::vector<std::string>& ite
 
 }  // namespace
 
-std::vector<std::string> split_names(const std::string& v) { return split(v, true); }
+std::string not_decimal(const std::string& v) {
+  const size_t d = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
+  const bool digits = v.size() > d && v.find_first_not_of("0123456789", d) == std::string::npos;
+  if (!digits || (v[d] == '0' && v.size() > d + 1))
+    return "'" + v + "' is not a decimal integer (digits, no leading zero)";
+  return {};
+}
 
 CLI::Option* add_int_list(CLI::App* cmd, const std::string& name, std::vector<int>& out,
                           const std::string& description) {
@@ -37,11 +43,7 @@ CLI::Option* add_int_list(CLI::App* cmd, const std::string& name, std::vector<in
         const std::vector<std::string> parts = split(v, false);
         if (std::string e = empty_item(v, parts); !e.empty()) return e;
         for (const std::string& p : parts) {
-          const size_t d = p[0] == '+' || p[0] == '-' ? 1 : 0;
-          const bool digits =
-              p.size() > d && p.find_first_not_of("0123456789", d) == std::string::npos;
-          if (!digits || (p[d] == '0' && p.size() > d + 1))
-            return "'" + p + "' is not a decimal integer (digits, no leading zero)";
+          if (std::string e = not_decimal(p); !e.empty()) return e;
           long long x = 0;
           const auto r = std::from_chars(p.data() + (p[0] == '+'), p.data() + p.size(), x);
           if (r.ec != std::errc() || x < INT_MIN || x > INT_MAX)
@@ -69,7 +71,7 @@ CLI::Option* add_name_list(CLI::App* cmd, const std::string& name, std::vector<s
       [](std::string& v) -> std::string { return empty_item(v, split(v, true)); }, "");
   return cmd
       ->add_option_function<std::string>(
-          name, [&out](const std::string& v) { out = split_names(v); }, description)
+          name, [&out](const std::string& v) { out = split(v, true); }, description)
       ->check(items)
       ->type_name("NAME,...");
 }

@@ -22,7 +22,9 @@ CLI::Option* add_int_list(CLI::App* cmd, const std::string& name, std::vector<in
 CLI::Option* add_name_list(CLI::App* cmd, const std::string& name, std::vector<std::string>& out,
                            const std::string& description);
 
-// The items of a name list as add_name_list splits them (no check).
-std::vector<std::string> split_names(const std::string& v);
+// "" when v is a decimal integer (an optional sign, digits, no leading zero), else the usage
+// error's text naming v. The rule of every integer option of the CLI: CLI11 2.1 reads integers
+// with base 0, so "010" would be 8 and "0x10" 16 (main.cpp applies it to the single ones).
+std::string not_decimal(const std::string& v);
 
 }  // namespace flashnorm::cli

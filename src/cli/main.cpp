@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "flashnorm/error.h"
+#include "list_option.h"
 
 namespace {
 
@@ -29,16 +30,7 @@ void reserve_standard_descriptors() {
 // Every integer option of `app` and its subcommands takes decimal digits only (an optional sign,
 // no leading zero): CLI11 2.1 reads integers with base 0, so "-n 010" would be 8 and "0x10" 16.
 void decimal_integers(CLI::App& app) {
-  const CLI::Validator decimal(
-      [](std::string& v) -> std::string {
-        const size_t d = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
-        const bool digits =
-            v.size() > d && v.find_first_not_of("0123456789", d) == std::string::npos;
-        if (!digits || (v[d] == '0' && v.size() > d + 1))
-          return "'" + v + "' is not a decimal integer (digits, no leading zero)";
-        return {};
-      },
-      "");
+  const CLI::Validator decimal([](std::string& v) { return flashnorm::cli::not_decimal(v); }, "");
   for (CLI::Option* o : app.get_options()) {
     const std::string t = o->get_type_name();
     // a comma-separated list (list_option.h, type "INT,...") checks its items itself
