@@ -27,14 +27,14 @@
 # bench_native_I.json (I = 1, 2: the models in /tmp/fn_model and /tmp/fn_model2); stage
 # `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
 # bench_ctx4160.json; stage `racebatch`: race_batch.log; stage `racenative`: race_native.log;
-# stage `ncuq`: ncuq_SHAPE.txt; stage `batch`: bench_batch_I.json; stage `serve`:
+# stage `ncuq`: ncuq_SHAPE.txt; stage `ncu8b`: ncu8b.csv; stage `batch`: bench_batch_I.json; stage `serve`:
 # serve_cuda.json; stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device
 # machine in session 13): nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# bucket, cpusimd, ncu, ncuk, ncuq, racebatch, racenative, batch, serve, sanquant, nsys.
+# bucket, cpusimd, ncu, ncuk, ncuq, ncu8b, racebatch, racenative, batch, serve, sanquant, nsys.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -126,10 +126,17 @@ if has qgemv; then
   "$BIN/kernels_gpu_test" --gtest_filter='QuantGemv*' 2>&1 | tee "$OUT/quant_gemv_tests.log" | grep -E "OK|FAILED|PASSED|Failure|error" | head -20
   check "kernels_gpu_test QuantGemv" "${PIPESTATUS[0]}"
   # QGEMV_RUNS: M[:PDL] per lab run (PDL 1: both kernels launched with PDL, as the engine does)
+  # QGEMV_LABS: other builds of the lab, LABEL=PATH each (kernel variants), run after the bundle's
+  # one for every run, into quant_gemv_bench_LABEL.jsonl
   for run in ${QGEMV_RUNS:-1 1:1 8}; do
     "$BIN/quant_gemv_bench" ${run%%:*} $([[ $run == *:* ]] && echo ${run##*:}) \
       >> "$OUT/quant_gemv_bench.jsonl"
     check "quant_gemv_bench $run" $?
+    for lab in ${QGEMV_LABS:-}; do
+      "${lab#*=}" ${run%%:*} $([[ $run == *:* ]] && echo ${run##*:}) \
+        >> "$OUT/quant_gemv_bench_${lab%%=*}.jsonl"
+      check "quant_gemv_bench ${lab%%=*} $run" $?
+    done
   done
   cat "$OUT/quant_gemv_bench.jsonl"
 fi
@@ -391,6 +398,43 @@ if has native8b; then
     --prompt-tokens "${PROMPTS_8B:-512}" --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
     --commit "$COMMIT" --driver "$DRIVER"
   check "bench native l8b" $?
+fi
+if has ncu8b && command -v ncu > /dev/null; then
+  # GPU time of each kernel of decode steps at Llama-3-8B shapes (the random Q4_K model of stage
+  # native8b; made here when that stage did not run), bf16 and native weights, standard norm:
+  # every kernel but the bf16 GEMVs (-k: their load-time tuning runs unprofiled), the first
+  # NCU8B_COUNT (default 6000) launches. ncu runs the kernels one at a time: durations without
+  # launch gaps or PDL overlap. Summarized per kernel, grid and weights by the script below.
+  if [[ ! -f /tmp/fn_l8b.gguf ]]; then
+    "$BIN/random_quant_gguf" /tmp/fn_l8b.gguf q4_k --distinct 4 2>&1 | tail -1
+  fi
+  stamp "ncu: decode-step kernels at Llama-3-8B shapes"
+  timeout "${NCU8B_TIMEOUT:-300}" ncu --clock-control none --metrics gpu__time_duration.sum \
+    --csv --print-units base --launch-count "${NCU8B_COUNT:-6000}" \
+    -k regex:'decode_attention|quant_gemv|rms_norm|residual|embed|sampl|argmax|glu|rope' \
+    "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 1 \
+    --configs standard --prompt-tokens 512 --decode-tokens 16 > "$OUT/ncu8b.csv" 2>/dev/null
+  check "ncu8b" $?
+  python3 - "$OUT/ncu8b.csv" <<'PY'
+import csv, io, re, sys, collections
+text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+rows = list(csv.DictReader(io.StringIO(text[text.find('"ID"'):])))
+ks = [(r["Kernel Name"], r["Grid Size"], float(r["Metric Value"].replace(",", "")) / 1e3)
+      for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"]
+# a kernel belongs to the native engine when a quant_gemv ran among the 6 kernels before or after
+t = collections.defaultdict(list)
+for i, (name, grid, us) in enumerate(ks):
+    near = ks[max(0, i - 6):i + 7]
+    w = "native" if any("quant_gemv" in n for n, _, _ in near) else "bf16"
+    short = re.sub(r"\(anonymous namespace\)::|flashnorm::kernels::cuda::|detail::", "", name)
+    short = short.split("(Params")[0].split("(flashnorm")[0][:70]
+    t[(w, short, grid)].append(us)
+print(f"{len(ks)} kernels profiled")
+for (w, name, grid), xs in sorted(t.items()):
+    xs.sort()
+    print(f"  {w:6} {name:<70} grid {grid:<14} n={len(xs):5d} median {xs[len(xs)//2]:8.2f} us"
+          f"  p10 {xs[len(xs)//10]:8.2f}  max {xs[-1]:8.2f}")
+PY
 fi
 if has l1b; then
   # Prompt passes at Llama-3.2-1B shapes (16 layers, hidden 2048, 32 / 8 heads of 64, FFN 8192,
