@@ -27,14 +27,17 @@
 # bench_native_I.json (I = 1, 2: the models in /tmp/fn_model and /tmp/fn_model2); stage
 # `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
 # bench_ctx4160.json; stage `racebatch`: race_batch.log; stage `racenative`: race_native.log;
-# stage `ncuq`: ncuq_SHAPE.txt; stage `ncu8b`: ncu8b.csv; stage `batch`: bench_batch_I.json; stage `serve`:
-# serve_cuda.json; stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device
-# machine in session 13): nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
+# stage `ncuq`: ncuq_SHAPE.txt; stage `ncu8b`: ncu8b.csv; stage `abmodule`:
+# ab_{smollm2,l8b}_{a,b}.json; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json;
+# stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device machine in session 13):
+# nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
+# MODULE_B: the `abmodule` stage's other CUDA module; AB_LAYERS: its random model's layers.
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
-# bucket, cpusimd, ncu, ncuk, ncuq, ncu8b, racebatch, racenative, batch, serve, sanquant, nsys.
+# bucket, cpusimd, ncu, ncuk, ncuq, ncu8b, abmodule, racebatch, racenative, batch, serve,
+# sanquant, nsys.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
 # ones are listed at the end), 2-4 for a missing bundle, model or binary.
 set -uo pipefail
@@ -435,6 +438,47 @@ for (w, name, grid), xs in sorted(t.items()):
     print(f"  {w:6} {name:<70} grid {grid:<14} n={len(xs):5d} median {xs[len(xs)//2]:8.2f} us"
           f"  p10 {xs[len(xs)//10]:8.2f}  max {xs[-1]:8.2f}")
 PY
+fi
+if has abmodule; then
+  # The bundle's CUDA module (A) against another build's (B: MODULE_B, a libflashnorm_cuda.so or an
+  # .xz of one, e.g. carried in an ignored folder), side by side in one call. The CLI loads the
+  # module beside its binary, so a copy of the CLI beside B runs B. Decode benchmark, standard and
+  # flashnorm on bf16 and native weights, A then B: on the SmolLM2 model when /tmp/fn_model has it
+  # (ab_smollm2_{a,b}.json) and on a random Q4_K model at Llama-3-8B widths with AB_LAYERS layers
+  # (default 8; 32 is the whole model; ab_l8b_{a,b}.json).
+  if [[ -z ${MODULE_B:-} || ! -f $MODULE_B ]]; then
+    echo "abmodule: MODULE_B (the other build's libflashnorm_cuda.so) is missing"
+    FAILED+=("abmodule (no MODULE_B)")
+  else
+    mkdir -p /tmp/fn_b && cp "$BIN/flashnorm" /tmp/fn_b/
+    case $MODULE_B in
+      *.xz) xz -dc "$MODULE_B" > /tmp/fn_b/libflashnorm_cuda.so ;;
+      *) cp "$MODULE_B" /tmp/fn_b/libflashnorm_cuda.so ;;
+    esac
+    stamp "random Llama-3-8B-width model, ${AB_LAYERS:-8} layers"
+    "$BIN/random_quant_gguf" /tmp/fn_ab.gguf q4_k --layers "${AB_LAYERS:-8}" --distinct 4 2>&1 |
+      tail -1
+    check "random_quant_gguf (abmodule)" "${PIPESTATUS[0]}"
+    SM=""
+    if name=$(model_in /tmp/fn_model); then SM=/tmp/fn_model/$name; fi
+    for v in a b; do
+      B=$BIN
+      [[ $v == b ]] && B=/tmp/fn_b
+      if [[ -n $SM ]]; then
+        stamp "abmodule $v: SmolLM2"
+        "$B/flashnorm" bench --model "$SM" --weights native --quick --configs standard,flashnorm \
+          --runs 5 --prompt-tokens 512 --decode-tokens 256 --out "$OUT/ab_smollm2_$v.json" \
+          --commit "$COMMIT-$v" --driver "$DRIVER" 2>/dev/null | grep -E "^(standard|flashnorm)"
+        check "abmodule $v smollm2" "${PIPESTATUS[0]}"
+      fi
+      stamp "abmodule $v: Llama-3-8B widths"
+      "$B/flashnorm" bench --model /tmp/fn_ab.gguf --weights native --quick \
+        --configs standard,flashnorm --runs 3 --prompt-tokens 512 --decode-tokens 128 \
+        --out "$OUT/ab_l8b_$v.json" --commit "$COMMIT-$v" --driver "$DRIVER" 2>/dev/null |
+        grep -E "^(standard|flashnorm)"
+      check "abmodule $v l8b" "${PIPESTATUS[0]}"
+    done
+  fi
 fi
 if has l1b; then
   # Prompt passes at Llama-3.2-1B shapes (16 layers, hidden 2048, 32 / 8 heads of 64, FFN 8192,
