@@ -289,9 +289,13 @@ bool engine_gpu_test_args(int argc, char** argv) {
   app.add_option("--delay-cycles", g_args.delay, "two-stream: spin cycles before the rstd kernel")
       ->capture_default_str();
   app.add_option("--tol", g_args.tol, "per-step relative logit tolerance")->capture_default_str();
+  // an unknown name is refused: it would skip every case and pass
+  std::vector<std::string> names;
+  for (const Config& c : kConfigs) names.emplace_back(c.name);
   app.add_option("--only", g_args.only,
                  "configurations: standard, standard-fused-add, flashnorm, two-stream, "
-                 "flashnorm-head-folded");
+                 "flashnorm-head-folded")
+      ->check(CLI::IsMember(names));
   app.add_flag("--native", g_args.native,
                "keep the GGUF's quantized blocks (the decode steps read them with quant_gemv)");
   app.add_flag("--no-tune", g_args.no_tune,
