@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "../serve/connection_pool.h"
 #include "../serve/routes.h"
 #include "../serve/served_model.h"
 
@@ -93,8 +94,16 @@ void register_serve(CLI::App& app) {
     }
     std::atomic<bool> draining{false};
     httplib::Server svr;
-    // A thread per connection: streaming clients hold theirs for the whole generation.
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    // A thread per connection: streaming clients hold theirs for the whole generation. Started as
+    // connections arrive, up to `threads` (serve/connection_pool.h).
+    svr.new_task_queue = [threads] {
+      return new serve::ConnectionPool(size_t(threads), [](size_t running) {
+        std::fprintf(stderr,
+                     "serve: the system refused a connection thread (%zu running): further "
+                     "connections wait for a free one\n",
+                     running);
+      });
+    };
     svr.set_keep_alive_timeout(2);  // idle keep-alive connections delay a shutdown this long
     serve::install_routes(svr, models, a->api_key, draining);
     const int port = a->port == 0 ? svr.bind_to_any_port(a->host)
