@@ -31,7 +31,8 @@
 # ab_{smollm2,l8b}_{a,b}.json; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json;
 # stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device machine in session 13):
 # nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
-# MODULE_B: the `abmodule` stage's other CUDA module; AB_LAYERS: its random model's layers.
+# MODULE_B: the `abmodule` stage's other CUDA module (scripts/gpu_module_b.sh REF makes one);
+# AB_LAYERS: its random model's layers.
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
