@@ -27,13 +27,15 @@
 # bench_native_I.json (I = 1, 2: the models in /tmp/fn_model and /tmp/fn_model2); stage
 # `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
 # bench_ctx4160.json; stage `racebatch`: race_batch.log; stage `racenative`: race_native.log;
-# stage `ncuq`: ncuq_SHAPE.txt; stage `ncu8b`: ncu8b.csv; stage `abmodule`:
-# ab_{smollm2,l8b}_{a,b}.json; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json;
+# stage `ncuq`: ncuq_SHAPE.txt; stage `ncu8b`: ncu8b.csv, ncu8b.err; stage `abmodule`:
+# ab_{smollm2,l8b}_{a,b}.json, ab_{a,b}.err; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json;
 # stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device machine in session 13):
 # nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
 # MODULE_B: the `abmodule` stage's other CUDA module (scripts/gpu_module_b.sh REF makes one);
 # AB_LAYERS: its random model's layers.
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
+# QGEMV_LABS: other builds of the lab (LABEL=PATH ...), run after the bundle's for each run, into
+# quant_gemv_bench_LABEL.jsonl. NCU8B_COUNT (6000), NCU8B_TIMEOUT (300 s): the `ncu8b` stage's.
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
 # Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
@@ -406,9 +408,11 @@ fi
 if has ncu8b && command -v ncu > /dev/null; then
   # GPU time of each kernel of decode steps at Llama-3-8B shapes (the random Q4_K model of stage
   # native8b; made here when that stage did not run), bf16 and native weights, standard norm:
-  # every kernel but the bf16 GEMVs (-k: their load-time tuning runs unprofiled), the first
-  # NCU8B_COUNT (default 6000) launches. ncu runs the kernels one at a time: durations without
-  # launch gaps or PDL overlap. Summarized per kernel, grid and weights by the script below.
+  # the kernels matching -k (not the bf16 GEMVs, whose load-time tuning then runs unprofiled), the
+  # first NCU8B_COUNT (default 6000) launches. ncu runs the kernels one at a time: durations
+  # without launch gaps or PDL overlap. Summarized per kernel, grid and weights by the script
+  # below; its weights label (a quant_gemv within 6 launches: native) is meant for decode steps,
+  # and mislabels the native engine's prompt-pass kernels as bf16.
   if [[ ! -f /tmp/fn_l8b.gguf ]]; then
     "$BIN/random_quant_gguf" /tmp/fn_l8b.gguf q4_k --distinct 4 2>&1 | tail -1
   fi
@@ -417,12 +421,16 @@ if has ncu8b && command -v ncu > /dev/null; then
     --csv --print-units base --launch-count "${NCU8B_COUNT:-6000}" \
     -k regex:'decode_attention|quant_gemv|rms_norm|residual|embed|sampl|argmax|glu|rope' \
     "$BIN/flashnorm" bench --model /tmp/fn_l8b.gguf --weights native --quick --runs 1 \
-    --configs standard --prompt-tokens 512 --decode-tokens 16 > "$OUT/ncu8b.csv" 2>/dev/null
+    --configs standard --prompt-tokens 512 --decode-tokens 16 > "$OUT/ncu8b.csv" \
+    2> "$OUT/ncu8b.err"
   check "ncu8b" $?
   python3 - "$OUT/ncu8b.csv" <<'PY'
 import csv, io, re, sys, collections
 text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
-rows = list(csv.DictReader(io.StringIO(text[text.find('"ID"'):])))
+start = text.find('"ID"')
+if start < 0:
+    sys.exit("ncu8b: no CSV header in ncu's output (see ncu8b.err)")
+rows = list(csv.DictReader(io.StringIO(text[start:])))
 ks = [(r["Kernel Name"], r["Grid Size"], float(r["Metric Value"].replace(",", "")) / 1e3)
       for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"]
 # a kernel belongs to the native engine when a quant_gemv ran among the 6 kernels before or after
@@ -446,7 +454,8 @@ if has abmodule; then
   # module beside its binary, so a copy of the CLI beside B runs B. Decode benchmark, standard and
   # flashnorm on bf16 and native weights, A then B: on the SmolLM2 model when /tmp/fn_model has it
   # (ab_smollm2_{a,b}.json) and on a random Q4_K model at Llama-3-8B widths with AB_LAYERS layers
-  # (default 8; 32 is the whole model; ab_l8b_{a,b}.json).
+  # (default 32, the whole model; ab_l8b_{a,b}.json). A then B, once each; stderr to ab_B.err.
+  # FLASHNORM_CUDA_MODULE is unset for both (it would make both load the same module).
   if [[ -z ${MODULE_B:-} || ! -f $MODULE_B ]]; then
     echo "abmodule: MODULE_B (the other build's libflashnorm_cuda.so) is missing"
     FAILED+=("abmodule (no MODULE_B)")
@@ -456,26 +465,31 @@ if has abmodule; then
       *.xz) xz -dc "$MODULE_B" > /tmp/fn_b/libflashnorm_cuda.so ;;
       *) cp "$MODULE_B" /tmp/fn_b/libflashnorm_cuda.so ;;
     esac
-    stamp "random Llama-3-8B-width model, ${AB_LAYERS:-8} layers"
-    "$BIN/random_quant_gguf" /tmp/fn_ab.gguf q4_k --layers "${AB_LAYERS:-8}" --distinct 4 2>&1 |
+    stamp "random Llama-3-8B-width model, ${AB_LAYERS:-32} layers"
+    "$BIN/random_quant_gguf" /tmp/fn_ab.gguf q4_k --layers "${AB_LAYERS:-32}" --distinct 4 2>&1 |
       tail -1
     check "random_quant_gguf (abmodule)" "${PIPESTATUS[0]}"
     SM=""
-    if name=$(model_in /tmp/fn_model); then SM=/tmp/fn_model/$name; fi
+    name=$(model_in /tmp/fn_model)
+    case $? in
+      0) SM=/tmp/fn_model/$name ;;
+      2) FAILED+=("abmodule (the SmolLM2 model is corrupt: re-send its parts)") ;;
+    esac
     for v in a b; do
       B=$BIN
       [[ $v == b ]] && B=/tmp/fn_b
       if [[ -n $SM ]]; then
         stamp "abmodule $v: SmolLM2"
-        "$B/flashnorm" bench --model "$SM" --weights native --quick --configs standard,flashnorm \
-          --runs 5 --prompt-tokens 512 --decode-tokens 256 --out "$OUT/ab_smollm2_$v.json" \
-          --commit "$COMMIT-$v" --driver "$DRIVER" 2>/dev/null | grep -E "^(standard|flashnorm)"
+        env -u FLASHNORM_CUDA_MODULE "$B/flashnorm" bench --model "$SM" --weights native --quick \
+          --configs standard,flashnorm --runs 5 --prompt-tokens 512 --decode-tokens 256 \
+          --out "$OUT/ab_smollm2_$v.json" --commit "$COMMIT-$v" --driver "$DRIVER" \
+          2>> "$OUT/ab_$v.err" | grep -E "^(standard|flashnorm)"
         check "abmodule $v smollm2" "${PIPESTATUS[0]}"
       fi
       stamp "abmodule $v: Llama-3-8B widths"
-      "$B/flashnorm" bench --model /tmp/fn_ab.gguf --weights native --quick \
-        --configs standard,flashnorm --runs 3 --prompt-tokens 512 --decode-tokens 128 \
-        --out "$OUT/ab_l8b_$v.json" --commit "$COMMIT-$v" --driver "$DRIVER" 2>/dev/null |
+      env -u FLASHNORM_CUDA_MODULE "$B/flashnorm" bench --model /tmp/fn_ab.gguf --weights native \
+        --quick --configs standard,flashnorm --runs 3 --prompt-tokens 512 --decode-tokens 128 \
+        --out "$OUT/ab_l8b_$v.json" --commit "$COMMIT-$v" --driver "$DRIVER" 2>> "$OUT/ab_$v.err" |
         grep -E "^(standard|flashnorm)"
       check "abmodule $v l8b" "${PIPESTATUS[0]}"
     done

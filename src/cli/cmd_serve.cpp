@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -95,12 +96,16 @@ void register_serve(CLI::App& app) {
     std::atomic<bool> draining{false};
     httplib::Server svr;
     // A thread per connection: streaming clients hold theirs for the whole generation. Started as
-    // connections arrive, up to `threads` (serve/connection_pool.h).
+    // connections arrive, up to `threads` but never more than kMaxConnectionThreads (connections
+    // beyond wait for a free one), each exiting after 30 s idle (serve/connection_pool.h).
+    constexpr int kMaxConnectionThreads = 16384;
+    threads = std::min(threads, kMaxConnectionThreads);
     svr.new_task_queue = [threads] {
       return new serve::ConnectionPool(size_t(threads), [](size_t running) {
         std::fprintf(stderr,
-                     "serve: the system refused a connection thread (%zu running): further "
-                     "connections wait for a free one\n",
+                     "serve: the system refused a connection thread (%zu running): connections "
+                     "wait for a running thread, or with none run one at a time on the listening "
+                     "thread\n",
                      running);
       });
     };

@@ -1,13 +1,16 @@
 // The HTTP server's connection threads, started on demand (connection_pool.h).
 #include "connection_pool.h"
 
-#include <system_error>
+#include <exception>
+#include <iterator>
 #include <utility>
 
 namespace flashnorm::serve {
 
-ConnectionPool::ConnectionPool(size_t max_threads, Notice on_first_refusal, Spawn spawn)
+ConnectionPool::ConnectionPool(size_t max_threads, Notice on_first_refusal, Spawn spawn,
+                               std::chrono::milliseconds idle_timeout)
     : max_threads_(max_threads == 0 ? 1 : max_threads),
+      idle_timeout_(idle_timeout),
       notice_(std::move(on_first_refusal)),
       spawn_(std::move(spawn)) {
   if (!spawn_) spawn_ = [](std::function<void()> body) { return std::thread(std::move(body)); };
@@ -16,55 +19,72 @@ ConnectionPool::ConnectionPool(size_t max_threads, Notice on_first_refusal, Spaw
 ConnectionPool::~ConnectionPool() { shutdown(); }
 
 void ConnectionPool::enqueue(std::function<void()> fn) {
+  std::list<std::thread> reaped;
   std::unique_lock<std::mutex> lock(mu_);
-  if (shutdown_) {  // no thread will take it: run it here rather than drop its connection
-    lock.unlock();
-    fn();
-    return;
-  }
-  jobs_.push_back(std::move(fn));
-  // a thread per waiting job: start one unless enough are idle or the cap is reached
-  if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
-    try {
-      threads_.push_back(spawn_([this] { worker(); }));
-      ++started_;
-    } catch (const std::system_error&) {
-      if (refused_++ == 0 && notice_) notice_(threads_.size());
-      if (threads_.empty()) {  // nothing will ever run it: serve it on this thread
-        std::function<void()> job = std::move(jobs_.back());
-        jobs_.pop_back();
-        lock.unlock();
-        job();
-        return;
+  reaped.splice(reaped.end(), finished_);
+  bool inline_run = shutdown_;  // after shutdown no thread takes it: run it here, never drop it
+  if (!inline_run) {
+    jobs_.push_back(std::move(fn));
+    // a thread per waiting job: start one unless enough are idle or the cap is reached
+    if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+      try {
+        threads_.emplace_back();  // its slot first: the worker gets its position in the list
+        const auto self = std::prev(threads_.end());
+        try {
+          *self = spawn_([this, self] { worker(self); });  // it waits for mu_, held here
+          ++started_;
+        } catch (...) {
+          threads_.erase(self);
+          throw;
+        }
+      } catch (const std::exception&) {  // std::system_error (no thread), std::bad_alloc
+        if (refused_++ == 0 && notice_) notice_(threads_.size());
+        if (threads_.empty()) {  // nothing will ever run it: serve it on this thread
+          fn = std::move(jobs_.back());
+          jobs_.pop_back();
+          inline_run = true;
+        }
       }
     }
   }
   lock.unlock();
-  cv_.notify_one();
+  if (inline_run) {
+    fn();
+  } else {
+    cv_.notify_one();
+  }
+  for (std::thread& t : reaped) t.join();  // exited on their own: returns at once
 }
 
-void ConnectionPool::worker() {
+void ConnectionPool::worker(std::list<std::thread>::iterator self) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     ++idle_;
-    cv_.wait(lock, [this] { return shutdown_ || !jobs_.empty(); });
+    const bool woken =
+        cv_.wait_for(lock, idle_timeout_, [this] { return shutdown_ || !jobs_.empty(); });
     --idle_;
+    if (!woken) {  // idle too long: hand this thread's handle over to be joined, then exit
+      finished_.splice(finished_.end(), threads_, self);
+      return;
+    }
     if (jobs_.empty()) return;  // shut down with nothing left
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();
     job();
+    job = nullptr;  // its captures (the connection) released before the lock
     lock.lock();
   }
 }
 
 void ConnectionPool::shutdown() {
-  std::vector<std::thread> threads;
+  std::list<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) return;
     shutdown_ = true;
-    threads.swap(threads_);
+    threads.splice(threads.end(), threads_);
+    threads.splice(threads.end(), finished_);
   }
   cv_.notify_all();
   for (std::thread& t : threads) t.join();
@@ -75,14 +95,19 @@ size_t ConnectionPool::threads_started() const {
   return started_;
 }
 
-size_t ConnectionPool::threads_refused() const {
+size_t ConnectionPool::threads_running() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return refused_;
+  return shutdown_ ? 0 : threads_.size();
 }
 
 size_t ConnectionPool::threads_idle() const {
   std::lock_guard<std::mutex> lock(mu_);
   return idle_;
+}
+
+size_t ConnectionPool::threads_refused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_;
 }
 
 }  // namespace flashnorm::serve
