@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <thread>
 
@@ -79,14 +80,14 @@ void register_serve(CLI::App& app) {
     defaults.limits.max_concurrent = a->max_concurrent;
     defaults.limits.max_queued = a->max_queued;
     serve::ModelMap models;
-    int threads = 8;
+    int64_t threads = 8;  // summed in 64 bits: a model's max-queued has no upper bound
     for (const std::string& v : a->models) {
       serve::ModelSpec spec = serve::parse_model_spec(v, defaults);
       if (models.count(spec.name))
         throw Error("--model: the name '" + spec.name + "' is given twice");
       std::fprintf(stderr, "loading %s from %s (norm %s)\n", spec.name.c_str(), spec.path.c_str(),
                    spec.norm.c_str());
-      threads += 2 * (spec.limits.max_concurrent + spec.limits.max_queued);
+      threads += 2 * (int64_t{spec.limits.max_concurrent} + spec.limits.max_queued);
       try {
         models.emplace(spec.name, serve::load_served_model(spec));
       } catch (const Error& e) {  // which of the models failed to load
@@ -98,8 +99,8 @@ void register_serve(CLI::App& app) {
     // A thread per connection: streaming clients hold theirs for the whole generation. Started as
     // connections arrive, up to `threads` but never more than kMaxConnectionThreads (connections
     // beyond wait for a free one), each exiting after 30 s idle (serve/connection_pool.h).
-    constexpr int kMaxConnectionThreads = 16384;
-    threads = std::min(threads, kMaxConnectionThreads);
+    constexpr int64_t kMaxConnectionThreads = 16384;
+    threads = std::clamp<int64_t>(threads, 1, kMaxConnectionThreads);
     svr.new_task_queue = [threads] {
       return new serve::ConnectionPool(size_t(threads), [](size_t running) {
         std::fprintf(stderr,

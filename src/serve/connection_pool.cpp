@@ -19,41 +19,52 @@ ConnectionPool::ConnectionPool(size_t max_threads, Notice on_first_refusal, Spaw
 ConnectionPool::~ConnectionPool() { shutdown(); }
 
 void ConnectionPool::enqueue(std::function<void()> fn) {
-  std::list<std::thread> reaped;
-  std::unique_lock<std::mutex> lock(mu_);
-  reaped.splice(reaped.end(), finished_);
-  bool inline_run = shutdown_;  // after shutdown no thread takes it: run it here, never drop it
-  if (!inline_run) {
-    jobs_.push_back(std::move(fn));
-    // a thread per waiting job: start one unless enough are idle or the cap is reached
-    if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+  std::list<std::thread> reaped;  // threads that exited after idle_timeout, joined below
+  bool inline_run = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reaped.splice(reaped.end(), finished_);
+    inline_run = shutdown_;  // after shutdown no thread takes it: run it here, never drop it
+    bool queued = false;
+    if (!inline_run) {
       try {
-        threads_.emplace_back();  // its slot first: the worker gets its position in the list
-        const auto self = std::prev(threads_.end());
-        try {
-          *self = spawn_([this, self] { worker(self); });  // it waits for mu_, held here
-          ++started_;
-        } catch (...) {
-          threads_.erase(self);
-          throw;
+        jobs_.push_back(std::move(fn));
+        queued = true;
+        // a thread per waiting job: start one unless enough are idle or the cap is reached
+        if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+          threads_.emplace_back();  // its slot first: the worker gets its position in the list
+          const auto self = std::prev(threads_.end());
+          try {
+            *self = spawn_([this, self] { worker(self); });  // it waits for mu_, held here
+            ++started_;
+          } catch (...) {
+            threads_.erase(self);
+            throw;
+          }
         }
-      } catch (const std::exception&) {  // std::system_error (no thread), std::bad_alloc
-        if (refused_++ == 0 && notice_) notice_(threads_.size());
+      } catch (...) {  // no thread (std::system_error), no memory, anything: a refusal
+        if (refused_++ == 0 && notice_) {
+          try {
+            notice_(threads_.size());
+          } catch (...) {
+          }
+        }
         if (threads_.empty()) {  // nothing will ever run it: serve it on this thread
-          fn = std::move(jobs_.back());
-          jobs_.pop_back();
+          if (queued) {
+            fn = std::move(jobs_.back());
+            jobs_.pop_back();
+          }
           inline_run = true;
         }
       }
     }
   }
-  lock.unlock();
+  for (std::thread& t : reaped) t.join();  // they exited on their own (or are releasing mu_)
   if (inline_run) {
     fn();
   } else {
     cv_.notify_one();
   }
-  for (std::thread& t : reaped) t.join();  // exited on their own: returns at once
 }
 
 void ConnectionPool::worker(std::list<std::thread>::iterator self) {

@@ -27,8 +27,8 @@ class ConnectionPool : public httplib::TaskQueue {
   // Called (under the pool's lock: it must not call the pool) at the first refused thread start,
   // with the number of threads running then (0: this connection is served on the caller's thread).
   using Notice = std::function<void(size_t running)>;
-  // Starts a thread running `body`, or throws (std::system_error, as std::thread does). Tests
-  // replace it to refuse threads.
+  // Starts a thread running `body`, or throws (std::system_error, as std::thread does) without
+  // having started one: once body may run it must not throw. Tests replace it to refuse threads.
   using Spawn = std::function<std::thread(std::function<void()> body)>;
 
   // max_threads >= 1 (0 is taken as 1); spawn defaults to std::thread's constructor.
@@ -42,7 +42,7 @@ class ConnectionPool : public httplib::TaskQueue {
   void shutdown() override;
 
   size_t threads_started() const;  // threads started so far
-  size_t threads_running() const;  // started threads that have not exited (idle or serving)
+  size_t threads_running() const;  // started threads not exited or exiting (0 after shutdown)
   size_t threads_idle() const;     // running threads waiting for a connection
   size_t threads_refused() const;  // thread starts the system refused
 

@@ -56,6 +56,8 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
         throw Error(fmt::format("--model {}: max-concurrent={} is above 4096", s.name, v));
     } else if (key == "max-queued") {
       s.limits.max_queued = positive(key, v, 0);
+      if (s.limits.max_queued > (1 << 20))  // as --max-queued (and no int overflow beside it)
+        throw Error(fmt::format("--model {}: max-queued={} is above 1048576", s.name, v));
     } else if (key == "chat-format") {
       chat_style_from_name(v);  // refuses an unknown family
       s.chat_format = v;

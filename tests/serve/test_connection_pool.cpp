@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -106,6 +107,7 @@ TEST(ConnectionPool, StartsThreadsOnlyAsConnectionsArrive) {
   for (int i = 0; i < 20; ++i) {
     pool.enqueue(g.job());
     ASSERT_TRUE(g.wait_for([&] { return g.done == i + 1; }));
+    ASSERT_EQ(pool.threads_started(), 1u) << "a thread started for connection " << i;
     // the thread back to waiting (it may still be on its way when the job has returned)
     ASSERT_TRUE(eventually([&] { return pool.threads_idle() == 1; }));
   }
@@ -125,6 +127,46 @@ TEST(ConnectionPool, IdleThreadsExitAndNewOnesStartLater) {
   pool.enqueue(g.job());  // also joins the exited thread
   ASSERT_TRUE(g.wait_for([&] { return g.done == 2; }));
   EXPECT_EQ(pool.threads_started(), 2u);
+}
+
+// Threads timing out while connections arrive (a 1 ms idle time-out, arrivals 0-2 ms apart): every
+// connection is served once, none waits forever in the queue.
+TEST(ConnectionPool, ConnectionsArrivingAsThreadsTimeOutAreAllServed) {
+  std::atomic<int> ran{0};
+  {
+    fs::ConnectionPool pool(64, {}, {}, std::chrono::milliseconds(1));
+    uint32_t x = 12345;
+    for (int i = 0; i < 2000; ++i) {
+      pool.enqueue([&] { ++ran; });
+      x = x * 1664525u + 1013904223u;
+      std::this_thread::sleep_for(std::chrono::microseconds((x >> 8) % 2000));
+    }
+    ASSERT_TRUE(eventually([&] { return ran.load() == 2000; }))
+        << ran.load() << " of 2000 connections served";
+  }
+  EXPECT_EQ(ran.load(), 2000) << "a connection ran twice";
+}
+
+// A spawn that throws something that is not a std::exception, after threads have exited on their
+// time-out (joinable handles waiting to be joined): a refusal like any other, no std::terminate.
+TEST(ConnectionPool, AnyFailureToStartAThreadIsARefusal) {
+  Gate g;
+  g.release();
+  auto left = std::make_shared<std::atomic<int>>(1);
+  fs::ConnectionPool pool(
+      8, {},
+      [left](std::function<void()> body) {
+        if (left->fetch_sub(1) <= 0) throw 42;
+        return std::thread(std::move(body));
+      },
+      std::chrono::milliseconds(5));
+  Opener opener{g};
+  pool.enqueue(g.job());
+  ASSERT_TRUE(g.wait_for([&] { return g.done == 1; }));
+  ASSERT_TRUE(eventually([&] { return pool.threads_running() == 0; }));
+  pool.enqueue(g.job());  // no thread starts: served here, the exited one joined
+  EXPECT_EQ(g.done, 2);
+  EXPECT_EQ(pool.threads_refused(), 1u);
 }
 
 TEST(ConnectionPool, RefusedThreadsMakeConnectionsWaitNotFail) {

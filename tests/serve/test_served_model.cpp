@@ -44,6 +44,7 @@ TEST(ModelSpec, Refusals) {
       {"a=p,weights=native,weights=f32", "'weights' given twice"},
       {"a=p,ctx=10,ctx=20", "'ctx' given twice"},
       {"a=p,max-concurrent=4097", "max-concurrent=4097 is above 4096"},
+      {"a=p,max-queued=2147483647", "max-queued=2147483647 is above 1048576"},
       {"a=p,device=gpu", "device=gpu"},
   };
   for (const auto& [value, want] : cases) {
