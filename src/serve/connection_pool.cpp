@@ -49,11 +49,12 @@ void ConnectionPool::enqueue(std::function<void()> fn) {
           } catch (...) {
           }
         }
-        if (threads_.empty()) {  // nothing will ever run it: serve it on this thread
-          if (queued) {
-            fn = std::move(jobs_.back());
-            jobs_.pop_back();
-          }
+        // not queued (no memory), or queued with nothing to ever run it: serve it on this thread
+        if (!queued) {
+          inline_run = true;
+        } else if (threads_.empty()) {
+          fn = std::move(jobs_.back());
+          jobs_.pop_back();
           inline_run = true;
         }
       }
