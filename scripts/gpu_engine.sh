@@ -28,8 +28,8 @@
 # `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
 # bench_ctx4160.json; stage `racebatch`: race_batch.log; stage `racenative`: race_native.log;
 # stage `ncuq`: ncuq_SHAPE.txt; stage `ncu8b`: ncu8b.csv, ncu8b.err; stage `abmodule`:
-# ab_{smollm2,l8b}_{a,b}.json, ab_{a,b}.err; stage `batch`: bench_batch_I.json; stage `serve`: serve_cuda.json;
-# stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device machine in session 13):
+# ab_{smollm2,l8b}_{a,b}.json, ab_{a,b}.err; stage `batch`: bench_batch_I.json; stage `serve`:
+# serve_cuda.json; stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device machine in session 13):
 # nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
 # MODULE_B: the `abmodule` stage's other CUDA module (scripts/gpu_module_b.sh REF makes one);
 # AB_LAYERS: its random model's layers.
@@ -139,6 +139,11 @@ if has qgemv; then
       >> "$OUT/quant_gemv_bench.jsonl"
     check "quant_gemv_bench $run" $?
     for lab in ${QGEMV_LABS:-}; do
+      if [[ $lab != ?*=?* ]]; then
+        echo "QGEMV_LABS: '$lab' is not LABEL=PATH"
+        FAILED+=("QGEMV_LABS ($lab)")
+        continue
+      fi
       "${lab#*=}" ${run%%:*} $([[ $run == *:* ]] && echo ${run##*:}) \
         >> "$OUT/quant_gemv_bench_${lab%%=*}.jsonl"
       check "quant_gemv_bench ${lab%%=*} $run" $?
@@ -454,7 +459,8 @@ if has abmodule; then
   # module beside its binary, so a copy of the CLI beside B runs B. Decode benchmark, standard and
   # flashnorm on bf16 and native weights, A then B: on the SmolLM2 model when /tmp/fn_model has it
   # (ab_smollm2_{a,b}.json) and on a random Q4_K model at Llama-3-8B widths with AB_LAYERS layers
-  # (default 32, the whole model; ab_l8b_{a,b}.json). A then B, once each; stderr to ab_B.err.
+  # (default 32, the whole model: stage native8b's file when it ran; ab_l8b_{a,b}.json). A then B,
+  # once each; stderr to ab_B.err.
   # FLASHNORM_CUDA_MODULE is unset for both (it would make both load the same module).
   if [[ -z ${MODULE_B:-} || ! -f $MODULE_B ]]; then
     echo "abmodule: MODULE_B (the other build's libflashnorm_cuda.so) is missing"
@@ -465,10 +471,15 @@ if has abmodule; then
       *.xz) xz -dc "$MODULE_B" > /tmp/fn_b/libflashnorm_cuda.so ;;
       *) cp "$MODULE_B" /tmp/fn_b/libflashnorm_cuda.so ;;
     esac
-    stamp "random Llama-3-8B-width model, ${AB_LAYERS:-32} layers"
-    "$BIN/random_quant_gguf" /tmp/fn_ab.gguf q4_k --layers "${AB_LAYERS:-32}" --distinct 4 2>&1 |
-      tail -1
-    check "random_quant_gguf (abmodule)" "${PIPESTATUS[0]}"
+    AB_MODEL=/tmp/fn_ab.gguf
+    if [[ ${AB_LAYERS:-32} == 32 && -f /tmp/fn_l8b.gguf ]]; then
+      AB_MODEL=/tmp/fn_l8b.gguf  # the same command made it (random_quant_gguf's default: 32)
+    else
+      stamp "random Llama-3-8B-width model, ${AB_LAYERS:-32} layers"
+      "$BIN/random_quant_gguf" $AB_MODEL q4_k --layers "${AB_LAYERS:-32}" --distinct 4 2>&1 |
+        tail -1
+      check "random_quant_gguf (abmodule)" "${PIPESTATUS[0]}"
+    fi
     SM=""
     name=$(model_in /tmp/fn_model)
     case $? in
@@ -487,7 +498,7 @@ if has abmodule; then
         check "abmodule $v smollm2" "${PIPESTATUS[0]}"
       fi
       stamp "abmodule $v: Llama-3-8B widths"
-      env -u FLASHNORM_CUDA_MODULE "$B/flashnorm" bench --model /tmp/fn_ab.gguf --weights native \
+      env -u FLASHNORM_CUDA_MODULE "$B/flashnorm" bench --model "$AB_MODEL" --weights native \
         --quick --configs standard,flashnorm --runs 3 --prompt-tokens 512 --decode-tokens 128 \
         --out "$OUT/ab_l8b_$v.json" --commit "$COMMIT-$v" --driver "$DRIVER" 2>> "$OUT/ab_$v.err" |
         grep -E "^(standard|flashnorm)"

@@ -80,7 +80,7 @@ void register_serve(CLI::App& app) {
     defaults.limits.max_concurrent = a->max_concurrent;
     defaults.limits.max_queued = a->max_queued;
     serve::ModelMap models;
-    int64_t threads = 8;  // summed in 64 bits: a model's max-queued has no upper bound
+    int64_t threads = 8;  // summed in 64 bits: models may be many
     for (const std::string& v : a->models) {
       serve::ModelSpec spec = serve::parse_model_spec(v, defaults);
       if (models.count(spec.name))

@@ -109,7 +109,7 @@ size_t ConnectionPool::threads_started() const {
 
 size_t ConnectionPool::threads_running() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return shutdown_ ? 0 : threads_.size();
+  return threads_.size();  // shutdown() moved them out
 }
 
 size_t ConnectionPool::threads_idle() const {

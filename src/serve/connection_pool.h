@@ -3,10 +3,11 @@
 // thread idle for idle_timeout exits. httplib's own ThreadPool starts all its threads up front and
 // keeps them: `serve` sized it for every admitted and queued request (2 (max_concurrent +
 // max_queued) per model plus 8), so --max-queued 1048576 started 32451 threads at once before the
-// system refused more, and a refused thread threw from inside httplib's listen with the others
-// running (std::terminate). Here a refused thread is not an error: the connection waits for a
-// running thread or, when none is running, is served on the listening thread itself (one
-// connection at a time rather than none); `threads_refused()` counts them.
+// system refused more (observed); a refused thread throws from its constructor inside httplib's
+// listen with the others running, which ends in std::terminate. Here a refused thread is not an
+// error: the connection waits for a running thread or, when none is running, is served on the
+// listening thread itself (one connection at a time rather than none); `threads_refused()` counts
+// them.
 #pragma once
 
 #include <httplib.h>
