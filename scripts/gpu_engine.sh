@@ -32,7 +32,7 @@
 # serve_cuda.json; stage `sanquant`: sanquant.log; stage `nsys` (nsys was not on the device machine in session 13):
 # nsys_W_N_cuda_gpu_trace.csv (W f32 | native, N the norm mode).
 # MODULE_B: the `abmodule` stage's other CUDA module (scripts/gpu_module_b.sh REF makes one);
-# AB_LAYERS: its random model's layers.
+# AB_LAYERS: its random model's layers; AB_TYPE: their format (random_quant_gguf's, default q4_k).
 # TESTS_FILTER: the `tests` stage's GoogleTest filter (default: all).
 # QGEMV_LABS: other builds of the lab (LABEL=PATH ...), run after the bundle's for each run, into
 # quant_gemv_bench_LABEL.jsonl. NCU8B_COUNT (6000), NCU8B_TIMEOUT (300 s): the `ncu8b` stage's.
@@ -458,7 +458,7 @@ if has abmodule; then
   # .xz of one, e.g. carried in an ignored folder), side by side in one call. The CLI loads the
   # module beside its binary, so a copy of the CLI beside B runs B. Decode benchmark, standard and
   # flashnorm on bf16 and native weights, A then B: on the SmolLM2 model when /tmp/fn_model has it
-  # (ab_smollm2_{a,b}.json) and on a random Q4_K model at Llama-3-8B widths with AB_LAYERS layers
+  # (ab_smollm2_{a,b}.json) and on a random model (AB_TYPE, default Q4_K) at Llama-3-8B widths with AB_LAYERS layers
   # (default 32, the whole model: stage native8b's file when it ran; ab_l8b_{a,b}.json). A then B,
   # once each; stderr to ab_B.err.
   # FLASHNORM_CUDA_MODULE is unset for both (it would make both load the same module).
@@ -472,11 +472,11 @@ if has abmodule; then
       *) cp "$MODULE_B" /tmp/fn_b/libflashnorm_cuda.so ;;
     esac
     AB_MODEL=/tmp/fn_ab.gguf
-    if [[ ${AB_LAYERS:-32} == 32 && -f /tmp/fn_l8b.gguf ]]; then
+    if [[ ${AB_LAYERS:-32} == 32 && ${AB_TYPE:-q4_k} == q4_k && -f /tmp/fn_l8b.gguf ]]; then
       AB_MODEL=/tmp/fn_l8b.gguf  # the same command made it (random_quant_gguf's default: 32)
     else
-      stamp "random Llama-3-8B-width model, ${AB_LAYERS:-32} layers"
-      "$BIN/random_quant_gguf" $AB_MODEL q4_k --layers "${AB_LAYERS:-32}" --distinct 4 2>&1 |
+      stamp "random Llama-3-8B-width model, ${AB_LAYERS:-32} layers, ${AB_TYPE:-q4_k}"
+      "$BIN/random_quant_gguf" $AB_MODEL "${AB_TYPE:-q4_k}" --layers "${AB_LAYERS:-32}" --distinct 4 2>&1 |
         tail -1
       check "random_quant_gguf (abmodule)" "${PIPESTATUS[0]}"
     fi

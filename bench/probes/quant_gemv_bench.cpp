@@ -9,6 +9,10 @@
 // (time_graphs_interleaved), medians of 7 rounds. Random data (never zeros).
 // PDL 1: both kernels launched with programmatic dependent launch, as the CUDA engine launches
 // them (each call's prologue then overlaps the previous call).
+// Split-K: where quant_gemv splits K across a cluster (`split` > 1, quant_gemv_split), the same
+// GEMV with whole rows per CTA (QuantGemvArgs::split_k = false) is verified and timed as a third
+// interleaved variant: `whole_rows_us`, and `split_speedup` = whole_rows_us / quant_us (1 and
+// quant_us where K is not split).
 //   quant_gemv_bench [M] [PDL]   one JSON line per shape on stdout
 // Environment (for profilers): QGEMV_SHAPES, only the shapes whose name contains it (e.g.
 // "8b down"); QGEMV_TYPES, only these formats (e.g. "q4_k,q6_k"); empty: unset. Exit status 1
@@ -117,7 +121,7 @@ int main(int argc, char** argv) {
       const int copies_q = static_cast<int>(std::min<size_t>(512, (240u << 20) / qbytes + 2));
       const int steps = std::max(copies_b, copies_q);
       Dev dqw(qbytes * copies_q), dbw(bbytes * copies_b), dx(xb.size() * 2),
-          dy(static_cast<size_t>(M) * sh.N * 4 * 2);
+          dy(static_cast<size_t>(M) * sh.N * 4 * 3);
       for (int c = 0; c < copies_q; ++c)
         CHECK(cudaMemcpy(static_cast<char*>(dqw.p) + c * qbytes, wp.data(), wp.size(),
                          cudaMemcpyHostToDevice) == cudaSuccess);
@@ -127,6 +131,10 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
       float* yq = static_cast<float*>(dy.p);
       float* yb = yq + static_cast<size_t>(M) * sh.N;
+      float* yw = yb + static_cast<size_t>(M) * sh.N;
+      // where quant_gemv splits K (quant_gemv_split > 1), the same GEMV with whole rows per CTA
+      // (QuantGemvArgs::split_k = false) is timed beside it as a third variant
+      const int split = fk::quant_gemv_split(t, M, sh.N, sh.K, pdl);
       auto call = [&](int variant, int step, cudaStream_t st) -> fk::Status {
         if (variant == 0) {
           fk::LinearArgs a;
@@ -138,7 +146,8 @@ int main(int argc, char** argv) {
         fk::QuantGemvArgs a;
         a.type = t, a.M = M, a.N = sh.N, a.K = sh.K, a.x = dx.p, a.ldx = sh.K;
         a.w = static_cast<char*>(dqw.p) + (step % copies_q) * qbytes;
-        a.y = yq, a.ldy = sh.N, a.pdl = pdl;
+        a.y = variant == 1 ? yq : yw, a.ldy = sh.N, a.pdl = pdl;
+        a.split_k = variant == 1;  // variant 2: whole rows where quant_gemv splits K
         return fk::quant_gemv(a, st);
       };
       {  // tune the bf16 kernel for the shape on rotating weight copies, then verify once
@@ -153,33 +162,39 @@ int main(int argc, char** argv) {
         ctx.tune_decode(sets.data(), static_cast<int>(sets.size()), s, &st);
         CHECK(st.ok());
       }
-      CHECK(call(0, 0, s).ok() && call(1, 0, s).ok());
+      CHECK(call(0, 0, s).ok() && call(1, 0, s).ok() && (split == 1 || call(2, 0, s).ok()));
       CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-      std::vector<float> hq(static_cast<size_t>(M) * sh.N), hb(hq.size());
+      std::vector<float> hq(static_cast<size_t>(M) * sh.N), hb(hq.size()), hw(hq.size());
       CHECK(cudaMemcpy(hq.data(), yq, hq.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
       CHECK(cudaMemcpy(hb.data(), yb, hb.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-      double worst = 0, mx = 0;
+      CHECK(cudaMemcpy(hw.data(), yw, hw.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      double worst = 0, mx = 0, worst_w = 0;
       for (size_t i = 0; i < hq.size(); ++i) {
         worst = std::max(worst, double(std::fabs(hq[i] - hb[i])));
         mx = std::max(mx, double(std::fabs(hb[i])));
+        if (split > 1) worst_w = std::max(worst_w, double(std::fabs(hw[i] - hb[i])));
       }
-      const double rel = mx > 0 ? worst / mx : 1;
-      if (!(rel <= 2e-2)) {
-        std::fprintf(stderr, "%s %s: quant_gemv and bf16 disagree: %.3g of the largest output\n",
-                     sh.what, name(t), rel);
+      const double rel = mx > 0 ? worst / mx : 1, rel_w = mx > 0 ? worst_w / mx : 1;
+      if (!(rel <= 2e-2) || !(rel_w <= 2e-2)) {
+        std::fprintf(stderr,
+                     "%s %s: quant_gemv (split %d: %.3g; whole rows: %.3g of the largest output) "
+                     "and bf16 disagree\n",
+                     sh.what, name(t), split, rel, rel_w);
         return 1;
       }
       std::vector<std::vector<float>> ms;
       fk::GraphTimerOptions opt;
       opt.rounds = 7;
-      CHECK(fk::time_graphs_interleaved(2, steps, call, s, opt, &ms).ok());
+      CHECK(fk::time_graphs_interleaved(split > 1 ? 3 : 2, steps, call, s, opt, &ms).ok());
       const double us_b = fk::median(ms[0]) * 1e3 / steps, us_q = fk::median(ms[1]) * 1e3 / steps;
+      const double us_w = split > 1 ? fk::median(ms[2]) * 1e3 / steps : us_q;
       std::printf(
           "{\"gpu\": \"%s\", \"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"type\": \"%s\", "
           "\"bf16_us\": %.3f, \"quant_us\": %.3f, \"speedup\": %.3f, \"bf16_GBps\": %.0f, "
-          "\"quant_GBps\": %.0f, \"max_rel_diff\": %.2e, \"steps\": %d, \"pdl\": %s}\n",
+          "\"quant_GBps\": %.0f, \"max_rel_diff\": %.2e, \"steps\": %d, \"pdl\": %s, "
+          "\"split\": %d, \"whole_rows_us\": %.3f, \"split_speedup\": %.3f}\n",
           prop.name, sh.what, M, sh.N, sh.K, name(t), us_b, us_q, us_b / us_q, bbytes / us_b / 1e3,
-          qbytes / us_q / 1e3, rel, steps, pdl ? "true" : "false");
+          qbytes / us_q / 1e3, rel, steps, pdl ? "true" : "false", split, us_w, us_w / us_q);
       std::fflush(stdout);
     }
   }

@@ -112,9 +112,13 @@ void run(const Case& c) {
   const std::vector<float> y = compute(true);
   EXPECT_LE(worst(y), 1.0);
   // launched with PDL (the one-row instances then load their first steps of W before the wait):
-  // the same products in the same order, so the same bits
+  // the same products in the same order, so the same bits, where K is split alike
   const std::vector<float> y_pdl = compute(true, true);
-  EXPECT_EQ(0, std::memcmp(y.data(), y_pdl.data(), y.size() * sizeof(float))) << "with PDL";
+  if (fk::quant_gemv_split(c.type, c.M, c.N, c.K, false) ==
+      fk::quant_gemv_split(c.type, c.M, c.N, c.K, true))
+    EXPECT_EQ(0, std::memcmp(y.data(), y_pdl.data(), y.size() * sizeof(float))) << "with PDL";
+  else  // K split in other slices with PDL (quant_gemv_split): the same bound
+    EXPECT_LE(worst(y_pdl), 1.0) << "with PDL";
   EXPECT_GT(worst(compute(false)), 100.0);  // negative control: the gain matters
   // Tight: against the x * gain the kernel should have staged (the CPU rule applied on the host
   // to fp32 x * gain, kernels/cpu/quant_matmul.h), only fp32 rounding is left: 2e-6 of the sum of
@@ -171,6 +175,32 @@ TEST(QuantGemv, Q6_K) {
   run({QuantType::kQ6_K, kFP, 2, 5, 256, false});
   run({QuantType::kQ6_K, kBF, 1, 1000, 4096, true});
   run({QuantType::kQ6_K, kBF, 8, 64, 4096, true});
+}
+
+// K split across a cluster (quant_gemv_split): at Llama-3-8B's down width with few rows 7 CTAs per
+// cluster with PDL, 3 without (slices of at least 2048 / 4096 elements; run() launches both); 2 at
+// 4096 with 63 row groups with PDL only (the cases of 1000 rows above too); 2 with a shorter last
+// slice; N not a multiple of the 16-row group. (The H200 has 132 SMs; the asserted splits hold
+// from 126 SMs up.)
+TEST(QuantGemv, SplitK) {
+  for (QuantType t :
+       {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0, QuantType::kQ4_1, QuantType::kQ5_0}) {
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 67, 14336, true), 7) << int(t);
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 67, 14336, false), 3) << int(t);  // slices >= 4096
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 1000, 4096, true), 2) << int(t);
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 1000, 4096, false), 1) << int(t);
+    ASSERT_EQ(fk::quant_gemv_split(t, 2, 67, 14336, true), 1) << int(t);
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 67, 1536, true), 1) << int(t);
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 28672, 4096, true), 1) << int(t);  // groups fill it
+    run({t, kBF, 1, 67, 14336, true});
+  }
+  run({QuantType::kQ6_K, kFP, 1, 1000, 4096, false});
+  // slices of unequal length: Q4_K 16 + 4 super-blocks, Q6_K 12 + 8, Q4_1 88 + 80 blocks
+  for (auto [t, K] : {std::pair{QuantType::kQ4_K, 5120}, std::pair{QuantType::kQ6_K, 5120},
+                      std::pair{QuantType::kQ4_1, 5376}}) {
+    ASSERT_EQ(fk::quant_gemv_split(t, 1, 67, K, true), 2) << int(t);
+    run({t, kBF, 1, 67, K, true});
+  }
 }
 
 TEST(QuantGemv, RejectsBadArguments) {
@@ -259,83 +289,98 @@ TEST(QuantGemv, FusedGluAndResidualAdd) {
   for (QuantType t : {QuantType::kQ4_1, QuantType::kQ4_K, QuantType::kQ6_K}) {
     for (fk::GluKind kind : {fk::GluKind::kSwiGLU, fk::GluKind::kGeGLU}) {
       SCOPED_TRACE(testing::Message() << "type " << int(t) << " glu " << int(kind));
-      const int M = 1, N = 37, K = 1280;
-      const std::vector<uint8_t> w = random_blocks(t, N, K, 21);
-      std::vector<float> wf(size_t(N) * K);
-      io::dequantize(ggml(t), w, wf);
-      std::mt19937 rng(9);
-      std::normal_distribution<float> nd(0.f, 1.5f);
-      std::vector<float> gu(size_t(M) * 2 * K), y0(size_t(M) * N);
-      for (float& v : gu) v = nd(rng);
-      for (float& v : y0) v = nd(rng);
-      DevMem dw(w.size()), dx(gu.size() * 4), dy(y0.size() * 4), dr(y0.size() * 2);
-      ASSERT_TRUE(dw.p && dx.p && dy.p && dr.p);
-      upload_planar(t, w, dw.p);
-      CUDA_OK(cudaMemcpy(dx.p, gu.data(), gu.size() * 4, cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(dy.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
-      fk::QuantGemvArgs a;
-      a.type = t, a.dt = kBF, a.M = M, a.N = N, a.K = K, a.x = dx.p, a.ldx = 2 * K;
-      a.x_glu = true, a.glu_kind = kind, a.w = dw.p, a.y = static_cast<float*>(dy.p), a.ldy = N;
-      a.scale_rows = false, a.accumulate = true, a.y_rounded = dr.p;
-      ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
-      std::vector<float> y(y0.size());
-      std::vector<uint16_t> yr(y0.size());
-      CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(yr.data(), dr.p, yr.size() * 2, cudaMemcpyDeviceToHost));
-      double worst = 0;
-      int rounded_wrong = 0;
-      for (int m = 0; m < M; ++m) {
-        std::vector<double> xg(K);
-        std::vector<double> db(K / 32, 0.0);
-        for (int k = 0; k < K; ++k) {
-          const double g = gu[size_t(m) * 2 * K + k], u = gu[size_t(m) * 2 * K + K + k];
-          const double act =
-              kind == fk::GluKind::kSwiGLU
-                  ? g / (1 + std::exp(-g))
-                  : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-          xg[k] = from_half_bits(kBF, to_half_bits(kBF, float(act * u)));
-          db[k / 32] = std::max(db[k / 32], std::fabs(xg[k]) / 32767);
-        }
-        for (int n = 0; n < N; ++n) {
-          double ref = y0[size_t(m) * N + n], mag = std::fabs(ref), allow = 0;
-          for (int k = 0; k < K; ++k) {
-            const double wk = wf[size_t(n) * K + k];
-            ref += xg[k] * wk, mag += std::fabs(xg[k] * wk);
-            // int16 staging, and one bf16 ulp (2^-8 relative) of the staged value
-            allow += (0.505 * db[k / 32] + std::fabs(xg[k]) / 256) * std::fabs(wk);
-          }
-          const float got = y[size_t(m) * N + n];
-          worst = std::max(worst, std::fabs(got - ref) / (2e-6 * mag + allow));
-          rounded_wrong += yr[size_t(m) * N + n] != to_half_bits(kBF, got);
-        }
-      }
-      EXPECT_LE(worst, 1.0);
-      EXPECT_EQ(rounded_wrong, 0);
-      // launched with PDL (Q4_K's GLU instances then load their first steps early): the same bits
-      {
-        cudaStream_t st = nullptr;
-        ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+      for (int K : {1280, 14336}) {  // 14336: K split 3 ways, 7 with PDL (quant_gemv_split)
+        SCOPED_TRACE(testing::Message() << "K " << K);
+        const int M = 1, N = 37;
+        const std::vector<uint8_t> w = random_blocks(t, N, K, 21);
+        std::vector<float> wf(size_t(N) * K);
+        io::dequantize(ggml(t), w, wf);
+        std::mt19937 rng(9);
+        std::normal_distribution<float> nd(0.f, 1.5f);
+        std::vector<float> gu(size_t(M) * 2 * K), y0(size_t(M) * N);
+        for (float& v : gu) v = nd(rng);
+        for (float& v : y0) v = nd(rng);
+        DevMem dw(w.size()), dx(gu.size() * 4), dy(y0.size() * 4), dr(y0.size() * 2);
+        ASSERT_TRUE(dw.p && dx.p && dy.p && dr.p);
+        upload_planar(t, w, dw.p);
+        CUDA_OK(cudaMemcpy(dx.p, gu.data(), gu.size() * 4, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(dy.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
-        fk::QuantGemvArgs b = a;
-        b.pdl = true;
-        ASSERT_TRUE(fk::quant_gemv(b, st).ok());
-        CUDA_OK(cudaStreamSynchronize(st));
-        CUDA_OK(cudaStreamDestroy(st));
-        std::vector<float> yp(y0.size());
-        std::vector<uint16_t> yrp(y0.size());
-        CUDA_OK(cudaMemcpy(yp.data(), dy.p, yp.size() * 4, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(yrp.data(), dr.p, yrp.size() * 2, cudaMemcpyDeviceToHost));
-        EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4)) << "with PDL";
-        EXPECT_EQ(yr, yrp) << "with PDL";
+        fk::QuantGemvArgs a;
+        a.type = t, a.dt = kBF, a.M = M, a.N = N, a.K = K, a.x = dx.p, a.ldx = 2 * K;
+        a.x_glu = true, a.glu_kind = kind, a.w = dw.p, a.y = static_cast<float*>(dy.p), a.ldy = N;
+        a.scale_rows = false, a.accumulate = true, a.y_rounded = dr.p;
+        ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
+        std::vector<float> y(y0.size());
+        std::vector<uint16_t> yr(y0.size());
+        CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(yr.data(), dr.p, yr.size() * 2, cudaMemcpyDeviceToHost));
+        // the largest error over its allowance, and the rounded outputs that are not round(y)
+        auto check = [&](const std::vector<float>& yy, const std::vector<uint16_t>& yyr) {
+          double worst = 0;
+          int rounded_wrong = 0;
+          for (int m = 0; m < M; ++m) {
+            std::vector<double> xg(K);
+            std::vector<double> db(K / 32, 0.0);
+            for (int k = 0; k < K; ++k) {
+              const double g = gu[size_t(m) * 2 * K + k], u = gu[size_t(m) * 2 * K + K + k];
+              const double act =
+                  kind == fk::GluKind::kSwiGLU
+                      ? g / (1 + std::exp(-g))
+                      : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+              xg[k] = from_half_bits(kBF, to_half_bits(kBF, float(act * u)));
+              db[k / 32] = std::max(db[k / 32], std::fabs(xg[k]) / 32767);
+            }
+            for (int n = 0; n < N; ++n) {
+              double ref = y0[size_t(m) * N + n], mag = std::fabs(ref), allow = 0;
+              for (int k = 0; k < K; ++k) {
+                const double wk = wf[size_t(n) * K + k];
+                ref += xg[k] * wk, mag += std::fabs(xg[k] * wk);
+                // int16 staging, and one bf16 ulp (2^-8 relative) of the staged value
+                allow += (0.505 * db[k / 32] + std::fabs(xg[k]) / 256) * std::fabs(wk);
+              }
+              const float got = yy[size_t(m) * N + n];
+              worst = std::max(worst, std::fabs(got - ref) / (2e-6 * mag + allow));
+              rounded_wrong += yyr[size_t(m) * N + n] != to_half_bits(kBF, got);
+            }
+          }
+          return std::pair{worst, rounded_wrong};
+        };
+        const auto [worst, rounded_wrong] = check(y, yr);
+        EXPECT_LE(worst, 1.0);
+        EXPECT_EQ(rounded_wrong, 0);
+        // launched with PDL (Q4_K's GLU instances then load their first steps early): the same bits
+        {
+          cudaStream_t st = nullptr;
+          ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+          CUDA_OK(cudaMemcpy(dy.p, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
+          fk::QuantGemvArgs b = a;
+          b.pdl = true;
+          ASSERT_TRUE(fk::quant_gemv(b, st).ok());
+          CUDA_OK(cudaStreamSynchronize(st));
+          CUDA_OK(cudaStreamDestroy(st));
+          std::vector<float> yp(y0.size());
+          std::vector<uint16_t> yrp(y0.size());
+          CUDA_OK(cudaMemcpy(yp.data(), dy.p, yp.size() * 4, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(yrp.data(), dr.p, yrp.size() * 2, cudaMemcpyDeviceToHost));
+          if (fk::quant_gemv_split(t, M, N, K, false) == fk::quant_gemv_split(t, M, N, K, true)) {
+            EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4)) << "with PDL";
+            EXPECT_EQ(yr, yrp) << "with PDL";
+          } else {  // K split in other slices with PDL: the same bound
+            const auto [worst_p, wrong_p] = check(yp, yrp);
+            EXPECT_LE(worst_p, 1.0) << "with PDL";
+            EXPECT_EQ(wrong_p, 0) << "with PDL";
+          }
+        }
+        // negative control: without the residual add the result is off by y0
+        a.accumulate = false, a.y_rounded = nullptr;
+        ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
+        std::vector<float> y2(y0.size());
+        CUDA_OK(cudaMemcpy(y2.data(), dy.p, y2.size() * 4, cudaMemcpyDeviceToHost));
+        double diff = 0;
+        for (size_t i = 0; i < y.size(); ++i)
+          diff = std::max(diff, double(std::fabs(y[i] - y2[i])));
+        EXPECT_GT(diff, 0.5);
       }
-      // negative control: without the residual add the result is off by y0
-      a.accumulate = false, a.y_rounded = nullptr;
-      ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
-      std::vector<float> y2(y0.size());
-      CUDA_OK(cudaMemcpy(y2.data(), dy.p, y2.size() * 4, cudaMemcpyDeviceToHost));
-      double diff = 0;
-      for (size_t i = 0; i < y.size(); ++i) diff = std::max(diff, double(std::fabs(y[i] - y2[i])));
-      EXPECT_GT(diff, 0.5);
     }
   }
 }

@@ -20,6 +20,7 @@
 // integer dot products (dp2a: int16 x int8 pairs into int32) per block or sub-block, scaled in
 // fp32: four to eight times fewer instructions per weight than fp32 multiply-adds on unpacked
 // codes, which made the kernel compute-bound (0.7-1.0x the bf16 GEMV on the H200, 4f7f51f).
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -51,6 +52,10 @@ struct Params {
   float eps;
   bool accumulate;
   void* y_rounded;
+  // split-K (the one-row instances with SPLIT): clusters of `split` CTAs, rank r taking steps
+  // [r * split_steps, (r + 1) * split_steps) of every row; unused otherwise. Before the launch
+  // choice, split is 0 (split where split_for says so) or 1 (whole rows: QuantGemvArgs::split_k).
+  int split, split_steps;
   // plane J of the device layout of W (quant_layout.h) of format T; plane 0 starts at w
   template <QuantType T, int J>
   __device__ __forceinline__ const uint8_t* plane() const {
@@ -81,17 +86,24 @@ __device__ __forceinline__ uint2 ldu64(const uint8_t* p) {
 // fp32. int16 slots of one row: a multiple of 8 (16 bytes) for K a multiple of 32, so every row and
 // every 16-byte piece of it stays aligned
 __host__ __device__ constexpr int padded(int K) { return K + (K + 63) / 64 * 8; }
+// Split-K: the CTA stages only its slice, elements [base, base + K) of the row (base a multiple
+// of 256); e is the element's index in the whole row.
 struct Staged {
   const int16_t* xq;
   const float* xd;
   const int* xs32;
-  int K;
+  int K, base;
   // element e of row m (e and e + 7 in one 64-value run when e % 8 == 0)
   __device__ __forceinline__ const int16_t* q(int m, int e) const {
+    e -= base;
     return xq + m * padded(K) + e + (e >> 6) * 8;
   }
-  __device__ __forceinline__ float d(int m, int e) const { return xd[m * (K / 32) + e / 32]; }
-  __device__ __forceinline__ int s32(int m, int e) const { return xs32[m * (K / 32) + e / 32]; }
+  __device__ __forceinline__ float d(int m, int e) const {
+    return xd[m * (K / 32) + (e - base) / 32];
+  }
+  __device__ __forceinline__ int s32(int m, int e) const {
+    return xs32[m * (K / 32) + (e - base) / 32];
+  }
 };
 
 // isum + the products of the 8 int8 codes in w0, w1 with the 8 int16 values at x (16 bytes).
@@ -358,21 +370,43 @@ __host__ __device__ constexpr size_t staged_bytes(int mt, int K) {
   return static_cast<size_t>(mt) * padded(K) * 2 + static_cast<size_t>(mt) * (K / 32) * 8;
 }
 
+// Offset of the split-K partial sums in the dynamic shared memory (after the staged x, 16-byte
+// aligned), and their bytes for `rounds` row groups per CTA.
+__host__ __device__ constexpr size_t split_part_offset(int mt, int K) {
+  return (staged_bytes(mt, K) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr size_t split_part_bytes(int rounds) {
+  return static_cast<size_t>(rounds) * kRowsPerCta * sizeof(float);
+}
+
 // Prefetch into L2 the bytes of row group g (kRowsPerCta contiguous rows, fewer at the end): its
 // blocks' part of every plane (contiguous within each), one 128-byte line per thread and step.
-template <class F>
-__device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
+// SPLIT: only blocks [b_lo, b_hi) of each row (a range per row and plane).
+template <class F, bool SPLIT>
+__device__ __forceinline__ void prefetch_rows(const Params& p, int g, int b_lo, int b_hi) {
   const int64_t first = static_cast<int64_t>(g) * kRowsPerCta;
   const int64_t rows = min(static_cast<int64_t>(kRowsPerCta), p.N - first);
   const int64_t nblk = p.K / F::kElems;
   const uint8_t* plane = p.w;
 #pragma unroll
   for (int j = 0; j < quant_plane_count(F::kType); ++j) {
-    const uint8_t* base = plane + first * nblk * quant_plane_bytes(F::kType, j);
-    for (int64_t off = threadIdx.x * 128; off < rows * nblk * quant_plane_bytes(F::kType, j);
-         off += blockDim.x * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-    plane += p.nb * quant_plane_bytes(F::kType, j);
+    const int64_t pb = quant_plane_bytes(F::kType, j);
+    if constexpr (!SPLIT) {
+      const uint8_t* base = plane + first * nblk * pb;
+      for (int64_t off = threadIdx.x * 128; off < rows * nblk * pb; off += blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+    } else {  // thread t: row t % 16, lines t / 16, t / 16 + 16, ... of its range (one or two)
+      static_assert(kRowsPerCta == 16, "one row per 16 threads");
+      const int64_t r = threadIdx.x % kRowsPerCta;
+      if (r < rows) {
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(plane + ((first + r) * nblk + b_lo) * pb);
+        const uintptr_t hi = lo + (b_hi - b_lo) * pb;
+        for (uintptr_t a = (lo & ~uintptr_t{127}) + threadIdx.x / kRowsPerCta * 128; a < hi;
+             a += blockDim.x / kRowsPerCta * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+      }
+    }
+    plane += p.nb * pb;
   }
 }
 
@@ -383,20 +417,34 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g) {
 // than one step in up to 78 registers on the H200 (a5dfdc8 against 67e30d7, kernel lab).
 // EARLY: launched with PDL, the first steps of W loaded before the wait (below; launch_format
 // chooses it).
-template <class E, template <int> class F, int MT, int XG, bool EARLY = false>
+template <class E, template <int> class F, int MT, int XG, bool EARLY = false, bool SPLIT = false>
 __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
     quant_gemv_kernel(Params p) {
+  static_assert(!SPLIT || MT == 1, "split-K is for one-row instances");
   using T = typename E::T;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[32];
-  // PDL: pull this CTA's first rows into L2 while the preceding kernel finishes (weights are
-  // constant: nothing still running writes them), load the warp's first steps of them, let the next
-  // kernel launch, then wait for the preceding one
+  __shared__ float ss_part;  // SPLIT: this CTA's sum of squares over its slice
   const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
-  prefetch_rows<F<MT>>(p, blockIdx.x);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int nblk = p.K / F<MT>::kElems;
   const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
+  // SPLIT: the cluster of p.split consecutive CTAs (blockIdx.x / split) takes row groups
+  // blockIdx.x / split, then every (gridDim.x / split)-th; its rank (blockIdx.x % split) the steps
+  // [it_lo, it_hi) of their rows. Otherwise one CTA takes whole rows.
+  const int rank = SPLIT ? static_cast<int>(blockIdx.x) % p.split : 0;
+  const int g0 = SPLIT ? static_cast<int>(blockIdx.x) / p.split : static_cast<int>(blockIdx.x);
+  const int gstep = SPLIT ? static_cast<int>(gridDim.x) / p.split : static_cast<int>(gridDim.x);
+  const int it_lo = SPLIT ? rank * p.split_steps : 0;
+  const int it_hi = SPLIT ? min(steps, it_lo + p.split_steps) : steps;
+  const int b_lo = it_lo * F<MT>::kPerStep;
+  const int b_hi = SPLIT ? min(nblk, it_hi * F<MT>::kPerStep) : nblk;
+  const int e_lo = b_lo * F<MT>::kElems;  // the staged slice: elements [e_lo, e_lo + K)
+  const int K = SPLIT ? (b_hi - b_lo) * F<MT>::kElems : p.K;
+  // PDL: pull this CTA's first rows into L2 while the preceding kernel finishes (weights are
+  // constant: nothing still running writes them), load the warp's first steps of them, let the next
+  // kernel launch, then wait for the preceding one
+  prefetch_rows<F<MT>, SPLIT>(p, g0, b_lo, b_hi);
   // kUnroll steps of the warp's rows loaded before their products: that many more bytes in flight
   // per warp, and a short row (SmolLM2's K = 576 is 3 steps of Q4_1) in one memory round trip
   // instead of one per step. Same products in the same order per row.
@@ -410,7 +458,8 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
-        ok[u][r] = F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
+        // (a step past the slice belongs to the next rank)
+        ok[u][r] = (!SPLIT || it0 + u < it_hi) && F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
       }
   };
   // EARLY (launched with PDL): the first steps of group blockIdx.x are loaded into registers
@@ -419,42 +468,43 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // staging of x ran 7-16% slower for Q4_K on the H200 (3b5c55f against f461df2), probably
   // because the staging's loads of x queue behind them. A template parameter: as a run-time flag it
   // cost 16 bytes of spills to the instances held to 64 registers.
-  if constexpr (EARLY) load_steps(blockIdx.x, 0);
+  if constexpr (EARLY) load_steps(g0, it_lo);
   // the gain of this thread's chunk of the first staging pass, read before the PDL wait (the gain
   // is constant), so that x is the staging's only load after it; not beside the early steps of
   // the instances held to 64 registers (16-32 bytes of spills)
   constexpr bool kGainFirst = !EARLY || F<MT>::kMinCtas == 1;
+  const int c_lo = e_lo / 8;  // the slice's first chunk of 8 elements
   float gain_first[8];
   if constexpr (kGainFirst)
-    gain8(p.gain, threadIdx.x, static_cast<int>(threadIdx.x) < p.K / 8, gain_first);
+    gain8(p.gain, c_lo + threadIdx.x, static_cast<int>(threadIdx.x) < K / 8, gain_first);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const int K = p.K;
   int16_t* xq = reinterpret_cast<int16_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + static_cast<size_t>(MT) * padded(K) * 2);
   int* xs32 = reinterpret_cast<int*>(smem + static_cast<size_t>(MT) * padded(K) * 2 +
                                      static_cast<size_t>(MT) * (K / 32) * 4);
   float rstd[MT];
   const T* x = static_cast<const T*>(p.x);
-  // Chunk c (8 elements) is thread c % 256's; the 4 chunks of a block of 32 are 4 consecutive
-  // lanes (blockDim and K / 8 are multiples of 4), whose amax and sums meet by shuffles.
+  // Chunk c (8 elements) of the slice is thread c % 256's; the 4 chunks of a block of 32 are 4
+  // consecutive lanes (blockDim and K / 8 are multiples of 4), whose amax and sums meet by
+  // shuffles.
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float ss = 0.f;
     // every lane runs every pass (the shuffles need the whole warp); lanes past K / 8 stage nothing
     for (int c0 = 0; c0 < K / 8; c0 += blockDim.x) {
-      const int c = c0 + threadIdx.x;
+      const int c = c0 + threadIdx.x, cg = c_lo + c;  // in the slice, in the row
       const bool in = c < K / 8;
       float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       if (in && m < p.M) {
         if constexpr (XG == 0) {
-          detail::unpack8<E>(__ldg(reinterpret_cast<const uint4*>(x + m * p.ldx) + c), f);
+          detail::unpack8<E>(__ldg(reinterpret_cast<const uint4*>(x + m * p.ldx) + cg), f);
         } else {
-          const float* gu = static_cast<const float*>(p.x) + m * p.ldx + 8 * c;
+          const float* gu = static_cast<const float*>(p.x) + m * p.ldx + 8 * cg;
           const float4 g0 = __ldg(reinterpret_cast<const float4*>(gu));
           const float4 g1 = __ldg(reinterpret_cast<const float4*>(gu) + 1);
-          const float4 u0 = __ldg(reinterpret_cast<const float4*>(gu + K));
-          const float4 u1 = __ldg(reinterpret_cast<const float4*>(gu + K) + 1);
+          const float4 u0 = __ldg(reinterpret_cast<const float4*>(gu + p.K));
+          const float4 u1 = __ldg(reinterpret_cast<const float4*>(gu + p.K) + 1);
           const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
           const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
 #pragma unroll
@@ -467,7 +517,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 #pragma unroll
         for (int i = 0; i < 8; ++i) g[i] = gain_first[i];
       } else {
-        gain8(p.gain, c, in, g);
+        gain8(p.gain, cg, in, g);
       }
       float amax = 0.f;
 #pragma unroll
@@ -503,21 +553,31 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       }
     }
     ss = block_sum(ss, red);  // barriers: also the join of the staging writes
-    rstd[m] = p.scale_rows ? rsqrtf(ss / static_cast<float>(K) + p.eps) : 1.f;
+    if constexpr (SPLIT) {
+      if (threadIdx.x == 0) ss_part = ss;  // the whole row's rstd: after the cluster's join
+      rstd[m] = 1.f;
+    } else {
+      rstd[m] = p.scale_rows ? rsqrtf(ss / static_cast<float>(K) + p.eps) : 1.f;
+    }
   }
   __syncthreads();
-  const Staged staged{xq, xd, xs32, K};
-  // row groups of kRowsPerCta rows: blockIdx.x, then every gridDim.x-th (the staged x reused)
-  for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-    if (g + static_cast<int>(gridDim.x) < groups) prefetch_rows<F<MT>>(p, g + gridDim.x);
+  const Staged staged{xq, xd, xs32, K, e_lo};
+  // SPLIT: the slice's dot products of the CTA's i-th group, part[16 i + row in the group], at the
+  // same offset in every CTA of the cluster (after the staged x of the largest slice: the last
+  // one may be shorter), where the other ranks read it
+  float* part = reinterpret_cast<float*>(
+      smem + split_part_offset(MT, SPLIT ? p.split_steps * F<MT>::kPerStep * F<MT>::kElems : K));
+  // row groups of kRowsPerCta rows: g0, then every gstep-th (the staged x reused)
+  for (int g = g0, i = 0; g < groups; g += gstep, ++i) {
+    if (g + gstep < groups) prefetch_rows<F<MT>, SPLIT>(p, g + gstep, b_lo, b_hi);
     const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
     float acc[kRowsPerWarp][MT];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
       for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
-    for (int it0 = 0; it0 < steps; it0 += U) {
-      if (!EARLY || g != static_cast<int>(blockIdx.x) || it0 != 0) load_steps(g, it0);
+    for (int it0 = it_lo; it0 < it_hi; it0 += U) {
+      if (!EARLY || g != g0 || it0 != it_lo) load_steps(g, it0);
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -529,7 +589,9 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         const float v = detail::warp_sum(acc[r][m]);
-        if (lane == 0 && n0 + r < p.N && m < p.M) {
+        if constexpr (SPLIT) {
+          if (lane == 0) part[i * kRowsPerCta + warp * kRowsPerWarp + r] = v;
+        } else if (lane == 0 && n0 + r < p.N && m < p.M) {
           float* yp = p.y + m * p.ldy + n0 + r;
           const float out = p.accumulate ? *yp + rstd[m] * v : rstd[m] * v;
           *yp = out;
@@ -538,6 +600,29 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       }
     }
   }
+  if constexpr (SPLIT) {
+    // The join of the slices: every CTA of the cluster has written its partial sums (barrier
+    // cluster-wide, with release / acquire of shared memory), then each output is the sum of the
+    // ranks' partials in rank order (distributed shared memory), times the row's rstd from the
+    // sum of the ranks' sums of squares in rank order: the same result whatever the timing.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    float ss = 0.f;
+    for (int q = 0; q < p.split; ++q) ss += *cluster.map_shared_rank(&ss_part, q);
+    const float rs = p.scale_rows ? rsqrtf(ss / static_cast<float>(p.K) + p.eps) : 1.f;
+    const int outs = (groups - g0 + gstep - 1) / gstep * kRowsPerCta;
+    for (int o = rank * blockDim.x + threadIdx.x; o < outs; o += p.split * blockDim.x) {
+      const int n = (g0 + o / kRowsPerCta * gstep) * kRowsPerCta + o % kRowsPerCta;
+      if (n >= p.N) continue;
+      float v = 0.f;
+      for (int q = 0; q < p.split; ++q) v += cluster.map_shared_rank(part, q)[o];
+      const float out = p.accumulate ? p.y[n] + rs * v : rs * v;
+      p.y[n] = out;
+      if (p.y_rounded) static_cast<T*>(p.y_rounded)[n] = E::from_f(out);
+    }
+    cluster.sync();  // no CTA leaves while another still reads its shared memory
+  }
 }
 
 // CTAs of a launch over `groups` row groups: one per group up to per_sm per SM (the CTAs of the
@@ -545,7 +630,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
 // number of groups (the staged x is reused across a CTA's groups): one wave, never a second one
 // of a few CTAs.
 constexpr int kCtasPerSm = 4;
-int grid_for(int groups, int per_sm) {
+int sm_count() {
   static const int sms = [] {
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -553,7 +638,10 @@ int grid_for(int groups, int per_sm) {
       n = 132;
     return n;
   }();
-  const int cap = std::clamp(per_sm, 1, kCtasPerSm) * sms;
+  return sms;
+}
+int grid_for(int groups, int per_sm) {
+  const int cap = std::clamp(per_sm, 1, kCtasPerSm) * sm_count();
   if (groups <= cap) return groups;
   const int rounds = (groups + cap - 1) / cap;
   return (groups + rounds - 1) / rounds;
@@ -594,21 +682,86 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
+// Split-K for one-row instances: clusters of split CTAs, each taking split_steps steps of every
+// row. Only where the row groups leave CTA slots idle: split is the slots per group (F::kMinCtas
+// CTAs per SM, the residency the instance is built for), at most K / kSplitElems (with PDL; twice
+// that per slice without) and kMaxSplit, then whole steps per slice. At Llama-3-8B's o and down
+// shapes (256 row groups) that is 2 for the 32-element formats (built for 4 CTAs per SM) and none
+// for Q4_K / Q6_K (built for 1: 132 slots). H200 kernel lab at M = 1 (f2ebdff + this change,
+// docs/results_h200.md): with PDL split 2 took 1.10-1.31x less time than whole rows at o and
+// 1.17-1.20x at down; without PDL 1.08-1.14x less at down but 0.92-1.01x at o (slices of 2048),
+// hence the longer slices there; filling every slot of a wide projection with more, shorter slices
+// ran slower.
+constexpr int kSplitElems = 2048, kMaxSplit = 8;
+// A CTA's split-K partial sums cover at most this many row groups (the grid grows past the
+// resident clusters if needed).
+constexpr int kMaxSplitRounds = 64;
+template <template <int> class F>
+std::pair<int, int> split_for(int N, int K, bool pdl) {
+  const int steps = (K / F<1>::kElems + F<1>::kPerStep - 1) / F<1>::kPerStep;
+  const int groups = (N + kRowsPerCta - 1) / kRowsPerCta;
+  const int want = std::min(
+      {F<1>::kMinCtas * sm_count() / groups, K / (pdl ? kSplitElems : 2 * kSplitElems), kMaxSplit});
+  if (want <= 1) return {1, steps};
+  const int per = (steps + want - 1) / want;
+  return {(steps + per - 1) / per, per};
+}
+
+// One launch of a split-K instance (split_for's split > 1): the grid is as many clusters as are
+// resident at once, each taking the same number of row groups (at most kMaxSplitRounds).
+template <template <int> class F, class Kernel>
+Status launch_split(Kernel kernel, Params p, int split, int per, cudaStream_t s, bool pdl) {
+  p.split = split;
+  p.split_steps = per;
+  const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  const int slice = per * F<1>::kPerStep * F<1>::kElems;  // the largest (the kernel's offset)
+  const size_t smem = split_part_offset(1, slice) + split_part_bytes(kMaxSplitRounds);
+  if (smem + 33 * sizeof(float) > 48 * 1024) {
+    const cudaError_t e = detail::opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem);
+    if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
+  }
+  // clusters resident at once: the CTAs resident per SM over all SMs, in clusters (the GPCs may
+  // hold fewer; the rest run as a short second wave)
+  const int per_sm =
+      std::clamp(resident_ctas(reinterpret_cast<const void*>(kernel), smem), 1, kCtasPerSm);
+  const int cap = std::max(1, per_sm * sm_count() / split);
+  int clusters = groups;
+  if (groups > cap) {
+    const int rounds = (groups + cap - 1) / cap;
+    clusters = (groups + rounds - 1) / rounds;
+  }
+  clusters = std::max(clusters, (groups + kMaxSplitRounds - 1) / kMaxSplitRounds);
+  return launched("quant_gemv_kernel (split-K)",
+                  detail::launch_cluster(kernel, dim3(clusters * split), dim3(kWarps * 32), smem, s,
+                                         pdl, split, p));
+}
+
 // The instance of format F for M rows. The GLU variants (xg 1: SwiGLU, 2: GeGLU) exist for M = 1
 // only (batch-1 decode; one instance per format and kind, for the library's size): quant_gemv
 // refuses x_glu with M > 1.
 // With PDL, the one-row instances load their first steps early (EARLY), except the GLU input of
 // the formats held to 64 registers (its staging needs the registers: 32-72 bytes of spills) and
 // their K above 2048.
+// One-row instance (xg, early): split-K (split_for) or whole rows.
+// p.split: 0 to split where split_for says so, 1 for whole rows (QuantGemvArgs::split_k).
+template <class E, template <int> class F, int XG, bool EARLY>
+Status launch_one_row(Params p, cudaStream_t s, bool pdl) {
+  const auto [split, per] = p.split == 0 ? split_for<F>(p.N, p.K, pdl) : std::pair<int, int>(1, 0);
+  p.split = 1;
+  if (split > 1)
+    return launch_split<F>(quant_gemv_kernel<E, F, 1, XG, EARLY, true>, p, split, per, s, pdl);
+  return launch_kernel(quant_gemv_kernel<E, F, 1, XG, EARLY>, 1, p, s, pdl);
+}
+
 template <class E, template <int> class F>
 Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
   constexpr bool kGluEarly = F<1>::kMinCtas == 1;
   if (xg == 1)
-    return pdl && kGluEarly ? launch_kernel(quant_gemv_kernel<E, F, 1, 1, kGluEarly>, 1, p, s, pdl)
-                            : launch_kernel(quant_gemv_kernel<E, F, 1, 1>, 1, p, s, pdl);
+    return pdl && kGluEarly ? launch_one_row<E, F, 1, kGluEarly>(p, s, pdl)
+                            : launch_one_row<E, F, 1, false>(p, s, pdl);
   if (xg == 2)
-    return pdl && kGluEarly ? launch_kernel(quant_gemv_kernel<E, F, 1, 2, kGluEarly>, 1, p, s, pdl)
-                            : launch_kernel(quant_gemv_kernel<E, F, 1, 2>, 1, p, s, pdl);
+    return pdl && kGluEarly ? launch_one_row<E, F, 2, kGluEarly>(p, s, pdl)
+                            : launch_one_row<E, F, 2, false>(p, s, pdl);
   // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
   // shapes, where native flashnorm decode gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of
   // Q4_1 / Q5_0 GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel
@@ -616,8 +769,8 @@ Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
   const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);
   switch (staged_rows(M)) {
     case 1:
-      return early ? launch_kernel(quant_gemv_kernel<E, F, 1, 0, true>, 1, p, s, pdl)
-                   : launch_kernel(quant_gemv_kernel<E, F, 1, 0>, 1, p, s, pdl);
+      return early ? launch_one_row<E, F, 0, true>(p, s, pdl)
+                   : launch_one_row<E, F, 0, false>(p, s, pdl);
     case 2:
       return launch_kernel(quant_gemv_kernel<E, F, 2, 0>, 2, p, s, pdl);
     case 4:
@@ -651,6 +804,24 @@ int quant_block_bytes(QuantType t) {
   }
 }
 
+int quant_gemv_split(QuantType type, int M, int N, int K, bool pdl) {
+  if (M != 1 || N < 1 || K < quant_block_elems(type) || K % quant_block_elems(type) != 0) return 1;
+  switch (type) {
+    case QuantType::kQ4_0:
+      return split_for<Q4_0>(N, K, pdl).first;
+    case QuantType::kQ4_1:
+      return split_for<Q4_1>(N, K, pdl).first;
+    case QuantType::kQ5_0:
+      return split_for<Q5_0>(N, K, pdl).first;
+    case QuantType::kQ8_0:
+      return split_for<Q8_0>(N, K, pdl).first;
+    case QuantType::kQ4_K:
+      return split_for<Q4_K>(N, K, pdl).first;
+    default:
+      return split_for<Q6_K>(N, K, pdl).first;
+  }
+}
+
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   if (a.M < 1 || a.M > 8) return invalid("quant_gemv: M must be in [1, 8]");
   if (a.N < 1) return invalid("quant_gemv: N must be >= 1");
@@ -681,7 +852,9 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
                  a.scale_rows,
                  a.eps,
                  a.accumulate,
-                 a.y_rounded};
+                 a.y_rounded,
+                 a.split_k ? 0 : 1,
+                 0};
   const int xg = !a.x_glu ? 0 : (a.glu_kind == GluKind::kGeGLU ? 2 : 1);
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);

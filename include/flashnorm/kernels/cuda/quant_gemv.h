@@ -132,16 +132,28 @@ struct QuantGemvArgs {
   GluKind glu_kind = GluKind::kSwiGLU;
   bool accumulate = false;
   void* y_rounded = nullptr;
+  // Split K across a thread block cluster where quant_gemv_split(type, M, N, K, pdl) > 1; false:
+  // whole rows per CTA whatever the shape (the kernel lab's comparison of the two).
+  bool split_k = true;
 };
 
 // y = s * ((x * gain) W^T), one launch: each CTA stages its x rows (times the gain) in shared
 // memory quantized to int16 per block of 32 (the CPU engine's activation rule, so each element of
 // x * gain is off by about amax / 65534 of its block) with their sums of squares, then each warp
-// reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32.
-// Errors (kInvalidArgument naming the field): 1 <= M <= 8; N >= 1; K a positive multiple of the
-// block; M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes within 200 KiB of shared memory; ldx >=
-// K, ldx % 8 == 0 and x 16-byte aligned; ldy >= N; null pointers; w or gain not 16-byte aligned.
-// kCudaError for a failed launch.
+// reduces output rows over whole blocks with integer dot products (dp2a) scaled in fp32. With
+// M = 1, K of 4096 or more (8192 without PDL) and few rows (quant_gemv_split), K is split across a
+// thread block cluster: each CTA stages and reduces one slice of every row of its row groups, and
+// the cluster sums the slices' partial results and sums of squares in rank order through
+// distributed shared memory (the same bits whatever the timing). Errors (kInvalidArgument naming
+// the field): 1 <= M <= 8; N >= 1; K a positive multiple of the block; M (rounded up to 1, 2, 4, 8)
+// * about 2.5 K bytes within 200 KiB of shared memory; ldx >= K, ldx % 8 == 0 and x 16-byte
+// aligned; ldy >= N; null pointers; w or gain not 16-byte aligned. kCudaError for a failed launch.
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
+
+// The CTAs per cluster among which quant_gemv splits K for these arguments (1: no split; at most
+// 8): M = 1 only, where N / 16 row groups leave CTA slots idle (the slots per group), slices of
+// at least 2048 elements with PDL (QuantGemvArgs::pdl), 4096 without, in whole steps of the
+// format's warp loop. Uses the current device's SM count.
+int quant_gemv_split(QuantType type, int M, int N, int K, bool pdl);
 
 }  // namespace flashnorm::kernels::cuda
