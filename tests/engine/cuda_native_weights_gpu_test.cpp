@@ -95,8 +95,9 @@ TEST_P(CudaNativeWeights, MatchCpuFp32OfTheSameBlocks) {
   std::uniform_int_distribution<int32_t> tok(0, V - 1);
   std::vector<int32_t> seq(192);
   for (auto& t : seq) t = tok(rng);
-  // prompt passes of 96 tokens: the expanded tiles (FlashNorm: the gain folded into them, rstd
-  // applied by the residual adds, PrefillNorm::kInAdd); 48 tokens: rstd deferred to the GEMM
+  // prompt passes of 96 tokens: the expanded tiles (FlashNorm, PrefillNorm::kInAdd: the residual
+  // adds write x * rstd * g, as Standard's fused add does); 48 tokens: rstd deferred to the GEMM
+  // on a tile with the gain folded in
   const ComparisonStats st = compare_teacher_forced(cpu, &gpu, seq, 96);
   const double top1 = double(st.top1_agree) / st.positions;
   std::printf("[%s] prompt: top-1 %.4f max rel logit diff %.3e ppl cpu %.4f gpu %.4f\n", c.name,
@@ -109,7 +110,7 @@ TEST_P(CudaNativeWeights, MatchCpuFp32OfTheSameBlocks) {
               double(s48.top1_agree) / s48.positions, s48.max_rel_logit_diff);
   EXPECT_LT(s48.max_rel_logit_diff, 3e-2);
   // a 96-token prompt with the last token's logits only (generate's prefill): the head's one row
-  // through quant_gemv on the add's normalized x (FlashNorm: the final gain applied there)
+  // through quant_gemv on the add's normalized x (the final gain in it)
   cpu.reset(), gpu.reset();
   const std::span<const int32_t> prompt(seq.data(), 96);
   const double dlast = max_rel_diff(cpu.forward(prompt), gpu.forward(prompt));

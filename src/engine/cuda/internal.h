@@ -256,7 +256,8 @@ struct Forward {
   const void* expand(const QuantProj& q, const float* gain);
   // x32 += ws.proj (post-normed where has_post); xb = round(x32); with Standard's kFusedAdd or
   // norm_in_add, also xn = the next normed projection's input. next_gain: that norm's dt gain;
-  // next_folded: its consumer folds it (FlashNorm: xn = x * rstd only).
+  // next_folded: its consumer folds it into W (FlashNorm, bf16 weights: xn = x * rstd only; native
+  // weights keep it: xn = x * rstd * g).
   void residual(int T, const DeviceBuffer& post, bool has_post, const void* next_gain,
                 bool next_folded);
   void layer(int l, int T);
