@@ -109,41 +109,51 @@ void run(const Case& c) {
     }
     return worst_ratio;
   };
+  // Tight: against the x * gain the kernel should have staged (the CPU rule applied on the host
+  // to fp32 x * gain, kernels/cpu/quant_matmul.h), only fp32 rounding is left: 2e-6 of the sum of
+  // |terms|. A wrong rounding mode, a truncation or a block amax over 16 elements fails it.
+  auto worst_tight = [&](const std::vector<float>& yy) {
+    double worst_q = 0;
+    std::vector<float> xg(c.K);
+    std::vector<flashnorm::kernels::cpu::ActBlock> qb(c.K / 32);
+    for (int m = 0; m < c.M; ++m) {
+      double ss = 0;
+      for (int k = 0; k < c.K; ++k) {
+        ss += double(xv[m * c.K + k]) * xv[m * c.K + k];
+        xg[k] = xv[m * c.K + k] * gain[k];
+      }
+      const double s = c.scale_rows ? 1.0 / std::sqrt(ss / c.K + 1e-6) : 1.0;
+      flashnorm::kernels::cpu::quantize_act_row(xg.data(), c.K, qb.data());
+      for (int n = 0; n < c.N; ++n) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < c.K; ++k) {
+          const double t = double(qb[k / 32].d) * qb[k / 32].qs[k % 32] * wf[size_t(n) * c.K + k];
+          ref += t, mag += std::fabs(t);
+        }
+        worst_q =
+            std::max(worst_q, std::fabs(yy[m * c.N + n] - s * ref) / (s * 2e-6 * mag + 1e-30));
+      }
+    }
+    return worst_q;
+  };
   const std::vector<float> y = compute(true);
   EXPECT_LE(worst(y), 1.0);
+  EXPECT_LE(worst_tight(y), 1.0) << "against the host-quantized x * gain";
   // launched with PDL (the one-row instances then load their first steps of W before the wait):
   // the same products in the same order, so the same bits, where K is split alike
   const std::vector<float> y_pdl = compute(true, true);
   if (fk::quant_gemv_split(c.type, c.M, c.N, c.K, false) ==
-      fk::quant_gemv_split(c.type, c.M, c.N, c.K, true))
+      fk::quant_gemv_split(c.type, c.M, c.N, c.K, true)) {
     EXPECT_EQ(0, std::memcmp(y.data(), y_pdl.data(), y.size() * sizeof(float))) << "with PDL";
-  else  // K split in other slices with PDL (quant_gemv_split): the same bound
+  } else {  // K split in other slices with PDL (quant_gemv_split): the same bounds
     EXPECT_LE(worst(y_pdl), 1.0) << "with PDL";
-  EXPECT_GT(worst(compute(false)), 100.0);  // negative control: the gain matters
-  // Tight: against the x * gain the kernel should have staged (the CPU rule applied on the host
-  // to fp32 x * gain, kernels/cpu/quant_matmul.h), only fp32 rounding is left: 2e-6 of the sum of
-  // |terms|. A wrong rounding mode, a truncation or a block amax over 16 elements fails it.
-  double worst_q = 0;
-  std::vector<float> xg(c.K);
-  std::vector<flashnorm::kernels::cpu::ActBlock> qb(c.K / 32);
-  for (int m = 0; m < c.M; ++m) {
-    double ss = 0;
-    for (int k = 0; k < c.K; ++k) {
-      ss += double(xv[m * c.K + k]) * xv[m * c.K + k];
-      xg[k] = xv[m * c.K + k] * gain[k];
-    }
-    const double s = c.scale_rows ? 1.0 / std::sqrt(ss / c.K + 1e-6) : 1.0;
-    flashnorm::kernels::cpu::quantize_act_row(xg.data(), c.K, qb.data());
-    for (int n = 0; n < c.N; ++n) {
-      double ref = 0, mag = 0;
-      for (int k = 0; k < c.K; ++k) {
-        const double t = double(qb[k / 32].d) * qb[k / 32].qs[k % 32] * wf[size_t(n) * c.K + k];
-        ref += t, mag += std::fabs(t);
-      }
-      worst_q = std::max(worst_q, std::fabs(y[m * c.N + n] - s * ref) / (s * 2e-6 * mag + 1e-30));
-    }
+    EXPECT_LE(worst_tight(y_pdl), 1.0) << "with PDL, against the host-quantized x * gain";
   }
-  EXPECT_LE(worst_q, 1.0) << "against the host-quantized x * gain";
+  // the same launch again: the same bits (split K sums its slices in rank order, whatever the
+  // timing of the cluster's CTAs)
+  const std::vector<float> y_pdl2 = compute(true, true);
+  EXPECT_EQ(0, std::memcmp(y_pdl.data(), y_pdl2.data(), y.size() * sizeof(float))) << "repeated";
+  EXPECT_GT(worst(compute(false)), 100.0);  // negative control: the gain matters
 }
 
 const fk::DType kBF = fk::DType::kBF16, kFP = fk::DType::kFP16;
@@ -178,7 +188,7 @@ TEST(QuantGemv, Q6_K) {
 }
 
 // K split across a cluster (quant_gemv_split): at Llama-3-8B's down width with few rows 7 CTAs per
-// cluster with PDL, 3 without (slices of at least 2048 / 4096 elements; run() launches both); 2 at
+// cluster with PDL, 3 without (at most K / 2048 and K / 4096 slices; run() launches both); 2 at
 // 4096 with 63 row groups with PDL only (the cases of 1000 rows above too); 2 with a shorter last
 // slice; N not a multiple of the 16-row group. (The H200 has 132 SMs; the asserted splits hold
 // from 126 SMs up.)
@@ -201,6 +211,12 @@ TEST(QuantGemv, SplitK) {
     ASSERT_EQ(fk::quant_gemv_split(t, 1, 67, K, true), 2) << int(t);
     run({t, kBF, 1, 67, K, true});
   }
+  // More row groups than resident clusters: a 24576-element slice of staged x (about 61 KiB) fits
+  // 3 CTAs per SM, so 250 groups in clusters of 2 take two rounds (a cluster's second group,
+  // prefetched while its first is computed, and its partial sums at offset 16)
+  ASSERT_EQ(fk::quant_gemv_split(QuantType::kQ8_0, 1, 4000, 49152, true), 2);
+  ASSERT_EQ(fk::quant_gemv_split(QuantType::kQ8_0, 1, 4000, 49152, false), 2);
+  run({QuantType::kQ8_0, kBF, 1, 4000, 49152, true});
 }
 
 TEST(QuantGemv, RejectsBadArguments) {

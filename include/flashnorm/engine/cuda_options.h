@@ -19,8 +19,9 @@ enum class Deferred {
 // decode included, always defer it to the projection's output rows).
 enum class PrefillNorm {
   // The residual add that produces x also computes rstd(x) and writes x * rstd (the gain is folded
-  // into W), and the projection is the plain GEMM: Standard's kFusedAdd kernels less the gain
-  // multiply, with no standalone norm kernel after the first layer's. Every column gets rstd,
+  // into W; with native weights, whose blocks cannot hold it, x * rstd * g), and the projection is
+  // the plain GEMM: Standard's kFusedAdd kernels less the gain multiply (with native weights,
+  // those kernels), with no standalone norm kernel after the first layer's. Every column gets rstd,
   // those QK-norm cancels included (CudaFlashNorm::cancel applies to the deferred passes only). A
   // standalone fused GEMM does
   // not beat cuBLAS on prefill shapes (docs/kernels.md); the add that already exists carries the

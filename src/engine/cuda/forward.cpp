@@ -67,7 +67,8 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
 // Standard runs the norm (unless the preceding residual add already wrote xn:
 // StandardNorm::kFusedAdd) then the plain projection; FlashNorm runs flashnorm_linear on raw x with
 // the folded W, or in a norm_in_add pass the plain projection on xn = x * rstd (written by the
-// residual add; by a gainless rms_norm for the first layer) with the folded W. keep_gain: FlashNorm
+// residual add; by a gainless rms_norm for the first layer) with the folded W (native weights: xn =
+// x * rstd * g, the dt gain applied by the add or that rms_norm). keep_gain: FlashNorm
 // mode's tied LM head (TiedHead::kKeepGain), normalized as in Standard mode since its gain is not
 // folded. bias ([N] dt, or null) is added last, after the FlashNorm row scale: y = rstd * (x W*^T)
 // + b. A quantized projection (q; gain32 its fp32 gain) runs, in FlashNorm mode, quant_gemv on raw

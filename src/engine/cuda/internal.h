@@ -202,9 +202,9 @@ struct Forward {
   cudaStream_t s;
   bool xn_ready = false;  // xn holds the next normed projection's input (written by the add)
   // This pass normalizes in the residual adds (FlashNorm mode, PrefillNorm::kInAdd, a pass of
-  // more than kDeferredMaxT tokens): xn = x * rstd, the gain folded into the weights (or, for a
-  // quantized projection, into its expanded tile; for a tied head that keeps its gain, applied by
-  // the add).
+  // more than kDeferredMaxT tokens): xn = x * rstd, the gain folded into the weights; for a
+  // quantized projection (its blocks keep no gain) and a tied head that keeps its gain, xn = x *
+  // rstd * g, the gain (rounded to dt, as in Standard mode) applied by the add.
   bool norm_in_add = false;
   // The most rows a projection takes the decode GEMV for, set by run(): CudaLaunch::decode_max_rows
   // in batched decode passes, at most 16 in others; head_gemv_rows (same caps) during the LM

@@ -15,8 +15,11 @@
 // stages its M x rows in shared memory: x * gain quantized to int16 per block of 32 (the CPU
 // engine's activation rule, kernels/cpu/quant_matmul.h) with the block scales and the sums of
 // squares of the raw x (block reduction): every CTA computes the same rstd, so no second launch
-// and no cross-CTA join; the join of the row scale is the warp reduction of each output's partial
-// sums (shuffles) and the __syncthreads between staging and products. The products are exact
+// and, with whole rows, no cross-CTA join; the join of the row scale is the warp reduction of each
+// output's partial sums (shuffles) and the __syncthreads between staging and products. Split-K
+// instances (SPLIT, M = 1) stage one slice of x per CTA of a thread block cluster; their join is
+// the cluster barrier before the rank-ordered sums of the slices' partial results and sums of
+// squares in distributed shared memory, and another before any CTA exits. The products are exact
 // integer dot products (dp2a: int16 x int8 pairs into int32) per block or sub-block, scaled in
 // fp32: four to eight times fewer instructions per weight than fp32 multiply-adds on unpacked
 // codes, which made the kernel compute-bound (0.7-1.0x the bf16 GEMV on the H200, 4f7f51f).
@@ -684,14 +687,15 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
 
 // Split-K for one-row instances: clusters of split CTAs, each taking split_steps steps of every
 // row. Only where the row groups leave CTA slots idle: split is the slots per group (F::kMinCtas
-// CTAs per SM, the residency the instance is built for), at most K / kSplitElems (with PDL; twice
-// that per slice without) and kMaxSplit, then whole steps per slice. At Llama-3-8B's o and down
-// shapes (256 row groups) that is 2 for the 32-element formats (built for 4 CTAs per SM) and none
-// for Q4_K / Q6_K (built for 1: 132 slots). H200 kernel lab at M = 1 (f2ebdff + this change,
-// docs/results_h200.md): with PDL split 2 took 1.10-1.31x less time than whole rows at o and
-// 1.17-1.20x at down; without PDL 1.08-1.14x less at down but 0.92-1.01x at o (slices of 2048),
-// hence the longer slices there; filling every slot of a wide projection with more, shorter slices
-// ran slower.
+// CTAs per SM, the residency the instance is built for), at most K / kSplitElems (with PDL; K / (2
+// kSplitElems) without) and kMaxSplit, then whole steps per slice (the last one may be shorter).
+// At Llama-3-8B's o and down shapes (256 row groups) that is 2 for the 32-element formats (built
+// for 4 CTAs per SM) and none for Q4_K / Q6_K (built for 1: 132 slots). H200 kernel lab at M = 1
+// (dacee15, docs/results_h200.md): with PDL split 2 took 1.10-1.26x less time than whole rows at o
+// and 1.16-1.20x at down; without PDL 1.07-1.14x at down, while slices of 2048 at o ran 0.92-1.01x
+// of whole rows (f2ebdff's first policy), hence the longer slices there; filling every slot of a
+// wide projection with more, shorter slices ran slower. The split, hence the bits of the result,
+// depends on PDL and the SM count.
 constexpr int kSplitElems = 2048, kMaxSplit = 8;
 // A CTA's split-K partial sums cover at most this many row groups (the grid grows past the
 // resident clusters if needed).
@@ -817,8 +821,10 @@ int quant_gemv_split(QuantType type, int M, int N, int K, bool pdl) {
       return split_for<Q8_0>(N, K, pdl).first;
     case QuantType::kQ4_K:
       return split_for<Q4_K>(N, K, pdl).first;
-    default:
+    case QuantType::kQ6_K:
       return split_for<Q6_K>(N, K, pdl).first;
+    default:
+      return 1;
   }
 }
 

@@ -151,9 +151,10 @@ struct QuantGemvArgs {
 Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s);
 
 // The CTAs per cluster among which quant_gemv splits K for these arguments (1: no split; at most
-// 8): M = 1 only, where N / 16 row groups leave CTA slots idle (the slots per group), slices of
-// at least 2048 elements with PDL (QuantGemvArgs::pdl), 4096 without, in whole steps of the
-// format's warp loop. Uses the current device's SM count.
+// 8): M = 1 only, where N / 16 row groups leave CTA slots idle (the slots per group), at most K /
+// 2048 slices with PDL (QuantGemvArgs::pdl) and K / 4096 without, in whole steps of the format's
+// warp loop (the last slice may be shorter). Uses the current device's SM count; the summation
+// order, hence the bits of y, follows the split.
 int quant_gemv_split(QuantType type, int M, int N, int K, bool pdl);
 
 }  // namespace flashnorm::kernels::cuda
