@@ -10,7 +10,7 @@ out="${FLASHNORM_CACHE:-$HOME/.cache/flashnorm}/folded"
 mkdir -p "$out"
 folded="$out/SmolLM2-135M-Instruct.folded-f32.gguf"
 rm -f "$folded"
-$fn inspect "$FLASHNORM_SMOLLM2_GGUF" | sed -n 1,24p  # layer 0; sed reads it all: no SIGPIPE
+$fn inspect "$FLASHNORM_SMOLLM2_GGUF" | sed -n 1,26p  # layer 0; sed reads it all: no SIGPIPE
 $fn fold "$FLASHNORM_SMOLLM2_GGUF" -o "$folded"
 for mode in standard flashnorm; do
   echo "== --norm $mode on the folded model"

@@ -141,7 +141,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
       // that the writer's final rounding equals one rounding of the fp64 product.
       round_folded(folded, target, o.values);
       rep.tensors.push_back(
-          {name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype))});
+          {name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype)), {}});
       ++folded_types[rep.tensors.back().out_type];
       outs.push_back(std::move(o));
       if (opt.progress) opt.progress(++done, total);
