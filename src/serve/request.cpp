@@ -89,6 +89,17 @@ CompletionRequest parse_request(std::string_view body, bool chat) {
         (chat && key == "max_completion_tokens")) {
       continue;
     }
+    // OpenAI fields that clients send at their defaults: accepted there only (any other value
+    // would change the sampling or the response, which this server does not implement)
+    if (key == "presence_penalty" || key == "frequency_penalty") {
+      if (!v.is_number() || v.get<double>() != 0.0) bad(key, "unsupported value: only 0 is served");
+      continue;
+    }
+    if (key == "logprobs") {
+      if (!v.is_null() && !(v.is_boolean() && !v.get<bool>()))
+        bad(key, "unsupported value: only null or false is served");
+      continue;
+    }
     bad(key, "unsupported field");
   }
   if (!j.contains("model")) bad("model", "is required");

@@ -98,6 +98,15 @@ TEST(Request, RefusalsNameTheField) {
       {R"({"model": "m", "prompt": "a", "n": 2})", "n"},
       {R"({"model": "m", "prompt": "a", "stream": "yes"})", "stream"},
       {R"({"model": "m", "prompt": "a", "echo": true})", "echo"},
+      // OpenAI's defaults that clients send are served; any other value is refused
+      {R"({"model": "m", "prompt": "a", "presence_penalty": 0, "frequency_penalty": 0.0})",
+       "(no error)"},
+      {R"({"model": "m", "prompt": "a", "logprobs": null})", "(no error)"},
+      {R"({"model": "m", "prompt": "a", "logprobs": false})", "(no error)"},
+      {R"({"model": "m", "prompt": "a", "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"model": "m", "prompt": "a", "frequency_penalty": "0"})", "frequency_penalty"},
+      {R"({"model": "m", "prompt": "a", "logprobs": 2})", "logprobs"},
+      {R"({"model": "m", "prompt": "a", "logprobs": true})", "logprobs"},
       {R"({"model": "m", "prompt": "a", "messages": []})", "messages"},
       // a duplicate key would otherwise keep its last value silently
       {R"({"model": "nope", "model": "m", "prompt": "a"})", ""},
