@@ -25,6 +25,7 @@ __device__ __forceinline__ void pdl_begin() {
 
 // The launch configuration of launch_ex: cluster > 1 groups that many consecutive CTAs along x
 // into a thread block cluster (sm_90; gridDim.x must be a multiple of it, at most 8 portable).
+// Not copyable: cfg.attrs points into the object's own at[].
 struct LaunchConfig {
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[2];
@@ -43,6 +44,8 @@ struct LaunchConfig {
       at[cfg.numAttrs++].val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
     }
   }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
 };
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization allowed
