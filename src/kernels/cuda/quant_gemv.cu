@@ -56,8 +56,7 @@ struct Params {
   bool accumulate;
   void* y_rounded;
   // split-K (the one-row instances with SPLIT): clusters of `split` CTAs, rank r taking steps
-  // [r * split_steps, (r + 1) * split_steps) of every row; unused otherwise. Before the launch
-  // choice, split is 0 (split where split_for says so) or 1 (whole rows: QuantGemvArgs::split_k).
+  // [r * split_steps, (r + 1) * split_steps) of every row; unused otherwise
   int split, split_steps;
   // plane J of the device layout of W (quant_layout.h) of format T; plane 0 starts at w
   template <QuantType T, int J>
@@ -628,11 +627,9 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   }
 }
 
-// CTAs of a launch over `groups` row groups: one per group up to per_sm per SM (the CTAs of the
-// instance resident at once, at most kCtasPerSm), else that many with every CTA taking the same
-// number of groups (the staged x is reused across a CTA's groups): one wave, never a second one
-// of a few CTAs.
+// The most CTAs per SM a launch counts on (ctas_per_sm).
 constexpr int kCtasPerSm = 4;
+// The current device's SMs (132 when the query fails), asked once.
 int sm_count() {
   static const int sms = [] {
     int dev = 0, n = 0;
@@ -643,10 +640,13 @@ int sm_count() {
   }();
   return sms;
 }
-int grid_for(int groups, int per_sm) {
-  const int cap = std::clamp(per_sm, 1, kCtasPerSm) * sm_count();
-  if (groups <= cap) return groups;
-  const int rounds = (groups + cap - 1) / cap;
+// The launch units (CTAs, or clusters of split-K) over `groups` row groups when `slots` units are
+// resident at once: one per group up to that, else that many with every unit taking the same
+// number of groups (the staged x is reused across a unit's groups): one wave, never a second one
+// of a few units.
+int grid_for(int groups, int slots) {
+  if (groups <= slots) return groups;
+  const int rounds = (groups + slots - 1) / slots;
   return (groups + rounds - 1) / rounds;
 }
 
@@ -669,19 +669,29 @@ int resident_ctas(const void* kernel, size_t smem) {
 // The rows a kernel instance stages for M rows: M rounded up to 1, 2, 4 or 8.
 int staged_rows(int M) { return M <= 1 ? 1 : (M == 2 ? 2 : (M <= 4 ? 4 : 8)); }
 
+// The opt-in to smem bytes of dynamic shared memory where the kernel needs one. It counts the
+// kernel's static shared memory too (red[32] and ss_part, at most): dynamic memory of exactly
+// 48 KiB alone needs no opt-in, but with red[] it does.
+Status opt_in(const void* kernel, size_t smem) {
+  if (smem + 33 * sizeof(float) <= 48 * 1024) return {};
+  const cudaError_t e = detail::opt_in_shared_memory(kernel, smem);
+  return e == cudaSuccess ? Status{} : launched("quant_gemv_kernel (shared memory size)", e);
+}
+
+// The CTAs of `kernel` resident per SM, at most kCtasPerSm (resident_ctas).
+int ctas_per_sm(const void* kernel, size_t smem) {
+  return std::clamp(resident_ctas(kernel, smem), 1, kCtasPerSm);
+}
+
 // One launch of a quant_gemv_kernel instance that stages mt rows: the shared-memory opt-in where
 // it needs one, the grid of grid_for.
 template <class Kernel>
 Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, bool pdl) {
+  const void* k = reinterpret_cast<const void*>(kernel);
   const size_t smem = staged_bytes(mt, p.K);
-  // the opt-in counts the kernel's static shared memory (red[32]) too: dynamic memory of exactly
-  // 48 KiB alone needs no opt-in, but with red[] it does
-  if (smem + 32 * sizeof(float) > 48 * 1024) {
-    const cudaError_t e = detail::opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem);
-    if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
-  }
-  const int grid = grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta,
-                            resident_ctas(reinterpret_cast<const void*>(kernel), smem));
+  if (Status st = opt_in(k, smem); !st.ok()) return st;
+  const int grid =
+      grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta, ctas_per_sm(k, smem) * sm_count());
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
@@ -719,22 +729,14 @@ Status launch_split(Kernel kernel, Params p, int split, int per, cudaStream_t s,
   p.split_steps = per;
   const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
   const int slice = per * F<1>::kPerStep * F<1>::kElems;  // the largest (the kernel's offset)
+  const void* k = reinterpret_cast<const void*>(kernel);
   const size_t smem = split_part_offset(1, slice) + split_part_bytes(kMaxSplitRounds);
-  if (smem + 33 * sizeof(float) > 48 * 1024) {
-    const cudaError_t e = detail::opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem);
-    if (e != cudaSuccess) return launched("quant_gemv_kernel (shared memory size)", e);
-  }
+  if (Status st = opt_in(k, smem); !st.ok()) return st;
   // clusters resident at once: the CTAs resident per SM over all SMs, in clusters (the GPCs may
   // hold fewer; the rest run as a short second wave)
-  const int per_sm =
-      std::clamp(resident_ctas(reinterpret_cast<const void*>(kernel), smem), 1, kCtasPerSm);
-  const int cap = std::max(1, per_sm * sm_count() / split);
-  int clusters = groups;
-  if (groups > cap) {
-    const int rounds = (groups + cap - 1) / cap;
-    clusters = (groups + rounds - 1) / rounds;
-  }
-  clusters = std::max(clusters, (groups + kMaxSplitRounds - 1) / kMaxSplitRounds);
+  const int clusters =
+      std::max(grid_for(groups, std::max(1, ctas_per_sm(k, smem) * sm_count() / split)),
+               (groups + kMaxSplitRounds - 1) / kMaxSplitRounds);
   return launched("quant_gemv_kernel (split-K)",
                   detail::launch_cluster(kernel, dim3(clusters * split), dim3(kWarps * 32), smem, s,
                                          pdl, split, p));
@@ -746,26 +748,24 @@ Status launch_split(Kernel kernel, Params p, int split, int per, cudaStream_t s,
 // With PDL, the one-row instances load their first steps early (EARLY), except the GLU input of
 // the formats held to 64 registers (its staging needs the registers: 32-72 bytes of spills) and
 // their K above 2048.
-// One-row instance (xg, early): split-K (split_for) or whole rows.
-// p.split: 0 to split where split_for says so, 1 for whole rows (QuantGemvArgs::split_k).
+// One-row instance (xg, early): split-K where split_k and split_for say so, else whole rows.
 template <class E, template <int> class F, int XG, bool EARLY>
-Status launch_one_row(Params p, cudaStream_t s, bool pdl) {
-  const auto [split, per] = p.split == 0 ? split_for<F>(p.N, p.K, pdl) : std::pair<int, int>(1, 0);
-  p.split = 1;
+Status launch_one_row(const Params& p, cudaStream_t s, bool pdl, bool split_k) {
+  const auto [split, per] = split_k ? split_for<F>(p.N, p.K, pdl) : std::pair<int, int>(1, 0);
   if (split > 1)
     return launch_split<F>(quant_gemv_kernel<E, F, 1, XG, EARLY, true>, p, split, per, s, pdl);
   return launch_kernel(quant_gemv_kernel<E, F, 1, XG, EARLY>, 1, p, s, pdl);
 }
 
 template <class E, template <int> class F>
-Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
+Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg, bool split_k) {
   constexpr bool kGluEarly = F<1>::kMinCtas == 1;
   if (xg == 1)
-    return pdl && kGluEarly ? launch_one_row<E, F, 1, kGluEarly>(p, s, pdl)
-                            : launch_one_row<E, F, 1, false>(p, s, pdl);
+    return pdl && kGluEarly ? launch_one_row<E, F, 1, kGluEarly>(p, s, pdl, split_k)
+                            : launch_one_row<E, F, 1, false>(p, s, pdl, split_k);
   if (xg == 2)
-    return pdl && kGluEarly ? launch_one_row<E, F, 2, kGluEarly>(p, s, pdl)
-                            : launch_one_row<E, F, 2, false>(p, s, pdl);
+    return pdl && kGluEarly ? launch_one_row<E, F, 2, kGluEarly>(p, s, pdl, split_k)
+                            : launch_one_row<E, F, 2, false>(p, s, pdl, split_k);
   // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
   // shapes, where native flashnorm decode gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of
   // Q4_1 / Q5_0 GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel
@@ -773,8 +773,8 @@ Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg) {
   const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);
   switch (staged_rows(M)) {
     case 1:
-      return early ? launch_one_row<E, F, 0, true>(p, s, pdl)
-                   : launch_one_row<E, F, 0, false>(p, s, pdl);
+      return early ? launch_one_row<E, F, 0, true>(p, s, pdl, split_k)
+                   : launch_one_row<E, F, 0, false>(p, s, pdl, split_k);
     case 2:
       return launch_kernel(quant_gemv_kernel<E, F, 2, 0>, 2, p, s, pdl);
     case 4:
@@ -859,24 +859,24 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
                  a.eps,
                  a.accumulate,
                  a.y_rounded,
-                 a.split_k ? 0 : 1,
+                 1,
                  0};
   const int xg = !a.x_glu ? 0 : (a.glu_kind == GluKind::kGeGLU ? 2 : 1);
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);
     switch (a.type) {
       case QuantType::kQ4_0:
-        return launch_format<E, Q4_0>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q4_0>(p, a.M, s, a.pdl, xg, a.split_k);
       case QuantType::kQ4_1:
-        return launch_format<E, Q4_1>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q4_1>(p, a.M, s, a.pdl, xg, a.split_k);
       case QuantType::kQ5_0:
-        return launch_format<E, Q5_0>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q5_0>(p, a.M, s, a.pdl, xg, a.split_k);
       case QuantType::kQ8_0:
-        return launch_format<E, Q8_0>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q8_0>(p, a.M, s, a.pdl, xg, a.split_k);
       case QuantType::kQ4_K:
-        return launch_format<E, Q4_K>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q4_K>(p, a.M, s, a.pdl, xg, a.split_k);
       default:
-        return launch_format<E, Q6_K>(p, a.M, s, a.pdl, xg);
+        return launch_format<E, Q6_K>(p, a.M, s, a.pdl, xg, a.split_k);
     }
   });
 }
