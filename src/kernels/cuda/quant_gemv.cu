@@ -8,7 +8,8 @@
 // it, so that its staged x serves several groups. Its first group's bytes are prefetched into L2
 // before the PDL wait (weights are constant), each next group's while the current one is computed
 // (with PDL, the one-row instances also load each warp's first steps into registers there:
-// launch_format says which).
+// launch_format says which; F::kPipe instances then keep the next step's loads in flight while a
+// step's products run, across group boundaries).
 // The weights are read in the planar layout of quant_layout.h (one aligned 8-byte load per
 // piece of codes; the file's 18- to 34-byte and 210-byte blocks allowed 2-byte loads only). Before
 // the products, the CTA
@@ -39,6 +40,7 @@ namespace flashnorm::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+
 constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
 
@@ -117,14 +119,28 @@ __device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, 
   return __dp2a_hi(v.w, static_cast<int>(w1), isum);
 }
 
+// dot_rows of the formats whose rows share nothing: dot per row (Self::dot), rows not ok skipped.
+template <class Self, int MT>
+struct RowByRow {
+  template <class Raw>
+  static __device__ __forceinline__ void dot_rows(const Raw (&r)[kRowsPerWarp],
+                                                  const bool (&ok)[kRowsPerWarp], int it, int lane,
+                                                  const Staged& x, float (&acc)[kRowsPerWarp][MT]) {
+#pragma unroll
+    for (int q = 0; q < kRowsPerWarp; ++q)
+      if (ok[q]) Self::dot(r[q], it, lane, x, acc[q]);
+  }
+};
+
 // ---- Q8_0: four lanes per block of 32, eight blocks per warp step ------------------------------
 // Lane part p (0..3) reads the block's 8 codes 8p .. 8p + 7 (one 8-byte load from the codes plane:
 // a warp step reads 256 contiguous bytes) and the 8 int16 of x beside them (one 16-byte shared
 // load; consecutive lanes, consecutive addresses). Planes: qs[32], d[2].
 template <int MT>
-struct Q8_0 {
+struct Q8_0 : RowByRow<Q8_0<MT>, MT> {
   static constexpr QuantType kType = QuantType::kQ8_0;
   static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
+  static constexpr bool kPipe = false;  // no registers for a second buffer (Q4_K::kPipe)
   struct Raw {
     uint32_t d, q0, q1;
   };
@@ -162,11 +178,12 @@ enum class Small { kQ4_0, kQ4_1, kQ5_0 };
 template <Small S>
 struct SmallBlock {
   template <int MT>
-  struct F {
+  struct F : RowByRow<F<MT>, MT> {
     static constexpr QuantType kType = S == Small::kQ4_0   ? QuantType::kQ4_0
                                        : S == Small::kQ4_1 ? QuantType::kQ4_1
                                                            : QuantType::kQ5_0;
     static constexpr int kElems = 32, kPerStep = 8, kUnroll = 4, kMinCtas = 4;
+    static constexpr bool kPipe = false;  // as Q8_0
     struct Raw {
       uint32_t dm, q0, q1;  // fp16 d | fp16 m << 16 (Q4_1); the 8 unsigned codes
     };
@@ -234,6 +251,13 @@ struct Q4_K {
   // ran 1.3x slower at Llama-3-8B's q|k|v, o and down shapes (H200, a5dfdc8)
   static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8, kUnroll = 1, kMinCtas = 1;
   static constexpr QuantType kType = QuantType::kQ4_K;  // one plane: the file's blocks
+  // kPipe: one-row instances issue the next step's loads before this step's products (two register
+  // buffers). With dot_rows (both rows' products over one load of x, scales without branches), at
+  // M = 1 with PDL on the H200: Llama-3-8B q|k|v, o, gate|up and down 1.18-1.23x less time than
+  // the row-by-row kernel with branchy scales; the pipeline's share 0-8% (kernel lab,
+  // docs/results_h200.md, "Q4_K: fewer instructions"). Q6_K ran 1.1x slower with it, M = 8
+  // instances 1.02-1.04x slower.
+  static constexpr bool kPipe = true;
   struct Raw {
     uint4 head, q0, q1;
   };
@@ -247,46 +271,74 @@ struct Q4_K {
     r.q1 = __ldg(reinterpret_cast<const uint4*>(p + 32 + 32 * (lane & 3)));
     return true;
   }
-  // Byte i (0..11) of the packed scales (head bytes 4 .. 15).
-  static __device__ __forceinline__ uint32_t sbyte(const uint4& h, int i) {
-    const uint32_t w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
-    return (w >> (8 * (i & 3))) & 0xffu;
+  // The 6-bit scales and mins of lane part j's sub-blocks 2j and 2j + 1 (io/ggml_blocks.h
+  // k_scale_min), four bytes at a time and without branches (j differs between the lanes of a
+  // warp): scale bytes 0..11 are head words y, z, w; sub-block s < 4 has scale y[s] & 63 and min
+  // z[s] & 63, s = 4 + t has scale (w[t] & 15) | (y[t] >> 6) << 4 and min (w[t] >> 4) | (z[t] >> 6)
+  // << 4.
+  static __device__ __forceinline__ void scales_mins(const uint4& h, int j, float& sc_lo,
+                                                     float& m_lo, float& sc_hi, float& m_hi) {
+    const uint32_t sc4 =
+        j < 2 ? h.y & 0x3f3f3f3fu : (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+    const uint32_t m4 =
+        j < 2 ? h.z & 0x3f3f3f3fu : ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+    const int sh = 16 * (j & 1);
+    sc_lo = static_cast<float>((sc4 >> sh) & 0xffu);
+    sc_hi = static_cast<float>((sc4 >> (sh + 8)) & 0xffu);
+    m_lo = static_cast<float>((m4 >> sh) & 0xffu);
+    m_hi = static_cast<float>((m4 >> (sh + 8)) & 0xffu);
   }
-  // 6-bit scale and min of sub-block j (io/ggml_blocks.h k_scale_min).
-  static __device__ __forceinline__ void scale_min(const uint4& h, int j, float& sc, float& mn) {
-    uint32_t s, m;
-    if (j < 4) {
-      s = sbyte(h, j) & 63;
-      m = sbyte(h, j + 4) & 63;
-    } else {
-      s = (sbyte(h, j + 4) & 0x0f) | ((sbyte(h, j - 4) >> 6) << 4);
-      m = (sbyte(h, j + 4) >> 4) | ((sbyte(h, j) >> 6) << 4);
-    }
-    sc = static_cast<float>(s);
-    mn = static_cast<float>(m);
-  }
-  static __device__ __forceinline__ void dot(const Raw& r, int it, int lane, const Staged& x,
-                                             float (&acc)[MT]) {
+  // Both rows of the warp at once: the 64 staged x values of the lane's part (one run of 64, eight
+  // 16-byte shared loads), their two block scales and sums are loaded once for the two rows.
+  static __device__ __forceinline__ void dot_rows(const Raw (&r)[kRowsPerWarp],
+                                                  const bool (&ok)[kRowsPerWarp], int it, int lane,
+                                                  const Staged& x, float (&acc)[kRowsPerWarp][MT]) {
+    bool any = false;  // false past the row's (or slice's) super-blocks: x there is not staged
+#pragma unroll
+    for (int q = 0; q < kRowsPerWarp; ++q) any |= ok[q];
+    if (!any) return;
     const int sb = it * 8 + lane / 4, j = lane & 3;
     const int e0 = sb * 256 + 64 * j;
-    const float d = h2f(r.head.x), dmin = h2f(r.head.x >> 16);
-    float sc_lo, m_lo, sc_hi, m_hi;
-    scale_min(r.head, 2 * j, sc_lo, m_lo);
-    scale_min(r.head, 2 * j + 1, sc_hi, m_hi);
-    const uint32_t w[8] = {r.q0.x, r.q0.y, r.q0.z, r.q0.w, r.q1.x, r.q1.y, r.q1.z, r.q1.w};
+    float d[kRowsPerWarp], dmin[kRowsPerWarp], sc_lo[kRowsPerWarp], m_lo[kRowsPerWarp],
+        sc_hi[kRowsPerWarp], m_hi[kRowsPerWarp];
+#pragma unroll
+    for (int q = 0; q < kRowsPerWarp; ++q) {
+      d[q] = h2f(r[q].head.x);
+      dmin[q] = h2f(r[q].head.x >> 16);
+      scales_mins(r[q].head, j, sc_lo[q], m_lo[q], sc_hi[q], m_hi[q]);
+    }
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      int s_lo = 0, s_hi = 0;
+      const int16_t* xp = x.q(m, e0);  // elements e0 .. e0 + 63: one run, contiguous
+      int4 xv[8];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {  // elements 8c .. 8c + 7 of each sub-block
-        const uint32_t a = w[2 * c], b = w[2 * c + 1];
-        s_lo = dot8(x.q(m, e0 + 8 * c), a & 0x0f0f0f0fu, b & 0x0f0f0f0fu, s_lo);
-        s_hi = dot8(x.q(m, e0 + 32 + 8 * c), (a >> 4) & 0x0f0f0f0fu, (b >> 4) & 0x0f0f0f0fu, s_hi);
+      for (int c = 0; c < 8; ++c) xv[c] = reinterpret_cast<const int4*>(xp)[c];
+      const float xd_lo = x.d(m, e0), xd_hi = x.d(m, e0 + 32);
+      const float xs_lo = static_cast<float>(x.s32(m, e0));
+      const float xs_hi = static_cast<float>(x.s32(m, e0 + 32));
+#pragma unroll
+      for (int q = 0; q < kRowsPerWarp; ++q) {
+        if (!ok[q]) continue;
+        const uint32_t w[8] = {r[q].q0.x, r[q].q0.y, r[q].q0.z, r[q].q0.w,
+                               r[q].q1.x, r[q].q1.y, r[q].q1.z, r[q].q1.w};
+        int s_lo = 0, s_hi = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {  // elements 8c .. 8c + 7 of each sub-block
+          const uint32_t a = w[2 * c], b = w[2 * c + 1];
+          const int4 vl = xv[c], vh = xv[4 + c];
+          s_lo = __dp2a_lo(vl.x, static_cast<int>(a & 0x0f0f0f0fu), s_lo);
+          s_lo = __dp2a_hi(vl.y, static_cast<int>(a & 0x0f0f0f0fu), s_lo);
+          s_lo = __dp2a_lo(vl.z, static_cast<int>(b & 0x0f0f0f0fu), s_lo);
+          s_lo = __dp2a_hi(vl.w, static_cast<int>(b & 0x0f0f0f0fu), s_lo);
+          s_hi = __dp2a_lo(vh.x, static_cast<int>((a >> 4) & 0x0f0f0f0fu), s_hi);
+          s_hi = __dp2a_hi(vh.y, static_cast<int>((a >> 4) & 0x0f0f0f0fu), s_hi);
+          s_hi = __dp2a_lo(vh.z, static_cast<int>((b >> 4) & 0x0f0f0f0fu), s_hi);
+          s_hi = __dp2a_hi(vh.w, static_cast<int>((b >> 4) & 0x0f0f0f0fu), s_hi);
+        }
+        acc[q][m] +=
+            xd_lo * (d[q] * sc_lo[q] * static_cast<float>(s_lo) - dmin[q] * m_lo[q] * xs_lo) +
+            xd_hi * (d[q] * sc_hi[q] * static_cast<float>(s_hi) - dmin[q] * m_hi[q] * xs_hi);
       }
-      acc[m] += x.d(m, e0) * (d * sc_lo * static_cast<float>(s_lo) -
-                              dmin * m_lo * static_cast<float>(x.s32(m, e0))) +
-                x.d(m, e0 + 32) * (d * sc_hi * static_cast<float>(s_hi) -
-                                   dmin * m_hi * static_cast<float>(x.s32(m, e0 + 32)));
     }
   }
 };
@@ -298,11 +350,12 @@ struct Q4_K {
 // for the 8). Planes (quant_layout.h): ql[128], qh[64], scales[16], d[2]: every piece an aligned
 // 8-byte load (the file's 210-byte blocks allow only 2-byte loads).
 template <int MT>
-struct Q6_K {
+struct Q6_K : RowByRow<Q6_K<MT>, MT> {
   static constexpr int kElems = 256, kPerStep = 4;
   // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (a5dfdc8)
   static constexpr int kUnroll = 1, kMinCtas = 1;
   static constexpr QuantType kType = QuantType::kQ6_K;
+  static constexpr bool kPipe = false;  // 1.1x slower with it (Q4_K::kPipe)
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
     uint32_t sc, d;                         // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
@@ -451,9 +504,10 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // per warp, and a short row (SmolLM2's K = 576 is 3 steps of Q4_1) in one memory round trip
   // instead of one per step. Same products in the same order per row.
   constexpr int U = F<MT>::kUnroll;
-  typename F<MT>::Raw raw[U][kRowsPerWarp];
+  using Raw = typename F<MT>::Raw;
+  Raw raw[U][kRowsPerWarp];
   bool ok[U][kRowsPerWarp];
-  auto load_steps = [&](int g, int it0) {
+  auto load_into = [&](Raw(&dst)[U][kRowsPerWarp], bool(&dok)[U][kRowsPerWarp], int g, int it0) {
     const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -461,15 +515,18 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
         // (a step past the slice belongs to the next rank)
-        ok[u][r] = (!SPLIT || it0 + u < it_hi) && F<MT>::load(p, n, nblk, it0 + u, lane, raw[u][r]);
+        dok[u][r] =
+            (!SPLIT || it0 + u < it_hi) && F<MT>::load(p, n, nblk, it0 + u, lane, dst[u][r]);
       }
   };
+  auto load_steps = [&](int g, int it0) { load_into(raw, ok, g, it0); };
   // EARLY (launched with PDL): the first steps of group blockIdx.x are loaded into registers
   // before the wait, so that their latency overlaps the preceding kernel, as the bf16 decode GEMV
   // does with its first batch. Without PDL there is nothing to overlap, and loading them before the
   // staging of x ran 7-16% slower for Q4_K on the H200 (3b5c55f against f461df2), probably
   // because the staging's loads of x queue behind them. A template parameter: as a run-time flag it
   // cost 16 bytes of spills to the instances held to 64 registers.
+  constexpr bool kPipe = F<MT>::kPipe && MT == 1;
   if constexpr (EARLY) load_steps(g0, it_lo);
   // the gain of this thread's chunk of the first staging pass, read before the PDL wait (the gain
   // is constant), so that x is the staging's only load after it; not beside the early steps of
@@ -489,26 +546,57 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   const T* x = static_cast<const T*>(p.x);
   // Chunk c (8 elements) of the slice is thread c % 256's; the 4 chunks of a block of 32 are 4
   // consecutive lanes (blockDim and K / 8 are multiples of 4), whose amax and sums meet by
-  // shuffles.
+  // shuffles. The global loads of a pass (x, or gate and up; the gain after the first pass) are
+  // XRaw; kStagePipe: the next pass's are issued before this one is quantized (K / 8 above 256,
+  // e.g. Llama-3-8B's down at 7 passes, is otherwise a chain of one load latency per pass).
+  constexpr bool kStagePipe = F<MT>::kMinCtas == 1;
+  struct XRaw {
+    uint4 v;
+    float4 g0, g1, u0, u1, ga, gb;
+  };
+  auto load_pass = [&](int m, int c0, XRaw& r) {
+    const int c = c0 + threadIdx.x, cg = c_lo + c;
+    const bool in = c < K / 8;
+    if (in && m < p.M) {
+      if constexpr (XG == 0) {
+        r.v = __ldg(reinterpret_cast<const uint4*>(x + m * p.ldx) + cg);
+      } else {
+        const float* gu = static_cast<const float*>(p.x) + m * p.ldx + 8 * cg;
+        r.g0 = __ldg(reinterpret_cast<const float4*>(gu));
+        r.g1 = __ldg(reinterpret_cast<const float4*>(gu) + 1);
+        r.u0 = __ldg(reinterpret_cast<const float4*>(gu + p.K));
+        r.u1 = __ldg(reinterpret_cast<const float4*>(gu + p.K) + 1);
+      }
+    }
+    if (!(kGainFirst && c0 == 0) && p.gain && in) {
+      r.ga = __ldg(reinterpret_cast<const float4*>(p.gain) + 2 * cg);
+      r.gb = __ldg(reinterpret_cast<const float4*>(p.gain) + 2 * cg + 1);
+    }
+  };
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float ss = 0.f;
+    XRaw cur{};
+    if constexpr (kStagePipe) load_pass(m, 0, cur);
     // every lane runs every pass (the shuffles need the whole warp); lanes past K / 8 stage nothing
     for (int c0 = 0; c0 < K / 8; c0 += blockDim.x) {
-      const int c = c0 + threadIdx.x, cg = c_lo + c;  // in the slice, in the row
+      const int c = c0 + threadIdx.x;  // in the slice
       const bool in = c < K / 8;
+      XRaw nxt{};
+      if constexpr (kStagePipe) {
+        if (c0 + static_cast<int>(blockDim.x) < K / 8) load_pass(m, c0 + blockDim.x, nxt);
+      } else {
+        load_pass(m, c0, cur);
+      }
       float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       if (in && m < p.M) {
         if constexpr (XG == 0) {
-          detail::unpack8<E>(__ldg(reinterpret_cast<const uint4*>(x + m * p.ldx) + cg), f);
+          detail::unpack8<E>(cur.v, f);
         } else {
-          const float* gu = static_cast<const float*>(p.x) + m * p.ldx + 8 * cg;
-          const float4 g0 = __ldg(reinterpret_cast<const float4*>(gu));
-          const float4 g1 = __ldg(reinterpret_cast<const float4*>(gu) + 1);
-          const float4 u0 = __ldg(reinterpret_cast<const float4*>(gu + p.K));
-          const float4 u1 = __ldg(reinterpret_cast<const float4*>(gu + p.K) + 1);
-          const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-          const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+          const float g[8] = {cur.g0.x, cur.g0.y, cur.g0.z, cur.g0.w,
+                              cur.g1.x, cur.g1.y, cur.g1.z, cur.g1.w};
+          const float u[8] = {cur.u0.x, cur.u0.y, cur.u0.z, cur.u0.w,
+                              cur.u1.x, cur.u1.y, cur.u1.z, cur.u1.w};
 #pragma unroll
           for (int i = 0; i < 8; ++i)
             f[i] = E::to_f(E::from_f(detail::glu_value<XG == 2>(g[i], u[i])));
@@ -518,9 +606,14 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       if (kGainFirst && c0 == 0) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) g[i] = gain_first[i];
+      } else if (p.gain && in) {
+        g[0] = cur.ga.x, g[1] = cur.ga.y, g[2] = cur.ga.z, g[3] = cur.ga.w;
+        g[4] = cur.gb.x, g[5] = cur.gb.y, g[6] = cur.gb.z, g[7] = cur.gb.w;
       } else {
-        gain8(p.gain, cg, in, g);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) g[i] = 1.f;
       }
+      if constexpr (kStagePipe) cur = nxt;
       float amax = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -564,33 +657,30 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   }
   __syncthreads();
   const Staged staged{xq, xd, xs32, K, e_lo};
+  // kPipe: the first item, unless loaded early
+  if constexpr (kPipe && !EARLY) {
+    if (g0 < groups) load_steps(g0, it_lo);
+  }
   // SPLIT: the slice's dot products of the CTA's i-th group, part[16 i + row in the group], at the
   // same offset in every CTA of the cluster (after the staged x of the largest slice: the last
   // one may be shorter), where the other ranks read it
   float* part = reinterpret_cast<float*>(
       smem + split_part_offset(MT, SPLIT ? p.split_steps * F<MT>::kPerStep * F<MT>::kElems : K));
-  // row groups of kRowsPerCta rows: g0, then every gstep-th (the staged x reused)
-  for (int g = g0, i = 0; g < groups; g += gstep, ++i) {
-    if (g + gstep < groups) prefetch_rows<F<MT>, SPLIT>(p, g + gstep, b_lo, b_hi);
+  // the products of U steps of the warp's rows from step it0, into acc
+  auto dots = [&](const Raw(&b)[U][kRowsPerWarp], const bool(&bok)[U][kRowsPerWarp], int it0,
+                  float(&acc)[kRowsPerWarp][MT]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) F<MT>::dot_rows(b[u], bok[u], it0 + u, lane, staged, acc);
+  };
+  // the warp's outputs of row group g (the CTA's i-th), then acc reset
+  auto finish_group = [&](int g, int i, float(&acc)[kRowsPerWarp][MT]) {
     const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
-    float acc[kRowsPerWarp][MT];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-      for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
-    for (int it0 = it_lo; it0 < it_hi; it0 += U) {
-      if (!EARLY || g != g0 || it0 != it_lo) load_steps(g, it0);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r)
-          if (ok[u][r]) F<MT>::dot(raw[u][r], it0 + u, lane, staged, acc[r]);
-    }
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         const float v = detail::warp_sum(acc[r][m]);
+        acc[r][m] = 0.f;
         if constexpr (SPLIT) {
           if (lane == 0) part[i * kRowsPerCta + warp * kRowsPerWarp + r] = v;
         } else if (lane == 0 && n0 + r < p.N && m < p.M) {
@@ -600,6 +690,53 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
           if (p.y_rounded) static_cast<T*>(p.y_rounded)[m * p.ldy + n0 + r] = E::from_f(out);
         }
       }
+    }
+  };
+  float acc[kRowsPerWarp][MT];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
+  if constexpr (kPipe) {
+    // The CTA's items (row group g, steps it0 .. it0 + U - 1) in order, g0 first: the next item's
+    // loads are issued before this one's products, into the other of two register buffers (a copy
+    // from one to the other would wait for the loads), so that a step of the warp's rows is in
+    // flight while the products run, across the end of a group too.
+    Raw raw2[U][kRowsPerWarp];
+    bool ok2[U][kRowsPerWarp];
+    int g = g0, it0 = it_lo, i = 0;
+    auto next_item = [&](int& gn, int& itn) {
+      gn = g, itn = it0 + U;
+      if (itn >= it_hi) gn += gstep, itn = it_lo;
+    };
+    // the products of the current item from b, then the group's outputs at its last step
+    auto process = [&](const Raw(&b)[U][kRowsPerWarp], const bool(&bok)[U][kRowsPerWarp]) {
+      if (it0 == it_lo && g + gstep < groups) prefetch_rows<F<MT>, SPLIT>(p, g + gstep, b_lo, b_hi);
+      dots(b, bok, it0, acc);
+      if (it0 + U >= it_hi) finish_group(g, i++, acc);
+    };
+    for (;;) {
+      int g1, it1;
+      next_item(g1, it1);
+      if (g1 < groups) load_into(raw2, ok2, g1, it1);
+      process(raw, ok);
+      g = g1, it0 = it1;
+      if (g >= groups) break;
+      next_item(g1, it1);
+      if (g1 < groups) load_into(raw, ok, g1, it1);
+      process(raw2, ok2);
+      g = g1, it0 = it1;
+      if (g >= groups) break;
+    }
+  } else {
+    // row groups of kRowsPerCta rows: g0, then every gstep-th (the staged x reused)
+    for (int g = g0, i = 0; g < groups; g += gstep, ++i) {
+      if (g + gstep < groups) prefetch_rows<F<MT>, SPLIT>(p, g + gstep, b_lo, b_hi);
+      for (int it0 = it_lo; it0 < it_hi; it0 += U) {
+        if (!EARLY || g != g0 || it0 != it_lo) load_steps(g, it0);
+        dots(raw, ok, it0, acc);
+      }
+      finish_group(g, i, acc);
     }
   }
   if constexpr (SPLIT) {
