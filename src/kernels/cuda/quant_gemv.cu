@@ -254,9 +254,9 @@ struct Q4_K {
   // kPipe: one-row instances issue the next step's loads before this step's products (two register
   // buffers). With dot_rows (both rows' products over one load of x, scales without branches), at
   // M = 1 with PDL on the H200: Llama-3-8B q|k|v, o, gate|up and down 1.18-1.23x less time than
-  // the row-by-row kernel with branchy scales; the pipeline's share 0-8% (kernel lab,
-  // docs/results_h200.md, "Q4_K: fewer instructions"). Q6_K ran 1.1x slower with it, M = 8
-  // instances 1.02-1.04x slower.
+  // the row-by-row kernel with branchy scales; the pipeline's share 0-9% (kernel lab,
+  // docs/results_h200.md, "Q4_K: fewer instructions per byte"). Q6_K ran up to 1.15x slower with
+  // it, M = 8 instances 1.02-1.04x slower.
   static constexpr bool kPipe = true;
   struct Raw {
     uint4 head, q0, q1;
@@ -355,7 +355,7 @@ struct Q6_K : RowByRow<Q6_K<MT>, MT> {
   // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (a5dfdc8)
   static constexpr int kUnroll = 1, kMinCtas = 1;
   static constexpr QuantType kType = QuantType::kQ6_K;
-  static constexpr bool kPipe = false;  // 1.1x slower with it (Q4_K::kPipe)
+  static constexpr bool kPipe = false;  // up to 1.15x slower with it (Q4_K::kPipe)
   struct Raw {
     uint32_t qa0, qa1, qb0, qb1, qh0, qh1;  // 8 bytes each of ql, ql + 32, qh
     uint32_t sc, d;                         // sc[is], sc[is + 2], sc[is + 4], sc[is + 6]; fp16 d
