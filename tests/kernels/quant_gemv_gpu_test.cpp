@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <span>
+#include <utility>
 
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/ggml_types.h"
@@ -175,16 +176,24 @@ TEST(QuantGemv, Q4_0Q4_1Q5_0) {
     run({t, kBF, 1, 1000, 4096, true});
   }
 }
+// 12000 x 2304 and 9001 x 5120: 750 and 563 row groups, more than the CTAs resident at once (at
+// most 4 per SM on 132 SMs), so a CTA takes several (the one-row Q4_K instance carries its next
+// step's loads across them) with whole rows, with and without PDL (run()); rows of 9 and 20
+// super-blocks end in a partial step, and the staging of x in a partial pass.
 TEST(QuantGemv, Q4_K) {
   for (int M : {1, 3, 8}) run({QuantType::kQ4_K, kBF, M, 37, 1280, true});
   run({QuantType::kQ4_K, kFP, 2, 5, 256, false});
   run({QuantType::kQ4_K, kBF, 1, 1000, 4096, true});
+  run({QuantType::kQ4_K, kBF, 1, 12000, 2304, true});
+  run({QuantType::kQ4_K, kBF, 1, 9001, 5120, true});
+  run({QuantType::kQ4_K, kBF, 3, 600, 4096, true});
 }
 TEST(QuantGemv, Q6_K) {
   for (int M : {1, 3, 8}) run({QuantType::kQ6_K, kBF, M, 37, 1280, true});
   run({QuantType::kQ6_K, kFP, 2, 5, 256, false});
   run({QuantType::kQ6_K, kBF, 1, 1000, 4096, true});
   run({QuantType::kQ6_K, kBF, 8, 64, 4096, true});
+  run({QuantType::kQ6_K, kBF, 1, 12000, 2304, true});
 }
 
 // K split across a cluster (quant_gemv_split): at Llama-3-8B's down width with few rows 7 CTAs per
@@ -305,9 +314,13 @@ TEST(QuantGemv, FusedGluAndResidualAdd) {
   for (QuantType t : {QuantType::kQ4_1, QuantType::kQ4_K, QuantType::kQ6_K}) {
     for (fk::GluKind kind : {fk::GluKind::kSwiGLU, fk::GluKind::kGeGLU}) {
       SCOPED_TRACE(testing::Message() << "type " << int(t) << " glu " << int(kind));
-      for (int K : {1280, 14336}) {  // 14336: K split 3 ways, 7 with PDL (quant_gemv_split)
-        SCOPED_TRACE(testing::Message() << "K " << K);
-        const int M = 1, N = 37;
+      // 14336 with 37 rows: K split 3 ways, 7 with PDL (quant_gemv_split); with 2200 rows (138
+      // row groups) Q4_K and Q6_K take whole rows staged in seven passes, as in the engine's down
+      // projection (Q4_1 splits 3 ways)
+      for (const std::pair<int, int> kn :
+           {std::pair{1280, 37}, std::pair{14336, 37}, std::pair{14336, 2200}}) {
+        const int K = kn.first, N = kn.second, M = 1;
+        SCOPED_TRACE(testing::Message() << "K " << K << " N " << N);
         const std::vector<uint8_t> w = random_blocks(t, N, K, 21);
         std::vector<float> wf(size_t(N) * K);
         io::dequantize(ggml(t), w, wf);

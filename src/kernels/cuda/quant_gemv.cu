@@ -715,7 +715,8 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       dots(b, bok, it0, acc);
       if (it0 + U >= it_hi) finish_group(g, i++, acc);
     };
-    for (;;) {
+    // g0 < groups always (the grid never exceeds the row groups); the condition guards it anyway
+    while (g < groups) {
       int g1, it1;
       next_item(g1, it1);
       if (g1 < groups) load_into(raw2, ok2, g1, it1);
