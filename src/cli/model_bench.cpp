@@ -104,7 +104,8 @@ void run_model_bench(const ModelBenchArgs& a) {
     PrefillNorm prefill = PrefillNorm::kInAdd;
     bool batched_in_add = true;  // CudaFlashNorm::batched_in_add
     int decode_rows = CudaLaunch{}.decode_max_rows;
-    bool batched = false;  // has batched decode rows (--batch)
+    bool batched = false;        // has batched decode rows (--batch)
+    bool quant_glu_out = false;  // CudaLaunch::quant_glu_out
     // on the file's blocks (--weights native): the index of the same configuration on bf16
     // weights; -1: on bf16 weights
     int bf16_of = -1;
@@ -149,6 +150,13 @@ void run_model_bench(const ModelBenchArgs& a) {
     for (int i : {0, 1, 3}) {
       Config c{cfgs[i].name + ", native", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
       c.bf16_of = i;
+      cfgs.push_back(std::move(c));
+    }
+    // CudaLaunch::quant_glu_out (off by default until measured): standard and flashnorm again
+    for (int i : {0, 1}) {
+      Config c{cfgs[i].name + ", native, GLU in gate|up", cfgs[i].mode, cfgs[i].deferred,
+               cfgs[i].standard, true};
+      c.bf16_of = i, c.quant_glu_out = true;
       cfgs.push_back(std::move(c));
     }
   }
@@ -218,6 +226,7 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.flashnorm.prefill = c.prefill;
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
+    o.launch.quant_glu_out = c.quant_glu_out;
     o.gemv.allow_ring = c.allow_ring;
     o.flashnorm.batched_in_add = c.batched_in_add;
     o.launch.decode_max_rows = c.decode_rows;

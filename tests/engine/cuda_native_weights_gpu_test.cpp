@@ -158,6 +158,37 @@ TEST(CudaNativeWeightsWide, ShortPassesOfAWideFfn) {
   }
 }
 
+// CudaLaunch::quant_glu_out: the gate|up quant_gemv writes the GLU and down reads it, in place of
+// down staging the GLU of the fp32 gate|up rows (x_glu). The same values, so the same logits bit
+// for bit at every one-token step, in both modes, SwiGLU (Llama) and GeGLU (Gemma 3; gate and up
+// are both Q4_1 here: one part). Negative control: the option is named by describe() only where
+// it is on.
+TEST(CudaNativeWeightsGluEpilogue, SameLogitsBitForBit) {
+  for (bool gemma : {false, true}) {
+    const Model model = load_model(quantized_gguf(gemma), true, WeightStorage::kNative);
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+      SCOPED_TRACE(::testing::Message() << (gemma ? "gemma3 " : "llama ")
+                                        << (mode == NormMode::Standard ? "standard" : "flashnorm"));
+      CudaEngineOptions on;
+      on.launch.quant_glu_out = true;
+      CudaEngine a(model, mode), b(model, mode, on);
+      EXPECT_EQ(a.describe().find("GLU in the gate|up epilogue"), std::string::npos);
+      EXPECT_NE(b.describe().find("GLU in the gate|up epilogue"), std::string::npos);
+      const int V = model.cfg.vocab;
+      std::vector<int32_t> seq;
+      for (int i = 0; i < 40; ++i) seq.push_back((i * 53 + 7) % V);
+      const std::span<const int32_t> prompt(seq.data(), 8);
+      EXPECT_EQ(a.forward(prompt), b.forward(prompt));  // 8 rows: x_glu in both
+      int differ = 0;
+      for (size_t t = 8; t < seq.size(); ++t) {
+        const std::span<const int32_t> one(&seq[t], 1);
+        differ += a.forward(one) != b.forward(one);
+      }
+      EXPECT_EQ(differ, 0) << "one-token steps whose logits differ";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaNativeWeights,
                          ::testing::Values(Case{"llama_standard", false, NormMode::Standard},
                                            Case{"llama_flashnorm", false, NormMode::FlashNorm},

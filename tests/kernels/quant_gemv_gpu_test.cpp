@@ -14,6 +14,7 @@
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/io/ggml_types.h"
 #include "flashnorm/kernels/cpu/quant_matmul.h"
+#include "flashnorm/kernels/cuda/engine_ops.h"
 #include "flashnorm/kernels/cuda/quant_dequant.h"
 #include "flashnorm/kernels/cuda/quant_gemv.h"
 #include "flashnorm/kernels/cuda/quant_layout.h"
@@ -228,6 +229,87 @@ TEST(QuantGemv, SplitK) {
   run({QuantType::kQ8_0, kBF, 1, 4000, 49152, true});
 }
 
+// The GLU in the epilogue (QuantGemvArgs::glu_out): a gate|up projection of 2F rows writes
+// round_dt(act(y_i) y_{F+i}). Against the unfused path on the same GPU, bit for bit: (1) the
+// standalone GLU kernel (engine_ops.h glu) over the fp32 gate|up rows the same projection writes
+// without glu_out; (2) a second projection fed glu_out equals the same projection fed the fp32
+// rows with x_glu (the engine's down). F = 37 (one partial row group; no consumer) and 3072 (384
+// pair groups: several per CTA), K = 1280 and 4096; with and without PDL. Negative control: the
+// other GLU kind changes glu_out.
+TEST(QuantGemv, GluEpilogue) {
+  for (QuantType t : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ4_1, QuantType::kQ8_0}) {
+    for (fk::GluKind kind : {fk::GluKind::kSwiGLU, fk::GluKind::kGeGLU}) {
+      for (const std::pair<int, int> fk_shape : {std::pair{37, 1280}, std::pair{3072, 4096}}) {
+        const int F = fk_shape.first, K = fk_shape.second, N = 2 * F, N2 = 96;
+        SCOPED_TRACE(testing::Message()
+                     << "type " << int(t) << " glu " << int(kind) << " F " << F << " K " << K);
+        const std::vector<uint8_t> w = random_blocks(t, N, K, 31 + F);
+        const std::vector<uint8_t> w2 = random_blocks(t, N2, F, 41 + F);
+        std::vector<uint16_t> xbits;
+        std::vector<float> xv;
+        random_half(kBF, K, K, 1.f, 2.f, 7 + K, xbits, xv);
+        std::vector<float> gain(K);
+        std::mt19937 rng(5);
+        std::uniform_real_distribution<float> u(0.5f, 1.5f);
+        for (float& g : gain) g = u(rng);
+        DevMem dw(w.size()), dw2(w2.size()), dx(xbits.size() * 2), dg(gain.size() * 4);
+        DevMem dgu(size_t(N) * 4), dh(size_t(F) * 2), dact(size_t(F) * 2), dy(size_t(N2) * 4),
+            dy2(size_t(N2) * 4);
+        ASSERT_TRUE(dw.p && dw2.p && dx.p && dg.p && dgu.p && dh.p && dact.p && dy.p && dy2.p);
+        upload_planar(t, w, dw.p);
+        upload_planar(t, w2, dw2.p);
+        CUDA_OK(cudaMemcpy(dx.p, xbits.data(), xbits.size() * 2, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dg.p, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
+        auto gate_up = [&](void* glu_out, fk::GluKind k, bool pdl) {
+          fk::QuantGemvArgs a;
+          a.type = t, a.dt = kBF, a.M = 1, a.N = N, a.K = K, a.x = dx.p, a.ldx = K;
+          a.gain = static_cast<const float*>(dg.p), a.w = dw.p, a.scale_rows = true, a.pdl = pdl;
+          a.y = glu_out ? nullptr : static_cast<float*>(dgu.p), a.ldy = N;
+          a.glu_out = glu_out, a.glu_kind = k;
+          ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
+          CUDA_OK(cudaDeviceSynchronize());
+        };
+        auto down = [&](const void* x, bool x_glu, void* y) {
+          fk::QuantGemvArgs a;
+          a.type = t, a.dt = kBF, a.M = 1, a.N = N2, a.K = F, a.x = x, a.ldx = x_glu ? 2 * F : F;
+          a.x_glu = x_glu, a.glu_kind = kind, a.w = dw2.p, a.y = static_cast<float*>(y);
+          a.ldy = N2, a.scale_rows = false;
+          ASSERT_TRUE(fk::quant_gemv(a, nullptr).ok());
+          CUDA_OK(cudaDeviceSynchronize());
+        };
+        auto get16 = [&](const DevMem& d) {
+          std::vector<uint16_t> v(F);
+          EXPECT_EQ(cudaMemcpy(v.data(), d.p, F * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+          return v;
+        };
+        gate_up(nullptr, kind, false);  // the fp32 gate|up rows
+        ASSERT_TRUE(
+            fk::glu(kBF, kind, 1, F, static_cast<const float*>(dgu.p), dact.p, nullptr).ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> act = get16(dact);
+        for (bool pdl : {false, true}) {
+          CUDA_OK(cudaMemset(dh.p, 0xff, F * 2));
+          gate_up(dh.p, kind, pdl);
+          EXPECT_EQ(act, get16(dh)) << "glu_out against the GLU kernel, pdl " << pdl;
+        }
+        // the consumer: fed glu_out, or the fp32 rows with x_glu
+        if (F % fk::quant_block_elems(t) == 0) {  // a width the consumer's blocks divide
+          down(dh.p, false, dy.p);
+          down(dgu.p, true, dy2.p);
+          std::vector<float> y(N2), y2(N2);
+          CUDA_OK(cudaMemcpy(y.data(), dy.p, N2 * 4, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(y2.data(), dy2.p, N2 * 4, cudaMemcpyDeviceToHost));
+          EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), N2 * 4)) << "the consumer's bits";
+        }
+        const fk::GluKind other =
+            kind == fk::GluKind::kSwiGLU ? fk::GluKind::kGeGLU : fk::GluKind::kSwiGLU;
+        gate_up(dh.p, other, false);
+        EXPECT_NE(act, get16(dh)) << "negative control: the other GLU kind";
+      }
+    }
+  }
+}
+
 TEST(QuantGemv, RejectsBadArguments) {
   DevMem buf(1 << 20), out(64);
   ASSERT_TRUE(buf.p && out.p);
@@ -257,6 +339,29 @@ TEST(QuantGemv, RejectsBadArguments) {
       "gain must be 16-byte");
   bad([](auto& b) { b.ldy = 3; }, "ldy");
   bad([](auto& b) { b.y = nullptr; }, "non-null");
+  void* h = static_cast<char*>(out.p) + 32;  // glu_out: 2 values of N = 4
+  bad(
+      [&](auto& b) {
+        b.glu_out = h;
+        b.M = 2;
+      },
+      "glu_out needs M == 1");
+  bad(
+      [&](auto& b) {
+        b.glu_out = h;
+        b.N = 3;
+      },
+      "glu_out needs M == 1, N even");
+  bad(
+      [&](auto& b) {
+        b.glu_out = h;
+        b.accumulate = true;
+      },
+      "no x_glu, accumulate");
+  bad([&](auto& b) { b.glu_out = static_cast<char*>(h) + 1; }, "2-byte aligned");
+  fk::QuantGemvArgs g = a;  // valid: y unused, glu_out = act(0) * 0 = 0
+  g.glu_out = h, g.y = nullptr;
+  EXPECT_TRUE(fk::quant_gemv(g, nullptr).ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -57,11 +57,12 @@ std::string CudaEngine::describe() const {
   }
   std::string weights = o.dtype == HalfType::kBF16 ? "bf16" : "fp16";
   if (e.w.any_quant) weights = "native GGML weights (" + e.w.quant_summary + "), " + weights;
-  return fmt::format("{} weights, norm {}{}, decode {}{}{}", weights,
-                     e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
-                     o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
-                     o.launch.pdl ? " + PDL" : "",
-                     o.launch.fuse_decode_ops ? ", fused decode ops" : "");
+  return fmt::format(
+      "{} weights, norm {}{}, decode {}{}{}{}", weights,
+      e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
+      o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
+      o.launch.pdl ? " + PDL" : "", o.launch.fuse_decode_ops ? ", fused decode ops" : "",
+      e.w.any_quant && o.launch.quant_glu_out ? ", GLU in the gate|up epilogue" : "");
 }
 
 std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {

@@ -159,6 +159,8 @@ void Forward::decode_gemv(const fk::LinearArgs& a) {
 void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
                     int ldy, const void* bias, bool glu, bool add_residual) {
   if (add_residual && bias) throw Error("internal: a fused residual add with a bias");
+  if (quant_glu_out && (M != 1 || q.parts.size() != 1 || bias || glu || add_residual))
+    throw Error("internal: the GLU in the gate|up epilogue outside a one-token, one-part pass");
   // rows per launch: as many as quant_gemv stages within its shared memory (a wide K, e.g. an
   // FFN of 14336, takes fewer than 8); every row's rstd and residual add are its own, so slices
   // compute the same values
@@ -175,6 +177,7 @@ void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain,
       a.ldx = ldx, a.x_glu = glu, a.glu_kind = glu_kind(), a.gain = gain, a.w = part.w.get();
       a.y = static_cast<float*>(y) + size_t(r0) * ldy + part.n0, a.ldy = ldy;
       a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
+      if (quant_glu_out) a.glu_out = quant_glu_out, a.glu_kind = glu_kind(), a.y = nullptr;
       if (add_residual) {  // x32 += the result, xb = round(x32)
         a.y = ws.x32.as<float>() + size_t(r0) * d.H + part.n0, a.ldy = d.H, a.accumulate = true;
         a.y_rounded = static_cast<char*>(ws.xb.get()) + (size_t(r0) * d.H + part.n0) * 2;
@@ -264,10 +267,20 @@ void Forward::layer(int l, int T) {
   // next_folded: the next normed projection's gain is in its W (bf16 weights in FlashNorm mode),
   // not for native weights, whose gain an in-add pass applies to xn (normed())
   if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get(), ly.qgu.empty());
-  normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true,
-         false, ly.bgu.get(), &ly.qgu, &ly.ffn_gain32);
-  const bool fuse_glu = glu_in_down(T);
-  if (!fuse_glu) {
+  // CudaLaunch::quant_glu_out: gate|up writes the GLU into ws.act (its quant_gemv's epilogue)
+  const bool glu_out = opt.launch.quant_glu_out && T == 1 && glu_in_down(T) &&
+                       ly.qgu.parts.size() == 1 && !ly.bgu.get();
+  {
+    struct Unset {  // also when normed() throws
+      void*& p;
+      ~Unset() { p = nullptr; }
+    } unset{quant_glu_out};
+    if (glu_out) quant_glu_out = ws.act.get();
+    normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true,
+           false, ly.bgu.get(), &ly.qgu, &ly.ffn_gain32);
+  }
+  const bool fuse_glu = glu_in_down(T) && !glu_out;
+  if (!fuse_glu && !glu_out) {
     prof.op(kOther, s,
             [&] { ok(fk::glu(dt, glu_kind(), T, d.F, ws.gu.as<float>(), ws.act.get(), s, pdl)); });
   }

@@ -215,6 +215,9 @@ struct Forward {
   // head normalizes x first and runs cuBLASLt, in both modes.
   int head_gemv_rows = 16;
   bool head_call = false;  // run() is in the LM head's normed projection
+  // Set around the gate|up projection of a pass that takes CudaLaunch::quant_glu_out (layer()):
+  // quant() then writes the GLU here (QuantGemvArgs::glu_out) instead of y; null otherwise.
+  void* quant_glu_out = nullptr;
   int key_bound = 0;       // set by run() (its argument), for this pass's attention launches
   Pass pass = Pass{};      // set by run() (its argument)
 

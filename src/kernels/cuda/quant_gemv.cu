@@ -60,6 +60,9 @@ struct Params {
   // split-K (the one-row instances with SPLIT): clusters of `split` CTAs, rank r taking steps
   // [r * split_steps, (r + 1) * split_steps) of every row; unused otherwise
   int split, split_steps;
+  // GO instances (QuantGemvArgs::glu_out): the GLU's output (dt) and kind (2: GeGLU)
+  void* glu_out;
+  int glu_kind;
   // plane J of the device layout of W (quant_layout.h) of format T; plane 0 starts at w
   template <QuantType T, int J>
   __device__ __forceinline__ const uint8_t* plane() const {
@@ -437,19 +440,25 @@ __host__ __device__ constexpr size_t split_part_bytes(int rounds) {
 // Prefetch into L2 the bytes of row group g (kRowsPerCta contiguous rows, fewer at the end): its
 // blocks' part of every plane (contiguous within each), one 128-byte line per thread and step.
 // SPLIT: only blocks [b_lo, b_hi) of each row (a range per row and plane).
-template <class F, bool SPLIT>
+// GO: group g is rows [8g, 8g + 8) of the gate half and the same of the up half (N / 2 rows on).
+template <class F, bool SPLIT, bool GO = false>
 __device__ __forceinline__ void prefetch_rows(const Params& p, int g, int b_lo, int b_hi) {
-  const int64_t first = static_cast<int64_t>(g) * kRowsPerCta;
-  const int64_t rows = min(static_cast<int64_t>(kRowsPerCta), p.N - first);
+  const int64_t half = GO ? p.N / 2 : 0;
+  const int64_t per = GO ? kRowsPerCta / 2 : kRowsPerCta;
+  const int64_t first = static_cast<int64_t>(g) * per;
+  const int64_t rows = min(per, (GO ? half : p.N) - first);
   const int64_t nblk = p.K / F::kElems;
   const uint8_t* plane = p.w;
 #pragma unroll
   for (int j = 0; j < quant_plane_count(F::kType); ++j) {
     const int64_t pb = quant_plane_bytes(F::kType, j);
     if constexpr (!SPLIT) {
-      const uint8_t* base = plane + first * nblk * pb;
-      for (int64_t off = threadIdx.x * 128; off < rows * nblk * pb; off += blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+#pragma unroll
+      for (int h = 0; h < (GO ? 2 : 1); ++h) {
+        const uint8_t* base = plane + (first + h * half) * nblk * pb;
+        for (int64_t off = threadIdx.x * 128; off < rows * nblk * pb; off += blockDim.x * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+      }
     } else {  // thread t: row t % 16, lines t / 16, t / 16 + 16, ... of its range (one or two)
       static_assert(kRowsPerCta == 16, "one row per 16 threads");
       const int64_t r = threadIdx.x % kRowsPerCta;
@@ -472,15 +481,22 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g, int b_lo, 
 // than one step in up to 78 registers on the H200 (a5dfdc8 against 67e30d7, kernel lab).
 // EARLY: launched with PDL, the first steps of W loaded before the wait (below; launch_format
 // chooses it).
-template <class E, template <int> class F, int MT, int XG, bool EARLY = false, bool SPLIT = false>
+// GO: the GLU in the epilogue (QuantGemvArgs::glu_out): warp w of group g takes rows i = 8g + w
+// (gate) and N / 2 + i (up) and writes round_dt(act(s y_i) s y_{N/2+i}) instead of y.
+template <class E, template <int> class F, int MT, int XG, bool EARLY = false, bool SPLIT = false,
+          bool GO = false>
 __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
     quant_gemv_kernel(Params p) {
   static_assert(!SPLIT || MT == 1, "split-K is for one-row instances");
+  static_assert(!GO || (MT == 1 && XG == 0 && !SPLIT && kRowsPerWarp == 2),
+                "the GLU epilogue: one row, x in dt, whole rows, a warp's two rows a gate|up pair");
   using T = typename E::T;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[32];
   __shared__ float ss_part;  // SPLIT: this CTA's sum of squares over its slice
-  const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  const int half = p.N / 2;  // GO: the gate rows
+  const int groups =
+      GO ? (half + kRowsPerCta / 2 - 1) / (kRowsPerCta / 2) : (p.N + kRowsPerCta - 1) / kRowsPerCta;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int nblk = p.K / F<MT>::kElems;
   const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
@@ -499,7 +515,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // PDL: pull this CTA's first rows into L2 while the preceding kernel finishes (weights are
   // constant: nothing still running writes them), load the warp's first steps of them, let the next
   // kernel launch, then wait for the preceding one
-  prefetch_rows<F<MT>, SPLIT>(p, g0, b_lo, b_hi);
+  prefetch_rows<F<MT>, SPLIT, GO>(p, g0, b_lo, b_hi);
   // kUnroll steps of the warp's rows loaded before their products: that many more bytes in flight
   // per warp, and a short row (SmolLM2's K = 576 is 3 steps of Q4_1) in one memory round trip
   // instead of one per step. Same products in the same order per row.
@@ -509,11 +525,13 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   bool ok[U][kRowsPerWarp];
   auto load_into = [&](Raw(&dst)[U][kRowsPerWarp], bool(&dok)[U][kRowsPerWarp], int g, int it0) {
     const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
+    const int pair = min(g * (kRowsPerCta / 2) + warp, half - 1);  // GO
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int n = min(n0 + r, p.N - 1);  // rows past N load row N - 1 and are not written
+        // rows past N (GO: past the pairs) load the last one and are not written
+        const int n = GO ? pair + r * half : min(n0 + r, p.N - 1);
         // (a step past the slice belongs to the next rank)
         dok[u][r] =
             (!SPLIT || it0 + u < it_hi) && F<MT>::load(p, n, nblk, it0 + u, lane, dst[u][r]);
@@ -573,78 +591,85 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       r.gb = __ldg(reinterpret_cast<const float4*>(p.gain) + 2 * cg + 1);
     }
   };
+  // one pass of row m from its loads r: chunk c0 + threadIdx.x quantized into the staged x, its
+  // squares added to ss
+  auto stage_pass = [&](int m, int c0, const XRaw& r, float& ss) {
+    const int c = c0 + threadIdx.x;  // in the slice
+    const bool in = c < K / 8;
+    float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (in && m < p.M) {
+      if constexpr (XG == 0) {
+        detail::unpack8<E>(r.v, f);
+      } else {
+        const float g[8] = {r.g0.x, r.g0.y, r.g0.z, r.g0.w, r.g1.x, r.g1.y, r.g1.z, r.g1.w};
+        const float u[8] = {r.u0.x, r.u0.y, r.u0.z, r.u0.w, r.u1.x, r.u1.y, r.u1.z, r.u1.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          f[i] = E::to_f(E::from_f(detail::glu_value<XG == 2>(g[i], u[i])));
+      }
+    }
+    float g[8];
+    if (kGainFirst && c0 == 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) g[i] = gain_first[i];
+    } else if (p.gain && in) {
+      g[0] = r.ga.x, g[1] = r.ga.y, g[2] = r.ga.z, g[3] = r.ga.w;
+      g[4] = r.gb.x, g[5] = r.gb.y, g[6] = r.gb.z, g[7] = r.gb.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) g[i] = 1.f;
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      ss += f[i] * f[i];
+      f[i] *= g[i];
+      amax = fmaxf(amax, fabsf(f[i]));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float d = amax / 32767.f;
+    const float id = d >= 1.17549435e-38f ? 1.f / d : 0.f;  // FLT_MIN, as the CPU rule
+    int q[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[i] = __float2int_rn(fminf(fmaxf(f[i] * id, -32767.f), 32767.f));
+      sum += q[i];
+    }
+    int4 packed;
+    packed.x = (q[0] & 0xffff) | (q[1] << 16);
+    packed.y = (q[2] & 0xffff) | (q[3] << 16);
+    packed.z = (q[4] & 0xffff) | (q[5] << 16);
+    packed.w = (q[6] & 0xffff) | (q[7] << 16);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the block's 32 elements: 4 lanes
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (in) {
+      const int e = 8 * c;
+      *reinterpret_cast<int4*>(xq + m * padded(K) + e + (e >> 6) * 8) = packed;
+      if ((c & 3) == 0) {
+        xd[m * (K / 32) + c / 4] = d;
+        xs32[m * (K / 32) + c / 4] = sum;
+      }
+    }
+  };
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float ss = 0.f;
-    XRaw cur{};
-    if constexpr (kStagePipe) load_pass(m, 0, cur);
     // every lane runs every pass (the shuffles need the whole warp); lanes past K / 8 stage nothing
-    for (int c0 = 0; c0 < K / 8; c0 += blockDim.x) {
-      const int c = c0 + threadIdx.x;  // in the slice
-      const bool in = c < K / 8;
-      XRaw nxt{};
-      if constexpr (kStagePipe) {
+    if constexpr (kStagePipe) {
+      XRaw cur{};
+      load_pass(m, 0, cur);
+      for (int c0 = 0; c0 < K / 8; c0 += blockDim.x) {
+        XRaw nxt{};
         if (c0 + static_cast<int>(blockDim.x) < K / 8) load_pass(m, c0 + blockDim.x, nxt);
-      } else {
-        load_pass(m, c0, cur);
+        stage_pass(m, c0, cur, ss);
+        cur = nxt;  // after this pass's work: the copy waits for the next pass's loads
       }
-      float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (in && m < p.M) {
-        if constexpr (XG == 0) {
-          detail::unpack8<E>(cur.v, f);
-        } else {
-          const float g[8] = {cur.g0.x, cur.g0.y, cur.g0.z, cur.g0.w,
-                              cur.g1.x, cur.g1.y, cur.g1.z, cur.g1.w};
-          const float u[8] = {cur.u0.x, cur.u0.y, cur.u0.z, cur.u0.w,
-                              cur.u1.x, cur.u1.y, cur.u1.z, cur.u1.w};
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-            f[i] = E::to_f(E::from_f(detail::glu_value<XG == 2>(g[i], u[i])));
-        }
-      }
-      float g[8];
-      if (kGainFirst && c0 == 0) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) g[i] = gain_first[i];
-      } else if (p.gain && in) {
-        g[0] = cur.ga.x, g[1] = cur.ga.y, g[2] = cur.ga.z, g[3] = cur.ga.w;
-        g[4] = cur.gb.x, g[5] = cur.gb.y, g[6] = cur.gb.z, g[7] = cur.gb.w;
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) g[i] = 1.f;
-      }
-      if constexpr (kStagePipe) cur = nxt;
-      float amax = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        ss += f[i] * f[i];
-        f[i] *= g[i];
-        amax = fmaxf(amax, fabsf(f[i]));
-      }
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float d = amax / 32767.f;
-      const float id = d >= 1.17549435e-38f ? 1.f / d : 0.f;  // FLT_MIN, as the CPU rule
-      int q[8], sum = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        q[i] = __float2int_rn(fminf(fmaxf(f[i] * id, -32767.f), 32767.f));
-        sum += q[i];
-      }
-      int4 packed;
-      packed.x = (q[0] & 0xffff) | (q[1] << 16);
-      packed.y = (q[2] & 0xffff) | (q[3] << 16);
-      packed.z = (q[4] & 0xffff) | (q[5] << 16);
-      packed.w = (q[6] & 0xffff) | (q[7] << 16);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the block's 32 elements: 4 lanes
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (in) {
-        const int e = 8 * c;
-        *reinterpret_cast<int4*>(xq + m * padded(K) + e + (e >> 6) * 8) = packed;
-        if ((c & 3) == 0) {
-          xd[m * (K / 32) + c / 4] = d;
-          xs32[m * (K / 32) + c / 4] = sum;
-        }
+    } else {
+      for (int c0 = 0; c0 < K / 8; c0 += blockDim.x) {
+        XRaw r{};
+        load_pass(m, c0, r);
+        stage_pass(m, c0, r, ss);
       }
     }
     ss = block_sum(ss, red);  // barriers: also the join of the staging writes
@@ -675,29 +700,41 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // the warp's outputs of row group g (the CTA's i-th), then acc reset
   auto finish_group = [&](int g, int i, float(&acc)[kRowsPerWarp][MT]) {
     const int n0 = g * kRowsPerCta + warp * kRowsPerWarp;
+    if constexpr (GO) {  // y_i and y_{N/2+i} as the y the kernel would write, then the GLU
+      const float vg = detail::warp_sum(acc[0][0]), vu = detail::warp_sum(acc[1][0]);
+      acc[0][0] = acc[1][0] = 0.f;
+      const int pair = g * (kRowsPerCta / 2) + warp;
+      if (lane == 0 && pair < half) {
+        const float yg = rstd[0] * vg, yu = rstd[0] * vu;
+        const float h =
+            p.glu_kind == 2 ? detail::glu_value<true>(yg, yu) : detail::glu_value<false>(yg, yu);
+        static_cast<T*>(p.glu_out)[pair] = E::from_f(h);
+      }
+    } else {
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
+      for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const float v = detail::warp_sum(acc[r][m]);
-        acc[r][m] = 0.f;
-        if constexpr (SPLIT) {
-          if (lane == 0) part[i * kRowsPerCta + warp * kRowsPerWarp + r] = v;
-        } else if (lane == 0 && n0 + r < p.N && m < p.M) {
-          float* yp = p.y + m * p.ldy + n0 + r;
-          const float out = p.accumulate ? *yp + rstd[m] * v : rstd[m] * v;
-          *yp = out;
-          if (p.y_rounded) static_cast<T*>(p.y_rounded)[m * p.ldy + n0 + r] = E::from_f(out);
+        for (int m = 0; m < MT; ++m) {
+          const float v = detail::warp_sum(acc[r][m]);
+          acc[r][m] = 0.f;
+          if constexpr (SPLIT) {
+            if (lane == 0) part[i * kRowsPerCta + warp * kRowsPerWarp + r] = v;
+          } else if (lane == 0 && n0 + r < p.N && m < p.M) {
+            float* yp = p.y + m * p.ldy + n0 + r;
+            const float out = p.accumulate ? *yp + rstd[m] * v : rstd[m] * v;
+            *yp = out;
+            if (p.y_rounded) static_cast<T*>(p.y_rounded)[m * p.ldy + n0 + r] = E::from_f(out);
+          }
         }
       }
     }
   };
-  float acc[kRowsPerWarp][MT];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
   if constexpr (kPipe) {
+    float acc[kRowsPerWarp][MT];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
     // The CTA's items (row group g, steps it0 .. it0 + U - 1) in order, g0 first: the next item's
     // loads are issued before this one's products, into the other of two register buffers (a copy
     // from one to the other would wait for the loads), so that a step of the warp's rows is in
@@ -711,7 +748,8 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
     };
     // the products of the current item from b, then the group's outputs at its last step
     auto process = [&](const Raw(&b)[U][kRowsPerWarp], const bool(&bok)[U][kRowsPerWarp]) {
-      if (it0 == it_lo && g + gstep < groups) prefetch_rows<F<MT>, SPLIT>(p, g + gstep, b_lo, b_hi);
+      if (it0 == it_lo && g + gstep < groups)
+        prefetch_rows<F<MT>, SPLIT, GO>(p, g + gstep, b_lo, b_hi);
       dots(b, bok, it0, acc);
       if (it0 + U >= it_hi) finish_group(g, i++, acc);
     };
@@ -732,7 +770,12 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   } else {
     // row groups of kRowsPerCta rows: g0, then every gstep-th (the staged x reused)
     for (int g = g0, i = 0; g < groups; g += gstep, ++i) {
-      if (g + gstep < groups) prefetch_rows<F<MT>, SPLIT>(p, g + gstep, b_lo, b_hi);
+      if (g + gstep < groups) prefetch_rows<F<MT>, SPLIT, GO>(p, g + gstep, b_lo, b_hi);
+      float acc[kRowsPerWarp][MT];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
       for (int it0 = it_lo; it0 < it_hi; it0 += U) {
         if (!EARLY || g != g0 || it0 != it_lo) load_steps(g, it0);
         dots(raw, ok, it0, acc);
@@ -822,14 +865,16 @@ int ctas_per_sm(const void* kernel, size_t smem) {
 }
 
 // One launch of a quant_gemv_kernel instance that stages mt rows: the shared-memory opt-in where
-// it needs one, the grid of grid_for.
+// it needs one, the grid of grid_for. go: a GO instance (groups of 8 gate|up row pairs).
 template <class Kernel>
-Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, bool pdl) {
+Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, bool pdl,
+                     bool go = false) {
   const void* k = reinterpret_cast<const void*>(kernel);
   const size_t smem = staged_bytes(mt, p.K);
   if (Status st = opt_in(k, smem); !st.ok()) return st;
-  const int grid =
-      grid_for((p.N + kRowsPerCta - 1) / kRowsPerCta, ctas_per_sm(k, smem) * sm_count());
+  const int groups = go ? (p.N / 2 + kRowsPerCta / 2 - 1) / (kRowsPerCta / 2)
+                        : (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  const int grid = grid_for(groups, ctas_per_sm(k, smem) * sm_count());
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
@@ -898,6 +943,12 @@ Status launch_one_row(const Params& p, cudaStream_t s, bool pdl, bool split_k) {
 template <class E, template <int> class F>
 Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg, bool split_k) {
   constexpr bool kGluEarly = F<1>::kMinCtas == 1;
+  if (p.glu_out) {  // the GLU in the epilogue: whole rows; early loads as the plain one-row launch
+    return pdl && (F<1>::kMinCtas == 1 || p.K <= 2048)
+               ? launch_kernel(quant_gemv_kernel<E, F, 1, 0, true, false, true>, 1, p, s, pdl, true)
+               : launch_kernel(quant_gemv_kernel<E, F, 1, 0, false, false, true>, 1, p, s, pdl,
+                               true);
+  }
   if (xg == 1)
     return pdl && kGluEarly ? launch_one_row<E, F, 1, kGluEarly>(p, s, pdl, split_k)
                             : launch_one_row<E, F, 1, false>(p, s, pdl, split_k);
@@ -976,11 +1027,17 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
     return invalid(
         "quant_gemv: the staged x, M (rounded up to 1, 2, 4, 8) * about 2.5 K bytes, exceeds 200 "
         "KiB");
-  if (!a.x || !a.w || !a.y) return invalid("quant_gemv: x, w and y must be non-null");
+  if (!a.x || !a.w || (!a.y && !a.glu_out))
+    return invalid("quant_gemv: x, w and y (or glu_out) must be non-null");
   if (a.x_glu && a.M != 1) return invalid("quant_gemv: x_glu needs M == 1");
+  if (a.glu_out && (a.M != 1 || a.N % 2 != 0 || a.x_glu || a.accumulate || a.y_rounded ||
+                    reinterpret_cast<uintptr_t>(a.glu_out) % 2 != 0))
+    return invalid(
+        "quant_gemv: glu_out needs M == 1, N even, a 2-byte aligned glu_out, and no x_glu, "
+        "accumulate or y_rounded");
   if (a.ldx < (a.x_glu ? 2 * int64_t(a.K) : a.K) || a.ldx % 8 != 0 || !aligned16(a.x))
     return invalid("quant_gemv: ldx >= K (2K with x_glu), ldx % 8 == 0 and x 16-byte aligned");
-  if (a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");
+  if (!a.glu_out && a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");
   if (!aligned16(a.w)) return invalid("quant_gemv: w must be 16-byte aligned");
   if (a.gain && !aligned16(a.gain)) return invalid("quant_gemv: gain must be 16-byte aligned");
   const Params p{a.M,
@@ -998,7 +1055,9 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
                  a.accumulate,
                  a.y_rounded,
                  1,
-                 0};
+                 0,
+                 a.glu_out,
+                 a.glu_kind == GluKind::kGeGLU ? 2 : 1};
   const int xg = !a.x_glu ? 0 : (a.glu_kind == GluKind::kGeGLU ? 2 : 1);
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);

@@ -135,6 +135,14 @@ struct QuantGemvArgs {
   // Split K across a thread block cluster where quant_gemv_split(type, M, N, K, pdl) > 1; false:
   // whole rows per CTA whatever the shape (the kernel lab's comparison of the two).
   bool split_k = true;
+  // The GLU in the epilogue (M = 1 only): W is a gate|up projection, rows [0, N / 2) gate and
+  // [N / 2, N) up (N even), and instead of y the kernel writes glu_out[i] = round_dt(act(y_i) *
+  // y_{N/2 + i}) (dt, N / 2 values, 2-byte aligned; act by glu_kind; y the values it would have
+  // written), exactly what x_glu stages from the fp32 gate|up rows: the projection fed glu_out
+  // computes the same bits as the one fed those rows with x_glu, without staging the GLU of 2 * N /
+  // 2 fp32 values in each of its CTAs. A warp takes rows i and N / 2 + i. y, ldy unused; not with
+  // x_glu, accumulate, y_rounded; never split.
+  void* glu_out = nullptr;
 };
 
 // y = s * ((x * gain) W^T), one launch: each CTA stages its x rows (times the gain) in shared
