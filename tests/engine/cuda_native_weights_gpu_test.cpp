@@ -161,8 +161,8 @@ TEST(CudaNativeWeightsWide, ShortPassesOfAWideFfn) {
 // CudaLaunch::quant_glu_out: the gate|up quant_gemv writes the GLU and down reads it, in place of
 // down staging the GLU of the fp32 gate|up rows (x_glu). The same values, so the same logits bit
 // for bit at every one-token step, in both modes, SwiGLU (Llama) and GeGLU (Gemma 3; gate and up
-// are both Q4_1 here: one part). Negative control: the option is named by describe() only where
-// it is on.
+// are both Q4_1 here: one part). describe() counts the layers that take it (the engine's own
+// predicate, Forward::glu_in_gate_up) and names it only where the option is on.
 TEST(CudaNativeWeightsGluEpilogue, SameLogitsBitForBit) {
   for (bool gemma : {false, true}) {
     const Model model = load_model(quantized_gguf(gemma), true, WeightStorage::kNative);
@@ -172,8 +172,13 @@ TEST(CudaNativeWeightsGluEpilogue, SameLogitsBitForBit) {
       CudaEngineOptions on;
       on.launch.quant_glu_out = true;
       CudaEngine a(model, mode), b(model, mode, on);
+      // every layer takes it (gate and up one Q4_1 part, no split at these widths)
+      const int L = model.cfg.n_layer;
       EXPECT_EQ(a.describe().find("GLU in the gate|up epilogue"), std::string::npos);
-      EXPECT_NE(b.describe().find("GLU in the gate|up epilogue"), std::string::npos);
+      EXPECT_NE(b.describe().find(", GLU in the gate|up epilogue (" + std::to_string(L) + " of " +
+                                  std::to_string(L) + " layers)"),
+                std::string::npos)
+          << b.describe();
       const int V = model.cfg.vocab;
       std::vector<int32_t> seq;
       for (int i = 0; i < 40; ++i) seq.push_back((i * 53 + 7) % V);

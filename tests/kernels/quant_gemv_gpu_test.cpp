@@ -233,13 +233,14 @@ TEST(QuantGemv, SplitK) {
 // round_dt(act(y_i) y_{F+i}). Against the unfused path on the same GPU, bit for bit: (1) the
 // standalone GLU kernel (engine_ops.h glu) over the fp32 gate|up rows the same projection writes
 // without glu_out; (2) a second projection fed glu_out equals the same projection fed the fp32
-// rows with x_glu (the engine's down). F = 37 (one partial row group; no consumer) and 3072 (384
-// pair groups: several per CTA), K = 1280 and 4096; with and without PDL. Negative control: the
+// rows with x_glu (the engine's down). F = 37 (one partial row group; no consumer) and 8192 (1024
+// pair groups: several per CTA at up to 4 CTAs per SM on 132 SMs), K = 1280 and 4096; with and
+// without PDL. Negative control: the
 // other GLU kind changes glu_out.
 TEST(QuantGemv, GluEpilogue) {
   for (QuantType t : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ4_1, QuantType::kQ8_0}) {
     for (fk::GluKind kind : {fk::GluKind::kSwiGLU, fk::GluKind::kGeGLU}) {
-      for (const std::pair<int, int> fk_shape : {std::pair{37, 1280}, std::pair{3072, 4096}}) {
+      for (const std::pair<int, int>& fk_shape : {std::pair{37, 1280}, std::pair{8192, 4096}}) {
         const int F = fk_shape.first, K = fk_shape.second, N = 2 * F, N2 = 96;
         SCOPED_TRACE(testing::Message()
                      << "type " << int(t) << " glu " << int(kind) << " F " << F << " K " << K);
@@ -359,6 +360,19 @@ TEST(QuantGemv, RejectsBadArguments) {
       },
       "no x_glu, accumulate");
   bad([&](auto& b) { b.glu_out = static_cast<char*>(h) + 1; }, "2-byte aligned");
+  bad(
+      [&](auto& b) {
+        b.glu_out = h;
+        b.x_glu = true;
+        b.ldx = 512;
+      },
+      "no x_glu");
+  bad(
+      [&](auto& b) {
+        b.glu_out = h;
+        b.y_rounded = h;
+      },
+      "y_rounded");
   fk::QuantGemvArgs g = a;  // valid: y unused, glu_out = act(0) * 0 = 0
   g.glu_out = h, g.y = nullptr;
   EXPECT_TRUE(fk::quant_gemv(g, nullptr).ok());
@@ -422,7 +436,7 @@ TEST(QuantGemv, FusedGluAndResidualAdd) {
       // 14336 with 37 rows: K split 3 ways, 7 with PDL (quant_gemv_split); with 2200 rows (138
       // row groups) Q4_K and Q6_K take whole rows staged in seven passes, as in the engine's down
       // projection (Q4_1 splits 3 ways)
-      for (const std::pair<int, int> kn :
+      for (const std::pair<int, int>& kn :
            {std::pair{1280, 37}, std::pair{14336, 37}, std::pair{14336, 2200}}) {
         const int K = kn.first, N = kn.second, M = 1;
         SCOPED_TRACE(testing::Message() << "K " << K << " N " << N);

@@ -109,11 +109,12 @@ struct CudaLaunch {
   // the merge of the key chunks as one kernel (decode_attention). Same functions as the separate
   // kernels, in both modes; up to five fewer launches per layer (two with post-norms).
   bool fuse_decode_ops = true;
-  // Native weights, one-token passes with fuse_decode_ops: where gate and up share one block type,
-  // the gate|up quant_gemv writes the GLU (QuantGemvArgs::glu_out, dt) and down reads it, instead
-  // of down staging the GLU of the fp32 gate|up rows in every CTA (x_glu). The same values bit for
-  // bit (QuantGemv.GluEpilogue). Off until measured on the H200 (bench --model --weights native
-  // times it: "..., native, GLU in gate|up").
+  // Native weights, one-token passes with fuse_decode_ops: where gate and up share one block type
+  // (no bias; K not split), the gate|up quant_gemv writes the GLU (QuantGemvArgs::glu_out, dt) and
+  // down reads it, instead of down staging the GLU of the fp32 gate|up rows in every CTA (x_glu).
+  // The same values bit for bit (QuantGemv.GluEpilogue). describe() counts the layers that take
+  // it. Off until measured on the H200 (bench --model --weights native times it: "..., native,
+  // GLU in gate|up").
   bool quant_glu_out = false;
   PlainGemm plain = PlainGemm::kAuto;
   // Batched decode passes (forward_batch) of at most this many rows (1 .. 64) take the decode

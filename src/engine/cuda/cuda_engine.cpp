@@ -57,12 +57,18 @@ std::string CudaEngine::describe() const {
   }
   std::string weights = o.dtype == HalfType::kBF16 ? "bf16" : "fp16";
   if (e.w.any_quant) weights = "native GGML weights (" + e.w.quant_summary + "), " + weights;
-  return fmt::format(
-      "{} weights, norm {}{}, decode {}{}{}{}", weights,
-      e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
-      o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
-      o.launch.pdl ? " + PDL" : "", o.launch.fuse_decode_ops ? ", fused decode ops" : "",
-      e.w.any_quant && o.launch.quant_glu_out ? ", GLU in the gate|up epilogue" : "");
+  // CudaLaunch::quant_glu_out: the layers whose one-token passes take it
+  int glu_layers = 0;
+  for (const auto& ly : e.w.layers) glu_layers += e.f.glu_in_gate_up(1, ly);
+  const std::string glu =
+      o.launch.quant_glu_out
+          ? fmt::format(", GLU in the gate|up epilogue ({} of {} layers)", glu_layers, e.d.L)
+          : "";
+  return fmt::format("{} weights, norm {}{}, decode {}{}{}{}", weights,
+                     e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
+                     o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
+                     o.launch.pdl ? " + PDL" : "",
+                     o.launch.fuse_decode_ops ? ", fused decode ops" : "", glu);
 }
 
 std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {

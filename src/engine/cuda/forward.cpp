@@ -20,6 +20,12 @@ bool Forward::glu_in_down(int T) const {
          (!w.quant_down || T == 1);  // quant_gemv's GLU variant: M = 1
 }
 
+bool Forward::glu_in_gate_up(int T, const DeviceWeights::Layer& ly) const {
+  return opt.launch.quant_glu_out && T == 1 && glu_in_down(T) && ly.qgu.parts.size() == 1 &&
+         !ly.bgu.get() &&
+         fk::quant_gemv_split(ly.qgu.parts[0].type, 1, ly.qgu.N, ly.qgu.K, opt.launch.pdl) == 1;
+}
+
 bool Forward::decode_path(int M) const {
   return M <= gemv_rows && opt.launch.plain == PlainGemm::kAuto;
 }
@@ -268,8 +274,7 @@ void Forward::layer(int l, int T) {
   // not for native weights, whose gain an in-add pass applies to xn (normed())
   if (!fuse_res) residual(T, ly.post_attn, ly.has_post, ly.ffn_gain.get(), ly.qgu.empty());
   // CudaLaunch::quant_glu_out: gate|up writes the GLU into ws.act (its quant_gemv's epilogue)
-  const bool glu_out = opt.launch.quant_glu_out && T == 1 && glu_in_down(T) &&
-                       ly.qgu.parts.size() == 1 && !ly.bgu.get();
+  const bool glu_out = glu_in_gate_up(T, ly);
   {
     struct Unset {  // also when normed() throws
       void*& p;

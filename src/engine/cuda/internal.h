@@ -218,8 +218,8 @@ struct Forward {
   // Set around the gate|up projection of a pass that takes CudaLaunch::quant_glu_out (layer()):
   // quant() then writes the GLU here (QuantGemvArgs::glu_out) instead of y; null otherwise.
   void* quant_glu_out = nullptr;
-  int key_bound = 0;       // set by run() (its argument), for this pass's attention launches
-  Pass pass = Pass{};      // set by run() (its argument)
+  int key_bound = 0;   // set by run() (its argument), for this pass's attention launches
+  Pass pass = Pass{};  // set by run() (its argument)
 
   // One forward pass of T tokens (ids in d_tokens, first position in d_pos): logits of the last
   // `rows` tokens into `logits` (rows = 0: none); with `sample`, then samples the next token
@@ -237,6 +237,10 @@ struct Forward {
   // The GLU runs inside the down projection for passes of T tokens (decode path, T <= 16; its
   // staged input, T x F elements, well inside the decode kernel's shared memory).
   bool glu_in_down(int T) const;
+  // CudaLaunch::quant_glu_out taken by layer ly in passes of T tokens: T = 1 with the GLU fused
+  // (glu_in_down), gate|up quantized in one part without a bias, and its quant_gemv not split
+  // (the launch it replaces would sum K slices in another order: not the same bits).
+  bool glu_in_gate_up(int T, const DeviceWeights::Layer& ly) const;
 
  private:
   // The decode GEMV (LinearImpl::kDecode) on a's rows in slices of at most kDecodeSliceRows (each

@@ -139,9 +139,10 @@ struct QuantGemvArgs {
   // [N / 2, N) up (N even), and instead of y the kernel writes glu_out[i] = round_dt(act(y_i) *
   // y_{N/2 + i}) (dt, N / 2 values, 2-byte aligned; act by glu_kind; y the values it would have
   // written), exactly what x_glu stages from the fp32 gate|up rows: the projection fed glu_out
-  // computes the same bits as the one fed those rows with x_glu, without staging the GLU of 2 * N /
-  // 2 fp32 values in each of its CTAs. A warp takes rows i and N / 2 + i. y, ldy unused; not with
-  // x_glu, accumulate, y_rounded; never split.
+  // computes the same bits as the one fed those rows with x_glu, without staging the GLU of all N
+  // fp32 values in each of its CTAs. A warp takes rows i and N / 2 + i. y, ldy unused; not with
+  // x_glu, accumulate, y_rounded. Never split: the same bits as the launch without glu_out where
+  // that one is not split either (quant_gemv_split(type, 1, N, K, pdl) == 1).
   void* glu_out = nullptr;
 };
 
