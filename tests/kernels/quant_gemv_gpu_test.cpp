@@ -340,39 +340,26 @@ TEST(QuantGemv, RejectsBadArguments) {
       "gain must be 16-byte");
   bad([](auto& b) { b.ldy = 3; }, "ldy");
   bad([](auto& b) { b.y = nullptr; }, "non-null");
-  void* h = static_cast<char*>(out.p) + 32;  // glu_out: 2 values of N = 4
-  bad(
-      [&](auto& b) {
-        b.glu_out = h;
-        b.M = 2;
-      },
-      "glu_out needs M == 1");
-  bad(
-      [&](auto& b) {
-        b.glu_out = h;
-        b.N = 3;
-      },
-      "glu_out needs M == 1, N even");
-  bad(
-      [&](auto& b) {
-        b.glu_out = h;
-        b.accumulate = true;
-      },
-      "no x_glu, accumulate");
-  bad([&](auto& b) { b.glu_out = static_cast<char*>(h) + 1; }, "2-byte aligned");
-  bad(
-      [&](auto& b) {
-        b.glu_out = h;
+  void* h = static_cast<char*>(out.p) + 32;            // glu_out: 2 values of N = 4
+  auto bad_glu = [&](auto change, const char* what) {  // with glu_out set
+    bad(
+        [&](auto& b) {
+          b.glu_out = h;
+          change(b);
+        },
+        what);
+  };
+  bad_glu([](auto& b) { b.M = 2; }, "glu_out needs M == 1");
+  bad_glu([](auto& b) { b.N = 3; }, "glu_out needs M == 1, N even");
+  bad_glu([](auto& b) { b.accumulate = true; }, "no x_glu, accumulate");
+  bad_glu([&](auto& b) { b.glu_out = static_cast<char*>(h) + 1; }, "2-byte aligned");
+  bad_glu(
+      [](auto& b) {
         b.x_glu = true;
         b.ldx = 512;
       },
       "no x_glu");
-  bad(
-      [&](auto& b) {
-        b.glu_out = h;
-        b.y_rounded = h;
-      },
-      "y_rounded");
+  bad_glu([&](auto& b) { b.y_rounded = h; }, "y_rounded");
   fk::QuantGemvArgs g = a;  // valid: y unused, glu_out = act(0) * 0 = 0
   g.glu_out = h, g.y = nullptr;
   EXPECT_TRUE(fk::quant_gemv(g, nullptr).ok());
