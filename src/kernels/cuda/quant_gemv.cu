@@ -24,6 +24,9 @@
 // integer dot products (dp2a: int16 x int8 pairs into int32) per block or sub-block, scaled in
 // fp32: four to eight times fewer instructions per weight than fp32 multiply-adds on unpacked
 // codes, which made the kernel compute-bound (0.7-1.0x the bf16 GEMV on the H200, 4f7f51f).
+// GO instances (QuantGemvArgs::glu_out) pair each warp's two rows as gate row i and up row
+// N / 2 + i and write the GLU of the two outputs instead of y (the epilogue's only join is the
+// same warp reduction).
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
