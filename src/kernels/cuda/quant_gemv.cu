@@ -43,9 +43,14 @@ namespace flashnorm::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-
 constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
+// The row groups of a launch over N rows: groups of kRowsPerCta rows, or (go: the GLU epilogue)
+// of kRowsPerCta / 2 gate|up row pairs.
+__host__ __device__ constexpr int row_groups(int N, bool go) {
+  return go ? (N / 2 + kRowsPerCta / 2 - 1) / (kRowsPerCta / 2)
+            : (N + kRowsPerCta - 1) / kRowsPerCta;
+}
 
 struct Params {
   int M, N, K;
@@ -63,7 +68,8 @@ struct Params {
   // split-K (the one-row instances with SPLIT): clusters of `split` CTAs, rank r taking steps
   // [r * split_steps, (r + 1) * split_steps) of every row; unused otherwise
   int split, split_steps;
-  // GO instances (QuantGemvArgs::glu_out): the GLU's output (dt) and kind (2: GeGLU)
+  // GO instances (QuantGemvArgs::glu_out): the GLU's output (dt); the GLU kind of the epilogue or
+  // of x_glu (1: SwiGLU, 2: GeGLU)
   void* glu_out;
   int glu_kind;
   // plane J of the device layout of W (quant_layout.h) of format T; plane 0 starts at w
@@ -117,12 +123,16 @@ struct Staged {
 };
 
 // isum + the products of the 8 int8 codes in w0, w1 with the 8 int16 values at x (16 bytes).
-__device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, int isum) {
-  const int4 v = *reinterpret_cast<const int4*>(x);
+// (The 8 int16 values in v.)
+__device__ __forceinline__ int dot8(const int4& v, uint32_t w0, uint32_t w1, int isum) {
   isum = __dp2a_lo(v.x, static_cast<int>(w0), isum);
   isum = __dp2a_hi(v.y, static_cast<int>(w0), isum);
   isum = __dp2a_lo(v.z, static_cast<int>(w1), isum);
   return __dp2a_hi(v.w, static_cast<int>(w1), isum);
+}
+__device__ __forceinline__ int dot8(const int16_t* x, uint32_t w0, uint32_t w1, int isum) {
+  const int4 v = *reinterpret_cast<const int4*>(x);
+  return dot8(v, w0, w1, isum);
 }
 
 // dot_rows of the formats whose rows share nothing: dot per row (Self::dot), rows not ok skipped.
@@ -331,15 +341,8 @@ struct Q4_K {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {  // elements 8c .. 8c + 7 of each sub-block
           const uint32_t a = w[2 * c], b = w[2 * c + 1];
-          const int4 vl = xv[c], vh = xv[4 + c];
-          s_lo = __dp2a_lo(vl.x, static_cast<int>(a & 0x0f0f0f0fu), s_lo);
-          s_lo = __dp2a_hi(vl.y, static_cast<int>(a & 0x0f0f0f0fu), s_lo);
-          s_lo = __dp2a_lo(vl.z, static_cast<int>(b & 0x0f0f0f0fu), s_lo);
-          s_lo = __dp2a_hi(vl.w, static_cast<int>(b & 0x0f0f0f0fu), s_lo);
-          s_hi = __dp2a_lo(vh.x, static_cast<int>((a >> 4) & 0x0f0f0f0fu), s_hi);
-          s_hi = __dp2a_hi(vh.y, static_cast<int>((a >> 4) & 0x0f0f0f0fu), s_hi);
-          s_hi = __dp2a_lo(vh.z, static_cast<int>((b >> 4) & 0x0f0f0f0fu), s_hi);
-          s_hi = __dp2a_hi(vh.w, static_cast<int>((b >> 4) & 0x0f0f0f0fu), s_hi);
+          s_lo = dot8(xv[c], a & 0x0f0f0f0fu, b & 0x0f0f0f0fu, s_lo);
+          s_hi = dot8(xv[4 + c], (a >> 4) & 0x0f0f0f0fu, (b >> 4) & 0x0f0f0f0fu, s_hi);
         }
         acc[q][m] +=
             xd_lo * (d[q] * sc_lo[q] * static_cast<float>(s_lo) - dmin[q] * m_lo[q] * xs_lo) +
@@ -498,8 +501,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   __shared__ float red[32];
   __shared__ float ss_part;  // SPLIT: this CTA's sum of squares over its slice
   const int half = p.N / 2;  // GO: the gate rows
-  const int groups =
-      GO ? (half + kRowsPerCta / 2 - 1) / (kRowsPerCta / 2) : (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  const int groups = row_groups(p.N, GO);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int nblk = p.K / F<MT>::kElems;
   const int steps = (nblk + F<MT>::kPerStep - 1) / F<MT>::kPerStep;
@@ -756,19 +758,18 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
       dots(b, bok, it0, acc);
       if (it0 + U >= it_hi) finish_group(g, i++, acc);
     };
-    // g0 < groups always (the grid never exceeds the row groups); the condition guards it anyway
-    while (g < groups) {
+    // one item from cur while the next one loads into nxt; false after the CTA's last item
+    auto step = [&](const Raw(&cur)[U][kRowsPerWarp], const bool(&cur_ok)[U][kRowsPerWarp],
+                    Raw(&nxt)[U][kRowsPerWarp], bool(&nxt_ok)[U][kRowsPerWarp]) {
       int g1, it1;
       next_item(g1, it1);
-      if (g1 < groups) load_into(raw2, ok2, g1, it1);
-      process(raw, ok);
+      if (g1 < groups) load_into(nxt, nxt_ok, g1, it1);
+      process(cur, cur_ok);
       g = g1, it0 = it1;
-      if (g >= groups) break;
-      next_item(g1, it1);
-      if (g1 < groups) load_into(raw, ok, g1, it1);
-      process(raw2, ok2);
-      g = g1, it0 = it1;
-      if (g >= groups) break;
+      return g < groups;
+    };
+    // g0 < groups always (the grid never exceeds the row groups); the condition guards it anyway
+    while (g < groups && step(raw, ok, raw2, ok2) && step(raw2, ok2, raw, ok)) {
     }
   } else {
     // row groups of kRowsPerCta rows: g0, then every gstep-th (the staged x reused)
@@ -875,9 +876,7 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
   const void* k = reinterpret_cast<const void*>(kernel);
   const size_t smem = staged_bytes(mt, p.K);
   if (Status st = opt_in(k, smem); !st.ok()) return st;
-  const int groups = go ? (p.N / 2 + kRowsPerCta / 2 - 1) / (kRowsPerCta / 2)
-                        : (p.N + kRowsPerCta - 1) / kRowsPerCta;
-  const int grid = grid_for(groups, ctas_per_sm(k, smem) * sm_count());
+  const int grid = grid_for(row_groups(p.N, go), ctas_per_sm(k, smem) * sm_count());
   return launched("quant_gemv_kernel", launch_ex(kernel, grid, kWarps * 32, smem, s, pdl, p));
 }
 
@@ -899,7 +898,7 @@ constexpr int kMaxSplitRounds = 64;
 template <template <int> class F>
 std::pair<int, int> split_for(int N, int K, bool pdl) {
   const int steps = (K / F<1>::kElems + F<1>::kPerStep - 1) / F<1>::kPerStep;
-  const int groups = (N + kRowsPerCta - 1) / kRowsPerCta;
+  const int groups = row_groups(N, false);
   const int want = std::min(
       {F<1>::kMinCtas * sm_count() / groups, K / (pdl ? kSplitElems : 2 * kSplitElems), kMaxSplit});
   if (want <= 1) return {1, steps};
@@ -913,7 +912,7 @@ template <template <int> class F, class Kernel>
 Status launch_split(Kernel kernel, Params p, int split, int per, cudaStream_t s, bool pdl) {
   p.split = split;
   p.split_steps = per;
-  const int groups = (p.N + kRowsPerCta - 1) / kRowsPerCta;
+  const int groups = row_groups(p.N, false);
   const int slice = per * F<1>::kPerStep * F<1>::kElems;  // the largest (the kernel's offset)
   const void* k = reinterpret_cast<const void*>(kernel);
   const size_t smem = split_part_offset(1, slice) + split_part_bytes(kMaxSplitRounds);
@@ -946,8 +945,13 @@ Status launch_one_row(const Params& p, cudaStream_t s, bool pdl, bool split_k) {
 template <class E, template <int> class F>
 Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg, bool split_k) {
   constexpr bool kGluEarly = F<1>::kMinCtas == 1;
+  // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
+  // shapes, where native flashnorm decode gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of
+  // Q4_1 / Q5_0 GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel
+  // lab), which was not split between the two.
+  const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);
   if (p.glu_out) {  // the GLU in the epilogue: whole rows; early loads as the plain one-row launch
-    return pdl && (F<1>::kMinCtas == 1 || p.K <= 2048)
+    return early
                ? launch_kernel(quant_gemv_kernel<E, F, 1, 0, true, false, true>, 1, p, s, pdl, true)
                : launch_kernel(quant_gemv_kernel<E, F, 1, 0, false, false, true>, 1, p, s, pdl,
                                true);
@@ -958,11 +962,6 @@ Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg, b
   if (xg == 2)
     return pdl && kGluEarly ? launch_one_row<E, F, 2, kGluEarly>(p, s, pdl, split_k)
                             : launch_one_row<E, F, 2, false>(p, s, pdl, split_k);
-  // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
-  // shapes, where native flashnorm decode gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of
-  // Q4_1 / Q5_0 GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel
-  // lab), which was not split between the two.
-  const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);
   switch (staged_rows(M)) {
     case 1:
       return early ? launch_one_row<E, F, 0, true>(p, s, pdl, split_k)
@@ -1061,7 +1060,7 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
                  0,
                  a.glu_out,
                  a.glu_kind == GluKind::kGeGLU ? 2 : 1};
-  const int xg = !a.x_glu ? 0 : (a.glu_kind == GluKind::kGeGLU ? 2 : 1);
+  const int xg = a.x_glu ? p.glu_kind : 0;
   return by_dtype(a.dt, [&](auto e) {
     using E = decltype(e);
     switch (a.type) {
