@@ -341,10 +341,10 @@ TEST(QuantGemv, RejectsBadArguments) {
   bad([](auto& b) { b.ldy = 3; }, "ldy");
   bad([](auto& b) { b.y = nullptr; }, "non-null");
   void* h = static_cast<char*>(out.p) + 32;            // glu_out: 2 values of N = 4
-  auto bad_glu = [&](auto change, const char* what) {  // with glu_out set
+  auto bad_glu = [&](auto change, const char* what) {  // with glu_out set and y null
     bad(
         [&](auto& b) {
-          b.glu_out = h;
+          b.glu_out = h, b.y = nullptr;
           change(b);
         },
         what);
@@ -360,6 +360,7 @@ TEST(QuantGemv, RejectsBadArguments) {
       },
       "no x_glu");
   bad_glu([&](auto& b) { b.y_rounded = h; }, "y_rounded");
+  bad_glu([&](auto& b) { b.y = static_cast<float*>(out.p); }, "or y (it is not written)");
   fk::QuantGemvArgs g = a;  // valid: y unused, glu_out = act(0) * 0 = 0
   g.glu_out = h, g.y = nullptr;
   EXPECT_TRUE(fk::quant_gemv(g, nullptr).ok());

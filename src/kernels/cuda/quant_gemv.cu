@@ -1032,11 +1032,11 @@ Status quant_gemv(const QuantGemvArgs& a, cudaStream_t s) {
   if (!a.x || !a.w || (!a.y && !a.glu_out))
     return invalid("quant_gemv: x, w and y (or glu_out) must be non-null");
   if (a.x_glu && a.M != 1) return invalid("quant_gemv: x_glu needs M == 1");
-  if (a.glu_out && (a.M != 1 || a.N % 2 != 0 || a.x_glu || a.accumulate || a.y_rounded ||
+  if (a.glu_out && (a.M != 1 || a.N % 2 != 0 || a.x_glu || a.accumulate || a.y_rounded || a.y ||
                     reinterpret_cast<uintptr_t>(a.glu_out) % 2 != 0))
     return invalid(
         "quant_gemv: glu_out needs M == 1, N even, a 2-byte aligned glu_out, and no x_glu, "
-        "accumulate or y_rounded");
+        "accumulate, y_rounded or y (it is not written)");
   if (a.ldx < (a.x_glu ? 2 * int64_t(a.K) : a.K) || a.ldx % 8 != 0 || !aligned16(a.x))
     return invalid("quant_gemv: ldx >= K (2K with x_glu), ldx % 8 == 0 and x 16-byte aligned");
   if (!a.glu_out && a.ldy < a.N) return invalid("quant_gemv: ldy must be >= N");

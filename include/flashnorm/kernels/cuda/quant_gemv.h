@@ -140,9 +140,9 @@ struct QuantGemvArgs {
   // y_{N/2 + i}) (dt, N / 2 values, 2-byte aligned; act by glu_kind; y the values it would have
   // written), exactly what x_glu stages from the fp32 gate|up rows: the projection fed glu_out
   // computes the same bits as the one fed those rows with x_glu, without staging the GLU of all N
-  // fp32 values in each of its CTAs. A warp takes rows i and N / 2 + i. y, ldy unused; not with
-  // x_glu, accumulate, y_rounded. Never split: the same bits as the launch without glu_out where
-  // that one is not split either (quant_gemv_split(type, 1, N, K, pdl) == 1).
+  // fp32 values in each of its CTAs. A warp takes rows i and N / 2 + i. y null (ldy unused); not
+  // with x_glu, accumulate, y_rounded. Never split: the same bits as the launch without glu_out
+  // where that one is not split either (quant_gemv_split(type, 1, N, K, pdl) == 1).
   void* glu_out = nullptr;
 };
 
