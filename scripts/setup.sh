@@ -25,6 +25,6 @@ fi
 if [ "${1:-}" = "--test" ]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   [ -x "$root/.venv/bin/python3" ] || python3 -m venv "$root/.venv"
-  "$root/.venv/bin/python3" -m pip install -q --disable-pip-version-check \
+  "$root/.venv/bin/python3" -m pip install -q --disable-pip-version-check --no-cache-dir \
     -r "$root/scripts/requirements-test.txt"
 fi

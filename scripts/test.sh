@@ -9,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PATH="$PWD/.venv/bin:$PATH"  # python3 with the reference packages, for the tests
-# PyTorch and transformers (~3 GB of wheels with PyTorch's CUDA libraries) install while the
-# release build compiles; the build is CPU-bound, the install mostly network.
+# PyTorch and transformers (~3 GB of wheels with PyTorch's CUDA libraries, about 6 GB installed)
+# install while the release build compiles; the build is CPU-bound, the install mostly network.
+# --no-cache-dir: no second copy of the wheels in pip's cache (a CI run once ran out of disk here).
 mkdir -p .cache
-.venv/bin/python3 -m pip install -q --disable-pip-version-check \
+.venv/bin/python3 -m pip install -q --disable-pip-version-check --no-cache-dir \
   -r scripts/requirements-torch.txt > .cache/torch-install.log 2>&1 &
 torch_pid=$!
 eval "$(scripts/fetch_models.sh smollm2 gemma3)"

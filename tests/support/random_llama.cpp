@@ -11,6 +11,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/safetensors.h"
@@ -205,12 +208,45 @@ std::string gemma3_path() {
   return model_path("FLASHNORM_GEMMA3_GGUF", "gemma3/gemma-3-270m-q4_k_m.gguf");
 }
 
+namespace {
+
+// The directories fresh_dir made, removed when the process that made them exits (a forked child
+// exiting through exit() removes nothing: the pid check). FLASHNORM_KEEP_TEST_DIRS=1 keeps them
+// for a post-mortem. Without this, a whole test run left about 1 GB of models in /tmp.
+class TestDirs {
+ public:
+  void add(const fs::path& d) {
+    if (std::find(dirs_.begin(), dirs_.end(), d) == dirs_.end()) dirs_.push_back(d);
+  }
+  ~TestDirs() {
+    if (::getpid() != owner_) return;
+    const char* keep = std::getenv("FLASHNORM_KEEP_TEST_DIRS");
+    if (keep != nullptr && std::string(keep) == "1") return;
+    for (const auto& d : dirs_) {
+      std::error_code ec;
+      fs::remove_all(d, ec);  // best effort: a failure here must not fail the test run
+    }
+  }
+
+ private:
+  pid_t owner_ = ::getpid();
+  std::vector<fs::path> dirs_;
+};
+
+TestDirs& test_dirs() {
+  static TestDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 fs::path fresh_dir(const std::string& name) {
   // One directory per process: ctest runs the tests of one binary in parallel processes.
   fs::path d = fs::path(::testing::TempDir()) /
                ("flashnorm-" + name + "-" + std::to_string(static_cast<long>(::getpid())));
   fs::remove_all(d);
   fs::create_directories(d);
+  test_dirs().add(d);
   return d;
 }
 

@@ -45,7 +45,8 @@ std::string smollm2_path();
 // The same for Gemma 3 270M (FLASHNORM_GEMMA3_GGUF).
 std::string gemma3_path();
 
-// A fresh empty directory under the test's temporary directory, unique to this process.
+// A fresh empty directory under the test's temporary directory, unique to this process; removed
+// with its contents when the process exits (FLASHNORM_KEEP_TEST_DIRS=1 keeps it).
 std::filesystem::path fresh_dir(const std::string& name);
 
 // SHA-256-free content fingerprint of a file or of every file in a directory (FNV-1a 64 over
