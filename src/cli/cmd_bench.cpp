@@ -120,7 +120,10 @@ void register_bench(CLI::App& app) {
                 "--model: only these configurations, by their names in the table, separated by "
                 "commas (a comma and a space belong to a name: 'standard,flashnorm, deferred "
                 "prompts'); with --weights native each keeps its native twin (large models: "
-                "each configuration holds its own weights and tunes at load)")
+                "each configuration holds its own weights and tunes at load); launch "
+                "ablations run only when named here: 'standard, no PDL', 'flashnorm, "
+                "attention at 3 CTAs per SM' (also ', late trigger' and ', no PDL' after it), "
+                "and the same for standard and flashnorm")
       ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {

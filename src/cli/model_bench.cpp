@@ -106,6 +106,9 @@ void run_model_bench(const ModelBenchArgs& a) {
     int decode_rows = CudaLaunch{}.decode_max_rows;
     bool batched = false;        // has batched decode rows (--batch)
     bool quant_glu_out = false;  // CudaLaunch::quant_glu_out
+    bool pdl = true;             // CudaLaunch::pdl
+    int attn_ctas = 1;           // CudaLaunch::attention_ctas_per_sm
+    bool attn_late = false;      // CudaLaunch::attention_late_trigger
     // on the file's blocks (--weights native): the index of the same configuration on bf16
     // weights; -1: on bf16 weights
     int bf16_of = -1;
@@ -158,6 +161,37 @@ void run_model_bench(const ModelBenchArgs& a) {
                cfgs[i].standard, true};
       c.bf16_of = i, c.quant_glu_out = true;
       cfgs.push_back(std::move(c));
+    }
+  }
+  // Launch ablations of the decode step, only when --configs names them (each holds its own
+  // weights): standard and flashnorm without PDL, with decode_attention at 3 CTAs per SM (early and
+  // late PDL trigger, and without PDL); each with its native twin under --weights native.
+  auto named = [&](const std::string& n) {
+    return std::find(a.configs.begin(), a.configs.end(), n) != a.configs.end();
+  };
+  struct LaunchAblation {
+    const char* suffix;
+    bool pdl;
+    int ctas;
+    bool late;
+  };
+  const LaunchAblation ablations[] = {{", no PDL", false, 1, false},
+                                      {", attention at 3 CTAs per SM", true, 3, false},
+                                      {", attention at 3 CTAs per SM, late trigger", true, 3, true},
+                                      {", attention at 3 CTAs per SM, no PDL", false, 3, false}};
+  for (const LaunchAblation& ab : ablations) {
+    for (int i : {0, 1}) {
+      Config c{cfgs[i].name + ab.suffix, cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
+      if (!named(c.name)) continue;
+      c.pdl = ab.pdl, c.attn_ctas = ab.ctas, c.attn_late = ab.late;
+      const int bf16 = int(cfgs.size());
+      std::string twin = c.name + ", native";
+      cfgs.push_back(std::move(c));
+      if (native) {
+        Config t{std::move(twin), cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
+        t.pdl = ab.pdl, t.attn_ctas = ab.ctas, t.attn_late = ab.late, t.bf16_of = bf16;
+        cfgs.push_back(std::move(t));
+      }
     }
   }
   if (!a.quick) {
@@ -227,6 +261,9 @@ void run_model_bench(const ModelBenchArgs& a) {
     o.standard = c.standard;
     o.launch.fuse_decode_ops = c.fuse_decode_ops;
     o.launch.quant_glu_out = c.quant_glu_out;
+    o.launch.pdl = c.pdl;
+    o.launch.attention_ctas_per_sm = c.attn_ctas;
+    o.launch.attention_late_trigger = c.attn_late;
     o.gemv.allow_ring = c.allow_ring;
     o.flashnorm.batched_in_add = c.batched_in_add;
     o.launch.decode_max_rows = c.decode_rows;

@@ -361,6 +361,26 @@ TEST(CudaEngine, PdlLeavesLogitsBitwiseEqual) {
     }
 }
 
+// decode_attention's launch ablations (CudaLaunch::attention_ctas_per_sm = 3: registers held to 80;
+// attention_late_trigger) change where and when its CTAs run, never what they compute: logits
+// bitwise equal to the default launch's over a 300-token history (several key chunks), Llama and
+// Gemma 3, both modes.
+void attention_ablations(CudaEngineOptions& o) {
+  o.launch.attention_ctas_per_sm = 3, o.launch.attention_late_trigger = true;
+}
+void attention_ctas_only(CudaEngineOptions& o) { o.launch.attention_ctas_per_sm = 3; }
+TEST(CudaEngine, AttentionLaunchAblationsLeaveLogitsBitwiseEqual) {
+  for (bool gemma : {false, true})
+    for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
+      SCOPED_TRACE(case_name(gemma, mode));
+      EXPECT_EQ(option_diff(gemma, mode, attention_ablations, 512, 300), 0.0);
+      EXPECT_EQ(option_diff(gemma, mode, attention_ctas_only, 512, 300), 0.0);
+    }
+  CudaEngineOptions bad;
+  bad.capacity.max_context = 128, bad.launch.attention_ctas_per_sm = 2;
+  EXPECT_THROW(CudaEngine(load_model(model_dir(false, true)), NormMode::FlashNorm, bad), Error);
+}
+
 // The fused decode ops (residual add in the o/down GEMV epilogue; GLU in the down GEMV;
 // RoPE/QK-norm/KV write + split-key attention + chunk merge in one kernel) against the separate
 // kernels, for Llama (GQA) and Gemma 3 (QK-norm, post norms, sliding window, GQA), both modes. The

@@ -8,6 +8,7 @@
 // must be untouched and the arrival counters back at zero.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <tuple>
@@ -32,6 +33,9 @@ struct AttnCase {
   // visible keys unlaunched, and every output must be NaN instead of a truncated softmax
   int key_bound = 0;
   bool uncovered = false;
+  // AttentionArgs::ctas_per_sm and late_trigger of the fused kernel (launch ablations)
+  int ctas_per_sm = 1;
+  bool late_trigger = false;
 };
 
 fk::LinearContext& linear_ctx() {
@@ -56,13 +60,15 @@ std::vector<float> download(const DevMem& d, size_t n) {
   return h;
 }
 
-void run_case(const AttnCase& c) {
+// fused_out: the fused kernel's outputs (fp16 values as floats), for bit-for-bit comparisons.
+void run_case(const AttnCase& c, std::vector<float>* fused_out = nullptr) {
   SCOPED_TRACE(testing::Message() << "D=" << c.D << " T=" << c.T << " p0=" << c.p0
                                   << " window=" << c.window << " split=" << c.split
                                   << " qk_norm=" << c.qk_norm << " v_renorm=" << c.v_renorm
                                   << " neox=" << c.neox << " heads=" << c.n_head << "/"
                                   << c.n_head_kv << " pdl_producer=" << c.pdl_producer
-                                  << " max_ctx=" << c.max_ctx);
+                                  << " max_ctx=" << c.max_ctx << " ctas_per_sm=" << c.ctas_per_sm
+                                  << " late_trigger=" << c.late_trigger);
   const int n_head = c.n_head, n_head_kv = c.n_head_kv, max_ctx = c.max_ctx, D = c.D, T = c.T,
             half = D / 2;
   const int nq = n_head * D, nkv = n_head_kv * D, ldqkv = nq + 2 * nkv;
@@ -114,6 +120,7 @@ void run_case(const AttnCase& c) {
   fk::AttentionArgs aa = a;
   aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = outA.p;
   aa.partials = static_cast<float*>(partA.p);
+  aa.ctas_per_sm = c.ctas_per_sm, aa.late_trigger = c.late_trigger;
   cudaStream_t st = nullptr;
   std::unique_ptr<DevMem> px, pw;
   if (c.pdl_producer) {
@@ -158,6 +165,7 @@ void run_case(const AttnCase& c) {
   const std::vector<float> ob =
       download_half(fk::DType::kFP16, outB.p, static_cast<size_t>(T) * nq);
   ASSERT_EQ(oa.size(), ob.size());
+  if (fused_out) *fused_out = oa;
   if (c.uncovered) {
     for (size_t i = 0; i < oa.size(); ++i)
       ASSERT_TRUE(std::isnan(oa[i]) && std::isnan(ob[i])) << "output " << i << " not NaN";
@@ -250,6 +258,31 @@ TEST(DecodeAttentionSmall, PdlBehindDelayedProducer) {
     run_case(c);
   }
 }
+// The launch ablations (CudaLaunch::attention_ctas_per_sm, attention_late_trigger): registers held
+// to 80 and the PDL trigger after the chunk's work change nothing in the arithmetic, so the fused
+// kernel's outputs are the same bits as the default launch's (and match the separate kernels), with
+// and without a delayed PDL producer, over several chunks and a window.
+TEST(DecodeAttentionSmall, LaunchAblationsGiveTheSameBits) {
+  for (bool producer : {false, true})
+    for (int T : {1, 16}) {
+      AttnCase base{128, T, 300, 0, 32, true, false, true};
+      base.pdl_producer = producer;
+      std::vector<float> ref;
+      run_case(base, &ref);
+      ASSERT_FALSE(ref.empty());
+      for (auto [ctas, late] : {std::pair{3, false}, std::pair{3, true}, std::pair{1, true}}) {
+        AttnCase c = base;
+        c.ctas_per_sm = ctas, c.late_trigger = late;
+        std::vector<float> out;
+        run_case(c, &out);
+        ASSERT_EQ(out.size(), ref.size());
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_EQ(std::memcmp(&out[i], &ref[i], sizeof(float)), 0)
+              << "output " << i << " ctas_per_sm=" << ctas << " late=" << late
+              << " producer=" << producer << " T=" << T;
+      }
+    }
+}
 TEST(DecodeAttentionSmall, RejectsBadArguments) {
   DevMem buf(1 << 20), cnt(1024);
   float* f = static_cast<float*>(buf.p);
@@ -275,6 +308,9 @@ TEST(DecodeAttentionSmall, RejectsBadArguments) {
   r.ldqkv = 12 * 64, r.k_cache = f + 1;
   EXPECT_EQ(fk::decode_attention(r, a, counters, nullptr).code, fk::Code::kInvalidArgument)
       << "misaligned cache";
+  r.k_cache = f, a.ctas_per_sm = 2;
+  EXPECT_EQ(fk::decode_attention(r, a, counters, nullptr).code, fk::Code::kInvalidArgument)
+      << "ctas_per_sm 2";
 }
 
 // ---- sample_tokens: the multi-CTA argmax and its last-CTA merge --------------------------------

@@ -127,6 +127,14 @@ struct CudaLaunch {
   // rows with SmolLM2 and 1.01-1.02x with Gemma 3; the 64-row tile 0.93-0.94x at 64 rows and two
   // 32-row slices 0.88-0.92x (docs/results_h200.md). Out of range: Error at load.
   int decode_max_rows = 32;
+  // decode_attention's CTAs per SM (AttentionArgs::ctas_per_sm: 1, or 3 with at most 80
+  // registers) and its PDL trigger after the chunk's work (AttentionArgs::late_trigger). Launch
+  // ablations; the same logits bit for bit. On the H200 (2026-12-04, docs/results_h200.md, "Decode
+  // attention and Q4_K occupancy") 3 CTAs per SM made Llama-3-8B-shaped native steps about 170-200
+  // us faster and its bf16 graph steps 250-1500 us slower, for a reason not yet known; hence 1 and
+  // early. Other values: Error at load.
+  int attention_ctas_per_sm = 1;
+  bool attention_late_trigger = false;
 };
 
 // Where the decode GEMV's launch configurations come from (CudaEngineOptions::gemv_configs, when

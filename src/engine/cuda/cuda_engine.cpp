@@ -64,11 +64,15 @@ std::string CudaEngine::describe() const {
       o.launch.quant_glu_out
           ? fmt::format(", GLU in the gate|up epilogue ({} of {} layers)", glu_layers, e.d.L)
           : "";
-  return fmt::format("{} weights, norm {}{}, decode {}{}{}{}", weights,
+  std::string attn;  // the launch ablations of decode_attention, when set
+  if (o.launch.attention_ctas_per_sm != 1)
+    attn += fmt::format(", attention at {} CTAs per SM", o.launch.attention_ctas_per_sm);
+  if (o.launch.attention_late_trigger) attn += ", attention's PDL trigger late";
+  return fmt::format("{} weights, norm {}{}, decode {}{}{}{}{}", weights,
                      e.mode == NormMode::Standard ? "standard" : "flashnorm", variant,
                      o.launch.decode == DecodeLaunch::kGraph ? "CUDA graph" : "eager",
                      o.launch.pdl ? " + PDL" : "",
-                     o.launch.fuse_decode_ops ? ", fused decode ops" : "", glu);
+                     o.launch.fuse_decode_ops ? ", fused decode ops" : "", glu, attn);
 }
 
 std::vector<float> CudaEngine::forward(std::span<const int32_t> tokens, bool all_logits) {

@@ -251,6 +251,8 @@ void Forward::layer(int l, int T) {
   aa.scale = cfg.attn_scale, aa.pos = ws.d_pos.as<int32_t>(), aa.q = ws.q.as<float>();
   aa.k_cache = ra.k_cache, aa.v_cache = ra.v_cache, aa.out = ws.att.get(), aa.pdl = pdl;
   aa.key_bound = key_bound;
+  aa.ctas_per_sm = opt.launch.attention_ctas_per_sm;
+  aa.late_trigger = opt.launch.attention_late_trigger;
   // a batched pass has no unfused form: decode_attention whatever fuse_decode_ops
   const bool split = T <= kSplitMaxT || pass.batched;
   if (split) aa.split_keys = split_keys(d.D), aa.partials = ws.partials.as<float>();

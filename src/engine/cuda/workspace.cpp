@@ -16,6 +16,9 @@ Dims make_dims(const ModelConfig& c, const ArchDescription& a, const CudaEngineO
     throw Error(fmt::format("decode_max_rows {} is outside 1 .. {}", opt.launch.decode_max_rows,
                             fk::kDecodeAttentionMaxBatch));
   }
+  if (opt.launch.attention_ctas_per_sm != 1 && opt.launch.attention_ctas_per_sm != 3)
+    throw Error(fmt::format("attention_ctas_per_sm {} is neither 1 nor 3",
+                            opt.launch.attention_ctas_per_sm));
   Dims e;
   e.H = c.hidden, e.F = c.ffn, e.D = c.head_dim, e.L = c.n_layer, e.V = c.vocab;
   e.ldv = (e.V + 7) / 8 * 8;

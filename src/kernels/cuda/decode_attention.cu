@@ -77,8 +77,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // copied with cp.async before the PDL wait (the preceding kernel writes neither them nor *pos:
 // contract in engine_ops.h), so that their latency overlaps that kernel's tail and the query's
 // preparation.
-template <class E>
-__global__ void __launch_bounds__(kThreads)
+// kMinCtas (AttentionArgs::ctas_per_sm): the CTAs per SM the registers are allocated for (1: as
+// many as the compiler wants, 207 on sm_90a; 3: at most 80, so that all of a Llama-3-8B launch's
+// CTAs are resident at once). The arithmetic is the same in both: the same bits.
+template <class E, int kMinCtas>
+__global__ void __launch_bounds__(kThreads, kMinCtas)
     decode_attention_kernel(RopeKvArgs r, AttentionArgs a, unsigned* counters) {
   extern __shared__ float sm[];
   __shared__ float red[32];
@@ -122,7 +125,13 @@ __global__ void __launch_bounds__(kThreads)
       cp_async16(vbuf + j * D + c, vg + static_cast<int64_t>(j) * nkv + c);
     }
   }
-  pdl_begin();  // qkv (the preceding kernel's output), the counters and partials only after this
+  // qkv (the preceding kernel's output), the counters and partials only after the wait; the
+  // next kernel may launch right after it, or (late_trigger) once this CTA's chunk is published
+  if (a.late_trigger) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  } else {
+    pdl_begin();
+  }
 
   // Rows from qkv, one warp each: this CTA's query; the keys and values of this pass's tokens that
   // fall in the chunk (j in [n0, k1), never read from the cache here); and, for chunk 0 of the
@@ -180,6 +189,7 @@ __global__ void __launch_bounds__(kThreads)
   // Join: publish this chunk, count it; the last chunk of (t, h) to arrive merges all of them.
   __threadfence();
   __syncthreads();
+  if (a.late_trigger) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (threadIdx.x == 0) {
     s_last = atomicAdd(&counters[t * r.n_head + h], 1u) == gridDim.z - 1;
   }
@@ -230,9 +240,11 @@ Status decode_attention(const RopeKvArgs& r, const AttentionArgs& a, unsigned* c
   constexpr size_t kStatic = sizeof(float) * 32 + sizeof(int);  // red, s_last
   if (smem + kStatic > 227 * 1024)
     return invalid("decode_attention: shared memory exceeds 227 KiB (split_keys * D too large)");
+  if (a.ctas_per_sm != 1 && a.ctas_per_sm != 3)
+    return invalid("decode_attention: ctas_per_sm is 1 or 3");
   return by_dtype(r.dt, [&](auto e) {
     using E = decltype(e);
-    auto kern = decode_attention_kernel<E>;
+    auto kern = a.ctas_per_sm == 3 ? decode_attention_kernel<E, 3> : decode_attention_kernel<E, 1>;
     if (smem > 48 * 1024) {
       const cudaError_t ae =
           detail::opt_in_shared_memory(reinterpret_cast<const void*>(kern), smem);

@@ -98,6 +98,12 @@ struct AttentionArgs {
   int key_bound = 0;
   float* partials = nullptr;  // [T][n_head][attention_splits()][D + 2] fp32 when split_keys > 0
   bool pdl = false;           // both kernels
+  // decode_attention only. ctas_per_sm: 1 or 3, the CTAs per SM its registers are allocated for
+  // (__launch_bounds__; 3 holds it to 80 registers). late_trigger: with pdl, each CTA lets the
+  // next kernel launch after its chunk is published instead of right after its wait. The same
+  // results either way; launch ablations of the engine's decode step (CudaLaunch).
+  int ctas_per_sm = 1;
+  bool late_trigger = false;
 };
 // Key chunks per (head, query): ceil(max_ctx / split_keys), or 1.
 int attention_splits(const AttentionArgs& a);
@@ -127,7 +133,7 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // 227 KiB (split_keys * D <= 16384 keeps it there; T is 1 there in batched decode). Errors:
 // T <= 16 (batched: 64), D % 4 == 0, D <= 256,
 // split_keys > 0, ldqkv >= (n_head + 2 n_head_kv) D, 16-byte aligned caches, partials and
-// counters set, shared memory.
+// counters set, shared memory, ctas_per_sm 1 or 3.
 Status decode_attention(const RopeKvArgs& rope, const AttentionArgs& attn, unsigned* counters,
                         cudaStream_t s);
 constexpr int kDecodeAttentionMaxT = 16;
