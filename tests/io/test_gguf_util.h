@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "flashnorm/io/gguf.h"
+#include "support/random_llama.h"
 
 namespace flashnorm::test {
 
@@ -30,12 +31,13 @@ inline std::filesystem::path gemma3_gguf() {
   return e && *e ? e : "/root/.cache/flashnorm/models/gemma3/gemma-3-270m-q4_k_m.gguf";
 }
 
-// A fresh scratch directory for one test binary (removed by the OS temp cleanup, not by us, so
-// failures can be inspected).
+// A scratch directory for one test process (the same one on every call), removed when the process
+// exits (FLASHNORM_KEEP_TEST_DIRS=1 keeps it, so that failures can be inspected).
 inline std::filesystem::path scratch_dir() {
   auto d = std::filesystem::temp_directory_path() /
            ("flashnorm_gguf_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
+  flashnorm::testing::remove_at_exit(d);
   return d;
 }
 

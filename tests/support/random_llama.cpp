@@ -246,9 +246,11 @@ fs::path fresh_dir(const std::string& name) {
                ("flashnorm-" + name + "-" + std::to_string(static_cast<long>(::getpid())));
   fs::remove_all(d);
   fs::create_directories(d);
-  test_dirs().add(d);
+  remove_at_exit(d);
   return d;
 }
+
+void remove_at_exit(const fs::path& dir) { test_dirs().add(dir); }
 
 uint64_t fingerprint(const fs::path& p) {
   uint64_t h = 1469598103934665603ull;

@@ -48,6 +48,9 @@ std::string gemma3_path();
 // A fresh empty directory under the test's temporary directory, unique to this process; removed
 // with its contents when the process exits (FLASHNORM_KEEP_TEST_DIRS=1 keeps it).
 std::filesystem::path fresh_dir(const std::string& name);
+// Removes `dir` with its contents when this process exits (as fresh_dir's directories;
+// FLASHNORM_KEEP_TEST_DIRS=1 keeps them).
+void remove_at_exit(const std::filesystem::path& dir);
 
 // SHA-256-free content fingerprint of a file or of every file in a directory (FNV-1a 64 over
 // names and bytes), to prove inputs are untouched.
