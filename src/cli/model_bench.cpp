@@ -165,7 +165,8 @@ void run_model_bench(const ModelBenchArgs& a) {
   }
   // Launch ablations of the decode step, only when --configs names them (each holds its own
   // weights): standard and flashnorm without PDL, with decode_attention at 3 CTAs per SM (early and
-  // late PDL trigger, and without PDL); each with its native twin under --weights native.
+  // late PDL trigger, and without PDL); under --weights native each with two native twins, the
+  // second with the GLU in the gate|up epilogue (CudaLaunch::quant_glu_out).
   auto named = [&](const std::string& n) {
     return std::find(a.configs.begin(), a.configs.end(), n) != a.configs.end();
   };
@@ -185,11 +186,14 @@ void run_model_bench(const ModelBenchArgs& a) {
       if (!named(c.name)) continue;
       c.pdl = ab.pdl, c.attn_ctas = ab.ctas, c.attn_late = ab.late;
       const int bf16 = int(cfgs.size());
-      std::string twin = c.name + ", native";
+      const std::string twin = c.name + ", native";
       cfgs.push_back(std::move(c));
-      if (native) {
-        Config t{std::move(twin), cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
+      // native twins: as it is, and with the GLU in gate|up
+      for (bool glu : native ? std::vector<bool>{false, true} : std::vector<bool>{}) {
+        Config t{twin + (glu ? ", GLU in gate|up" : ""), cfgs[i].mode, cfgs[i].deferred,
+                 cfgs[i].standard, true};
         t.pdl = ab.pdl, t.attn_ctas = ab.ctas, t.attn_late = ab.late, t.bf16_of = bf16;
+        t.quant_glu_out = glu;
         cfgs.push_back(std::move(t));
       }
     }
