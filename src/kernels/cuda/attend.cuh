@@ -72,21 +72,46 @@ __device__ __forceinline__ void attend_chunk(float* q, int D, int nk, float scal
   m = mx, l = sum;
 }
 
+// Chunk records whose loads merge_chunks issues together.
+constexpr int kMergeBatch = 8;
+
 // Output dim d of one (head, query) from its `splits` chunk records at base ([splits][D + 2]: m, l,
-// unnormalized o [D]; l == 0 marks an empty chunk): sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s,
-// M = max_s m_s (flash-decoding's log-sum-exp merge). Loads bypass L1 (__ldcg): the records may
-// come from other CTAs of the same launch.
+// unnormalized o [D]; l == 0 marks an empty chunk, whose o is unwritten: loaded, never used): sum_s
+// e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, M = max_s m_s (flash-decoding's log-sum-exp merge).
+// Loads bypass L1 (__ldcg): the records may come from other CTAs of the same launch. The m, l and o
+// loads of kMergeBatch records are issued before any of their arithmetic: one L2 round trip per 8
+// records in the last CTA of every (head, query). The loop with a branch on l that this replaced
+// compiled (sm_90a SASS) to l loaded for 4 records, then m and o predicated on it: two dependent
+// round trips per 4 records. The arithmetic is that loop's, in its order: the same bits.
 __device__ __forceinline__ float merge_chunks(const float* base, int splits, int D, int d) {
+  const int stride = D + 2;
   float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(base + s * (D + 2)));
+  for (int s0 = 0; s0 < splits; s0 += kMergeBatch) {
+    float ms[kMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i)
+      ms[i] = s0 + i < splits ? __ldcg(base + (s0 + i) * stride) : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) m = fmaxf(m, ms[i]);
+  }
   float l = 0.f, o = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* p = base + s * (D + 2);
-    const float ls = __ldcg(p + 1);
-    if (ls == 0.f) continue;  // empty chunk
-    const float f = __expf(__ldcg(p) - m);
-    l = fmaf(ls, f, l);
-    o = fmaf(__ldcg(p + 2 + d), f, o);
+  for (int s0 = 0; s0 < splits; s0 += kMergeBatch) {
+    float ms[kMergeBatch], ls[kMergeBatch], os[kMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) {
+      const bool in = s0 + i < splits;
+      const float* p = base + (s0 + i) * stride;
+      ms[i] = in ? __ldcg(p) : 0.f;
+      ls[i] = in ? __ldcg(p + 1) : 0.f;  // past the last record: as an empty chunk
+      os[i] = in ? __ldcg(p + 2 + d) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) {
+      if (ls[i] == 0.f) continue;  // empty chunk
+      const float f = __expf(ms[i] - m);
+      l = fmaf(ls[i], f, l);
+      o = fmaf(os[i], f, o);
+    }
   }
   return o / l;
 }
