@@ -119,11 +119,12 @@ void register_bench(CLI::App& app) {
   add_name_list(sub, "--configs", o->model.configs,
                 "--model: only these configurations, by their names in the table, separated by "
                 "commas (a comma and a space belong to a name: 'standard,flashnorm, deferred "
-                "prompts'); with --weights native each keeps its native twin (large models: "
-                "each configuration holds its own weights and tunes at load); launch "
-                "ablations run only when named here: 'standard, no PDL', 'flashnorm, "
-                "attention at 3 CTAs per SM' (also ', late trigger' and ', no PDL' after it), "
-                "and the same for standard and flashnorm")
+                "prompts'); with --weights native each keeps its native twins (standard, "
+                "flashnorm and the launch ablations have two, the second with the GLU in the "
+                "gate|up epilogue). Launch ablations run only when named here: 'standard, no PDL' "
+                "and 'standard, attention at 3 CTAs per SM' with nothing, ', late trigger' or ', "
+                "no PDL' after it, and the same for flashnorm. Large models: each configuration "
+                "holds its own weights and tunes at load")
       ->needs(model);
   sub->callback([o]() {
     if (!o->model.model.empty()) {

@@ -180,11 +180,14 @@ void run_model_bench(const ModelBenchArgs& a) {
                                       {", attention at 3 CTAs per SM", true, 3, false},
                                       {", attention at 3 CTAs per SM, late trigger", true, 3, true},
                                       {", attention at 3 CTAs per SM, no PDL", false, 3, false}};
+  std::vector<std::string> ablation_names;  // for the error message of an unknown name
   for (const LaunchAblation& ab : ablations) {
     for (int i : {0, 1}) {
       Config c{cfgs[i].name + ab.suffix, cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
+      ablation_names.push_back(c.name);
       if (!named(c.name)) continue;
       c.pdl = ab.pdl, c.attn_ctas = ab.ctas, c.attn_late = ab.late;
+      c.batched = cfgs[i].batched;  // the same capacity and batched rows as the base
       const int bf16 = int(cfgs.size());
       const std::string twin = c.name + ", native";
       cfgs.push_back(std::move(c));
@@ -218,8 +221,10 @@ void run_model_bench(const ModelBenchArgs& a) {
       if (!c.native()) names.push_back(c.name);
     for (const std::string& n : a.configs) {
       if (std::find(names.begin(), names.end(), n) == names.end())
-        throw Error(fmt::format("bench --model: --configs \"{}\" is not one of this run's: {}", n,
-                                fmt::join(names, "; ")));  // a name may hold ", "
+        throw Error(fmt::format(
+            "bench --model: --configs \"{}\" is not one of this run's: {} (or a launch "
+            "ablation: {})",
+            n, fmt::join(names, "; "), fmt::join(ablation_names, "; ")));  // names hold ", "
     }
     auto wanted = [&](const Config& c) {
       const std::string& n = c.native() ? cfgs[size_t(c.bf16_of)].name : c.name;

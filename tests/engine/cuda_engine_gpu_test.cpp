@@ -376,6 +376,14 @@ TEST(CudaEngine, AttentionLaunchAblationsLeaveLogitsBitwiseEqual) {
       EXPECT_EQ(option_diff(gemma, mode, attention_ablations, 512, 300), 0.0);
       EXPECT_EQ(option_diff(gemma, mode, attention_ctas_only, 512, 300), 0.0);
     }
+  // the options reach the engine (its description names them)
+  CudaEngineOptions o;
+  o.capacity.max_context = 128, o.gemv.choice = GemvChoice::kHeuristic;
+  attention_ablations(o);
+  const std::string desc =
+      CudaEngine(load_model(model_dir(false, true)), NormMode::FlashNorm, o).describe();
+  EXPECT_NE(desc.find("attention at 3 CTAs per SM"), std::string::npos) << desc;
+  EXPECT_NE(desc.find("attention's PDL trigger late"), std::string::npos) << desc;
   CudaEngineOptions bad;
   bad.capacity.max_context = 128, bad.launch.attention_ctas_per_sm = 2;
   EXPECT_THROW(CudaEngine(load_model(model_dir(false, true)), NormMode::FlashNorm, bad), Error);

@@ -5,13 +5,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <span>
 #include <string>
 
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/io/mapped_file.h"
 #include "support/random_llama.h"
@@ -23,8 +24,21 @@ using flashnorm::io::MappedFile;
 
 namespace {
 
+// A fresh directory for one test, shared by the test and its death-test child: the "threadsafe"
+// style re-executes the binary and runs the test body again in the child, which must use the
+// parent's directory (keyed by the parent's pid, handed down in the environment) for the parent's
+// checks to see what the child left there. Removed when the parent exits.
 fs::path dir_for(const char* name) {
-  return flashnorm::testing::fresh_dir(std::string("mf_") + name);
+  const std::string own = std::to_string(static_cast<long>(::getpid()));
+  const char* env = std::getenv("FLASHNORM_TEST_PARENT_PID");
+  const std::string key = env ? env : own;
+  if (!env) ::setenv("FLASHNORM_TEST_PARENT_PID", own.c_str(), 1);
+  const fs::path d =
+      fs::path(::testing::TempDir()) / ("flashnorm-mf_" + std::string(name) + "-" + key);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  if (key == own) flashnorm::testing::remove_at_exit(d);  // the parent's, not a child's
+  return d;
 }
 
 void write_bytes(const fs::path& p, size_t n) {

@@ -261,27 +261,29 @@ TEST(DecodeAttentionSmall, PdlBehindDelayedProducer) {
 // The launch ablations (CudaLaunch::attention_ctas_per_sm, attention_late_trigger): registers held
 // to 80 and the PDL trigger after the chunk's work change nothing in the arithmetic, so the fused
 // kernel's outputs are the same bits as the default launch's (and match the separate kernels), with
-// and without a delayed PDL producer, over several chunks and a window.
+// and without a delayed PDL producer: 16 chunks of 32 keys without a window, and 22 chunks of 24
+// keys (not a multiple of merge_chunks' batch of 8) with a window of 100 keys.
 TEST(DecodeAttentionSmall, LaunchAblationsGiveTheSameBits) {
   for (bool producer : {false, true})
-    for (int T : {1, 16}) {
-      AttnCase base{128, T, 300, 0, 32, true, false, true};
-      base.pdl_producer = producer;
-      std::vector<float> ref;
-      run_case(base, &ref);
-      ASSERT_FALSE(ref.empty());
-      for (auto [ctas, late] : {std::pair{3, false}, std::pair{3, true}, std::pair{1, true}}) {
-        AttnCase c = base;
-        c.ctas_per_sm = ctas, c.late_trigger = late;
-        std::vector<float> out;
-        run_case(c, &out);
-        ASSERT_EQ(out.size(), ref.size());
-        for (size_t i = 0; i < out.size(); ++i)
-          ASSERT_EQ(std::memcmp(&out[i], &ref[i], sizeof(float)), 0)
-              << "output " << i << " ctas_per_sm=" << ctas << " late=" << late
-              << " producer=" << producer << " T=" << T;
+    for (int T : {1, 16})
+      for (auto [window, split] : {std::pair{0, 32}, std::pair{100, 24}}) {
+        AttnCase base{128, T, 300, window, split, true, false, true};
+        base.pdl_producer = producer;
+        std::vector<float> ref;
+        run_case(base, &ref);
+        ASSERT_FALSE(ref.empty());
+        for (auto [ctas, late] : {std::pair{3, false}, std::pair{3, true}, std::pair{1, true}}) {
+          AttnCase c = base;
+          c.ctas_per_sm = ctas, c.late_trigger = late;
+          std::vector<float> out;
+          run_case(c, &out);
+          ASSERT_EQ(out.size(), ref.size());
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_EQ(std::memcmp(&out[i], &ref[i], sizeof(float)), 0)
+                << "output " << i << " ctas_per_sm=" << ctas << " late=" << late
+                << " producer=" << producer << " T=" << T << " window=" << window;
+        }
       }
-    }
 }
 TEST(DecodeAttentionSmall, RejectsBadArguments) {
   DevMem buf(1 << 20), cnt(1024);

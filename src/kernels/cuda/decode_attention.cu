@@ -78,8 +78,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // contract in engine_ops.h), so that their latency overlaps that kernel's tail and the query's
 // preparation.
 // kMinCtas (AttentionArgs::ctas_per_sm): the CTAs per SM the registers are allocated for (1: as
-// many as the compiler wants, 207 on sm_90a; 3: at most 80, so that all of a Llama-3-8B launch's
-// CTAs are resident at once). The arithmetic is the same in both: the same bits.
+// many as the compiler wants, 209 with nvcc 13 on sm_90a; 3: at most 80, so that all of a
+// Llama-3-8B launch's CTAs are resident at once). The arithmetic is the same in both: the same
+// bits.
 template <class E, int kMinCtas>
 __global__ void __launch_bounds__(kThreads, kMinCtas)
     decode_attention_kernel(RopeKvArgs r, AttentionArgs a, unsigned* counters) {
