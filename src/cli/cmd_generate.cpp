@@ -122,8 +122,8 @@ void register_generate(CLI::App& app) {
     std::unique_ptr<Engine> eng =
         make_engine(std::move(model), parse_norm_mode(a->norm), a->dev, a->ctx, !a->no_cancel);
     if (ids.size() + size_t(a->n) > size_t(eng->max_context())) {
-      throw Error(fmt::format("prompt ({} tokens) + -n {} exceeds the context of {}", ids.size(),
-                              a->n, eng->max_context()));
+      throw Error(fmt::format("prompt ({} token{}) + -n {} exceeds the context of {}", ids.size(),
+                              ids.size() == 1 ? "" : "s", a->n, eng->max_context()));
     }
     std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
                  ids.size());

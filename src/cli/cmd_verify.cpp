@@ -347,15 +347,20 @@ void register_verify(CLI::App& app) {
       write_json(json_out, out);
       return;
     }
-    if (orig.config().folded) {
-      std::fprintf(stderr, "note: %s is itself folded: this compares folded with folded\n",
-                   a->original.c_str());
-    }
     std::vector<std::unique_ptr<CpuEngine>> engines;
     std::vector<Engine*> ptrs;
     for (const auto& folded : a->folded) {
       Model fm = load_model(folded);
       const ModelConfig &oc = orig.config(), &fc = fm.cfg;
+      if (oc.folded && fc.folded) {
+        std::fprintf(stderr, "note: %s and %s are both folded: this compares folded with folded\n",
+                     a->original.c_str(), folded.c_str());
+      } else if (oc.folded) {
+        std::fprintf(stderr,
+                     "note: %s is folded and %s is not: are the arguments swapped? (verify takes "
+                     "the original first)\n",
+                     a->original.c_str(), folded.c_str());
+      }
       if (fc.arch != oc.arch || fc.vocab != oc.vocab || fc.hidden != oc.hidden ||
           fc.n_layer != oc.n_layer) {
         throw Error(

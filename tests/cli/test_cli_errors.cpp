@@ -309,6 +309,28 @@ TEST(CliErrors, VerifyOutputAndTextChecks) {
   EXPECT_NE(json.find("\"greedy\""), std::string::npos);
 }
 
+// verify given a folded file as its original says so on stderr: swapped arguments (the folded
+// file first, the original second) or two folded files; an original and a folded file in the right
+// order give no such note.
+TEST(CliErrors, VerifyNotesAFoldedOriginal) {
+  const fs::path d = testing::fresh_dir("cli_verify_note");
+  const std::string m = testing::smollm2_path(), f = (d / "f.gguf").string();
+  std::ofstream(d / "t.txt") << "hello world, this is a short test text";
+  ASSERT_EQ(run_cli("fold " + m + " -o " + f).code, 0);
+  const std::string quick = " --text " + (d / "t.txt").string() + " --ctx 4 --tokens 2";
+  auto r = run_cli("verify " + f + " " + m + quick);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("is folded and " + m + " is not: are the arguments swapped?"),
+            std::string::npos)
+      << r.err;
+  r = run_cli("verify " + f + " " + f + quick);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("are both folded"), std::string::npos) << r.err;
+  r = run_cli("verify " + m + " " + f + quick);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("note: "), std::string::npos) << r.err;
+}
+
 // fold's type names (f16, f32) and the engines' (fp16) are accepted by both commands; other names
 // are refused with one line naming the choices.
 TEST(CliErrors, DtypeSpellingsOfBothCommands) {
