@@ -22,7 +22,8 @@
 # verify_gpu_qwen3.json, race_qwen3.log; stage `torch` (needs _C.so in the bundle):
 # torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json;
 # stage `torchprof` (needs _C.so): torch_hf_profile.log.
-# stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp).
+# stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp);
+# stage `attnlab`: attn_lab_pdl{1,0}.jsonl (bench/probes/decode_attention_bench.cpp).
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json,
 # bench_native_I.json (I = 1, 2: the models in /tmp/fn_model and /tmp/fn_model2); stage
 # `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
@@ -38,7 +39,7 @@
 # quant_gemv_bench_LABEL.jsonl. NCU8B_COUNT (6000), NCU8B_TIMEOUT (300 s): the `ncu8b` stage's.
 # QGEMV_RUNS: the `qgemv` stage's lab runs, M[:PDL] each (default "1 1:1 8"); NATIVE_VERIFY=0:
 # the `native` stage without its verify runs.
-# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, native, native8b, l1b,
+# Stages not in the default list: archs, torch, torchhf, torchprof, qgemv, attnlab, native, native8b, l1b,
 # bucket, cpusimd, ncu, ncuk, ncuq, ncu8b, abmodule, racebatch, racenative, batch, serve,
 # sanquant, nsys.
 # Exit status: 0 when every stage run passed, 1 when any failed (each is still run; the failing
@@ -409,6 +410,17 @@ if has native8b; then
     --prompt-tokens "${PROMPTS_8B:-512}" --decode-tokens 128 --out "$OUT/bench_native_l8b.json" \
     --commit "$COMMIT" --driver "$DRIVER"
   check "bench native l8b" $?
+fi
+if has attnlab; then
+  # decode_attention alone (bench/probes/decode_attention_bench: the default launch, 3 CTAs per SM,
+  # and the late PDL trigger, interleaved; verified against the separate kernels) at the Llama-3-8B,
+  # SmolLM2 and Gemma 3 head shapes and positions 128-2048, with PDL and without
+  stamp "decode_attention lab"
+  for p in 1 0; do
+    "$BIN/decode_attention_bench" $p > "$OUT/attn_lab_pdl$p.jsonl"
+    check "decode_attention_bench pdl=$p" $?
+    cut -c1-400 "$OUT/attn_lab_pdl$p.jsonl"
+  done
 fi
 if has ncu8b && command -v ncu > /dev/null; then
   # GPU time of each kernel of decode steps at Llama-3-8B shapes (the random Q4_K model of stage

@@ -74,10 +74,10 @@ mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
 PROGRAMS=(tests/engine/cuda_engine_gpu_test tests/engine/engine_race_test
   tests/kernels/kernels_gpu_test tests/kernels/kernels_race_test tests/kernels/engine_ops_gpu_test
   tests/kernels/kernels_c_api_test bench/probes/quant_gemv_bench bench/probes/random_quant_gguf
-  tests/kernels/kernels_quant_matmul_test)
+  tests/kernels/kernels_quant_matmul_test bench/probes/decode_attention_bench)
 cp $B/src/cli/flashnorm $B/src/cli/libflashnorm_cuda.so $S/fn/bin/
-for p in "${PROGRAMS[@]}"; do
-  if [[ -z ${FN_PROGRAMS:-} || " $FN_PROGRAMS " == *" $(basename $p) "* ]]; then
+for p in "${PROGRAMS[@]}"; do  # those built above (decode_attention_bench only when named)
+  if [[ " ${TARGETS[*]} " == *" $(basename $p) "* ]]; then
     cp $B/$p $S/fn/bin/
   fi
 done

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "device_buffer.h"
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/kernels/cpu/reference.h"
 #include "flashnorm/kernels/cuda/graph_timer.h"
@@ -39,23 +40,7 @@ namespace fk = flashnorm::kernels::cuda;
 namespace fc = flashnorm::kernels::cpu;
 namespace io = flashnorm::io;
 
-#define CHECK(x)                                                                 \
-  do {                                                                           \
-    if (!(x)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x); \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
-
 namespace {
-
-struct Dev {  // RAII device buffer (cudaMalloc / cudaFree)
-  void* p = nullptr;
-  explicit Dev(size_t n) { CHECK(cudaMalloc(&p, n) == cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
 
 io::GgmlType ggml(fk::QuantType t) { return fk::ggml_type(t); }
 const char* name(fk::QuantType t) {
