@@ -23,7 +23,8 @@
 # torch_ops_cuda.log; stage `torchhf` (needs _C.so): torch_hf_agreement.json, torch_hf.json;
 # stage `torchprof` (needs _C.so): torch_hf_profile.log.
 # stage `qgemv`: quant_gemv_tests.log, quant_gemv_bench.jsonl (bench/probes/quant_gemv_bench.cpp);
-# stage `attnlab`: attn_lab_pdl{1,0}.jsonl (bench/probes/decode_attention_bench.cpp).
+# stage `attnlab` (needs FN_PROGRAMS with decode_attention_bench): attn_lab_pdl{1,0}.jsonl
+# (bench/probes/decode_attention_bench.cpp).
 # stage `cpusimd`: cpu_simd_tests.log; stage `native`: native_tests.log, verify_native_I.json,
 # bench_native_I.json (I = 1, 2: the models in /tmp/fn_model and /tmp/fn_model2); stage
 # `native8b`: bench_native_l8b.json; stage `l1b`: bench_l1b.json; stage `bucket`: bench_ctx0.json,
@@ -416,7 +417,12 @@ if has attnlab; then
   # and the late PDL trigger, interleaved; verified against the separate kernels) at the Llama-3-8B,
   # SmolLM2 and Gemma 3 head shapes and positions 128-2048, with PDL and without
   stamp "decode_attention lab"
+  if [[ ! -x $BIN/decode_attention_bench ]]; then
+    echo "attnlab: the bundle has no decode_attention_bench (FN_PROGRAMS=\"... decode_attention_bench\" scripts/gpu_stage.sh)"
+    FAILED+=("attnlab (no decode_attention_bench)")
+  fi
   for p in 1 0; do
+    [[ -x $BIN/decode_attention_bench ]] || break
     "$BIN/decode_attention_bench" $p > "$OUT/attn_lab_pdl$p.jsonl"
     check "decode_attention_bench pdl=$p" $?
     cut -c1-400 "$OUT/attn_lab_pdl$p.jsonl"

