@@ -149,19 +149,19 @@ void run_model_bench(const ModelBenchArgs& a) {
       }
     }
   }
-  if (native) {  // the main three again on the file's own blocks
-    for (int i : {0, 1, 3}) {
-      Config c{cfgs[i].name + ", native", cfgs[i].mode, cfgs[i].deferred, cfgs[i].standard, true};
-      c.bf16_of = i;
-      cfgs.push_back(std::move(c));
-    }
-    // CudaLaunch::quant_glu_out (off by default until measured): standard and flashnorm again
-    for (int i : {0, 1}) {
-      Config c{cfgs[i].name + ", native, GLU in gate|up", cfgs[i].mode, cfgs[i].deferred,
-               cfgs[i].standard, true};
-      c.bf16_of = i, c.quant_glu_out = true;
-      cfgs.push_back(std::move(c));
-    }
+  // the configuration cfgs[bf16] on the file's own blocks, with the GLU in the gate|up epilogue
+  // (CudaLaunch::quant_glu_out, off by default until measured) when glu
+  auto native_twin = [&](int bf16, bool glu) {
+    const Config& b = cfgs[size_t(bf16)];
+    Config t{b.name + ", native" + (glu ? ", GLU in gate|up" : ""), b.mode, b.deferred, b.standard,
+             true};
+    t.pdl = b.pdl, t.attn_ctas = b.attn_ctas, t.attn_late = b.attn_late;
+    t.bf16_of = bf16, t.quant_glu_out = glu;
+    return t;
+  };
+  if (native) {  // the main three again on the file's own blocks; standard and flashnorm with glu
+    for (int i : {0, 1, 3}) cfgs.push_back(native_twin(i, false));
+    for (int i : {0, 1}) cfgs.push_back(native_twin(i, true));
   }
   // Launch ablations of the decode step, only when --configs names them (each holds its own
   // weights): standard and flashnorm without PDL, with decode_attention at 3 CTAs per SM (early and
@@ -189,16 +189,9 @@ void run_model_bench(const ModelBenchArgs& a) {
       c.pdl = ab.pdl, c.attn_ctas = ab.ctas, c.attn_late = ab.late;
       c.batched = cfgs[i].batched;  // the same capacity and batched rows as the base
       const int bf16 = int(cfgs.size());
-      const std::string twin = c.name + ", native";
       cfgs.push_back(std::move(c));
-      // native twins: as it is, and with the GLU in gate|up
-      for (bool glu : native ? std::vector<bool>{false, true} : std::vector<bool>{}) {
-        Config t{twin + (glu ? ", GLU in gate|up" : ""), cfgs[i].mode, cfgs[i].deferred,
-                 cfgs[i].standard, true};
-        t.pdl = ab.pdl, t.attn_ctas = ab.ctas, t.attn_late = ab.late, t.bf16_of = bf16;
-        t.quant_glu_out = glu;
-        cfgs.push_back(std::move(t));
-      }
+      if (native)
+        for (bool glu : {false, true}) cfgs.push_back(native_twin(bf16, glu));
     }
   }
   if (!a.quick) {

@@ -183,7 +183,7 @@ void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain,
       a.ldx = ldx, a.x_glu = glu, a.glu_kind = glu_kind(), a.gain = gain, a.w = part.w.get();
       a.y = static_cast<float*>(y) + size_t(r0) * ldy + part.n0, a.ldy = ldy;
       a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
-      if (quant_glu_out) a.glu_out = quant_glu_out, a.glu_kind = glu_kind(), a.y = nullptr;
+      if (quant_glu_out) a.glu_out = quant_glu_out, a.y = nullptr;
       if (add_residual) {  // x32 += the result, xb = round(x32)
         a.y = ws.x32.as<float>() + size_t(r0) * d.H + part.n0, a.ldy = d.H, a.accumulate = true;
         a.y_rounded = static_cast<char*>(ws.xb.get()) + (size_t(r0) * d.H + part.n0) * 2;
