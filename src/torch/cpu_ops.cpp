@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "flashnorm/kernels/cpu/reference.h"
+#include "linear_calls.h"
 #include "tensor_checks.h"
 
 namespace flashnorm::torch_ops {
@@ -71,6 +72,7 @@ Tensor rms_norm_cpu(Tensor x, std::optional<Tensor> gain, double eps, bool gain_
 
 Tensor flashnorm_linear_cpu(Tensor x, Tensor w, double eps, std::optional<Tensor> scale_mask,
                             std::optional<Tensor> bias) {
+  linear_call_count().fetch_add(1, std::memory_order_relaxed);
   const int64_t N = check_linear(x, w, scale_mask, bias);
   const int64_t K = x.size(-1);
   Tensor xf = rows_f32(x, K);

@@ -20,6 +20,7 @@
 #include "flashnorm/kernels/cuda/device.h"
 #include "flashnorm/kernels/cuda/linear.h"
 #include "flashnorm/kernels/cuda/rms_norm.h"
+#include "linear_calls.h"
 #include "tensor_checks.h"
 
 namespace flashnorm::torch_ops {
@@ -135,6 +136,7 @@ std::optional<Tensor> pad_output(kc::LinearArgs& a, const Tensor& y) {
 
 Tensor flashnorm_linear_cuda(Tensor x, Tensor w, double eps, std::optional<Tensor> scale_mask,
                              std::optional<Tensor> bias) {
+  linear_call_count().fetch_add(1, std::memory_order_relaxed);
   stable::accelerator::DeviceGuard guard(x.get_device_index());
   std::vector<Tensor> keep;
   kc::LinearArgs a = linear_args(x, w, eps, scale_mask, bias, keep);

@@ -14,6 +14,8 @@
 //                                        (flashnorm/fold/fold_gain.h, what `flashnorm fold` does)
 //   hf_plan(hf_class, num_layers, tensors) -> str: the architecture description and the
 //                                        cancellation audit as JSON (hf_plan.cpp)
+//   linear_calls()                    -> int: flashnorm_linear calls executed by this process
+//                                        (linear_calls.h)
 #include <torch/csrc/stable/library.h>
 
 STABLE_TORCH_LIBRARY(flashnorm, m) {
@@ -27,4 +29,5 @@ STABLE_TORCH_LIBRARY(flashnorm, m) {
       "()");
   m.def("fold_gain(Tensor w, Tensor gain, bool gain_one_plus) -> Tensor");
   m.def("hf_plan(str hf_class, int num_layers, str[] tensors) -> str");
+  m.def("linear_calls() -> int");
 }

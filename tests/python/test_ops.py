@@ -149,3 +149,12 @@ def test_fold_gain_float32():
 def test_refusals(call, message):
     with pytest.raises(RuntimeError, match=message):
         call()
+
+
+def test_linear_calls_counts_each_flashnorm_linear_call():
+    x, w = torch.randn(3, 8), torch.randn(4, 8)
+    before = torch.ops.flashnorm.linear_calls()
+    flashnorm.flashnorm_linear(x, w, 1e-5)
+    flashnorm.rms_norm(x, None, 1e-5)  # other ops do not count
+    flashnorm.flashnorm_linear(x, w, 1e-5)
+    assert torch.ops.flashnorm.linear_calls() - before == 2
