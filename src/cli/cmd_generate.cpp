@@ -103,6 +103,7 @@ void register_generate(CLI::App& app) {
     require_utf8(text_in, file->count() ? "--file " + a->file : "the prompt");
     require_utf8(a->system, "--system");
     Model model = load_model_for(a->model, a->dev);
+    const bool model_native = model.file != nullptr;  // native tensors keep the mapped file
     const ModelTokenizer vocab = load_model_tokenizer(a->model, a->tokenizer, model.cfg.vocab);
     const Tokenizer& tok = vocab.tok;
     std::string text = text_in;
@@ -125,8 +126,12 @@ void register_generate(CLI::App& app) {
       throw Error(fmt::format("prompt ({} token{}) + -n {} exceeds the context of {}", ids.size(),
                               ids.size() == 1 ? "" : "s", a->n, eng->max_context()));
     }
-    std::fprintf(stderr, "device: %s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
-                 ids.size());
+    // which weights ran: a quantized GGUF takes its native blocks by default (--weights auto)
+    const char* path_note = a->dev.weights == "auto" && model_native
+                                ? " (--weights auto; --weights f32: the exact fp32 path)"
+                                : "";
+    std::fprintf(stderr, "device: %s%s | prompt: %zu tokens\n", describe_engine(*eng).c_str(),
+                 path_note, ids.size());
     if (!chat_prompt) std::fwrite(text_in.data(), 1, text_in.size(), stdout);
     std::string pending;
     int produced = 0;

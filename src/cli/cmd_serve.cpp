@@ -45,7 +45,7 @@ void register_serve(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("-m,--model", a->models,
-                  "NAME=PATH[,norm=flashnorm|standard][,weights=f32|native][,device=cpu|cuda]"
+                  "NAME=PATH[,norm=flashnorm|standard][,weights=auto|f32|native][,device=cpu|cuda]"
                   "[,ctx=N][,max-concurrent=N][,max-queued=N][,chat-format=F] (repeat for several "
                   "models, which may share a GPU; PATH: GGUF file or Hugging Face directory; "
                   "device: cpu by default, cuda for the CUDA engine with one KV cache slot of ctx "
@@ -89,7 +89,10 @@ void register_serve(CLI::App& app) {
                    spec.norm.c_str());
       threads += 2 * (int64_t{spec.limits.max_concurrent} + spec.limits.max_queued);
       try {
-        models.emplace(spec.name, serve::load_served_model(spec));
+        auto served = serve::load_served_model(spec);
+        std::fprintf(stderr, "%s: %s%s\n", spec.name.c_str(), served->engine.c_str(),
+                     spec.weights == "auto" ? " (weights=auto)" : "");
+        models.emplace(spec.name, std::move(served));
       } catch (const Error& e) {  // which of the models failed to load
         throw Error("--model " + spec.name + ": " + e.what());
       }

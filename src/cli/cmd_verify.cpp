@@ -82,7 +82,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   d.device = "cuda";
   // flashnorm-only options: no note for the standard engine
   d.fold_tied_head = false, d.prefill_norm = "add", d.deferred = "fused";
-  const WeightStorage storage = weight_storage(dev);
+  const WeightStorage storage = weight_storage(dev, original);
   const bool native = storage == WeightStorage::kNative;
   auto load = [&] { return load_model(original, /*with_data=*/true, storage); };
   gpu.push_back({"standard", make_engine(load(), NormMode::Standard, d, max_ctx, cancel)});
@@ -254,6 +254,9 @@ void register_verify(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   a->dev.device = "cpu";
+  // verify's purpose is the comparison with the exact fp32 reference: f32 unless --weights native
+  // (or auto) asks for the native engines, which are then compared with it
+  a->dev.weights = "f32";
   cmd->add_option("original", a->original, "original model (GGUF or HF directory)")
       ->required()
       ->check(CLI::ExistingPath);
@@ -284,7 +287,7 @@ void register_verify(CLI::App& app) {
   add_device_options(cmd, a->dev);
   cmd->callback([a] {
     const std::string device = resolve_device(a->dev.device);
-    const bool native = weight_storage(a->dev) == WeightStorage::kNative;
+    const bool native = weight_storage(a->dev, a->original) == WeightStorage::kNative;
     if (device == "cpu" && a->folded.empty() && !native) {
       throw Error(
           "verify: give at least one folded model (or --device cuda to compare the CUDA "

@@ -47,22 +47,25 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
                 "into an untied copy of the head (vocab x hidden more weights) instead of running "
                 "that one RMSNorm with its gain");
   cmd->add_option("--weights", d.weights,
+                  "auto: native on the CPU for a quantized GGUF file, f32 otherwise; "
                   "f32 dequantizes every weight at load (cpu: fp32 BLAS, the exact reference; "
                   "cuda: rounded to --dtype); native computes from the GGUF file's quantized "
                   "blocks (the file's bytes unchanged; decode quantizes activations to 16 bits "
                   "per block of 32, prefill dequantizes tiles of rows for the GEMM; cuda keeps "
                   "Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K projections in their blocks, other types in "
                   "--dtype)")
-      ->check(CLI::IsMember({"f32", "native"}))
+      ->check(CLI::IsMember({"auto", "f32", "native"}))
       ->capture_default_str();
 }
 
-WeightStorage weight_storage(const DeviceArgs& d) {
-  return d.weights == "native" ? WeightStorage::kNative : WeightStorage::kF32;
+WeightStorage weight_storage(const DeviceArgs& d, const std::string& path) {
+  if (d.weights == "native") return WeightStorage::kNative;
+  if (d.weights == "f32" || resolve_device(d.device) == "cuda") return WeightStorage::kF32;
+  return cpu_default_storage(path);
 }
 
 Model load_model_for(const std::string& path, const DeviceArgs& d) {
-  return load_model(path, /*with_data=*/true, weight_storage(d));
+  return load_model(path, /*with_data=*/true, weight_storage(d, path));
 }
 
 namespace {

@@ -26,15 +26,17 @@ struct DeviceArgs {
   std::string prefill_norm = "add";  // cuda flashnorm mode, prompts: add or deferred (PrefillNorm)
   bool eager = false;                // cuda: no CUDA graph for decode steps
   bool fold_tied_head = false;       // cuda flashnorm mode: CudaEngineOptions::fold_tied_head
-  std::string weights = "f32";       // cpu: f32 (dequantized at load) or native (GGUF blocks)
+  std::string weights = "auto";      // auto, f32 (dequantized at load) or native (GGUF blocks)
 };
 void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.
 std::string resolve_device(const std::string& device);
-// WeightStorage for --weights (native: the CPU engine computes from the GGUF file's blocks).
-// Errors: Error when --weights native meets a device that resolves to cuda.
-WeightStorage weight_storage(const DeviceArgs& d);
-// load_model(path, true, weight_storage(d)).
+// WeightStorage for --weights and the model at `path`: native computes from the GGUF file's
+// blocks, f32 dequantizes at load; auto is native on the CPU for a quantized GGUF
+// (cpu_default_storage), f32 otherwise (on cuda: bf16 weights, measured faster than the native
+// blocks on the small real models, docs/quantized.md).
+WeightStorage weight_storage(const DeviceArgs& d, const std::string& path);
+// load_model(path, true, weight_storage(d, path)).
 Model load_model_for(const std::string& path, const DeviceArgs& d);
 // An engine on the resolved device (flashnorm::make_engine, engine/make_engine.h). ctx: KV cache
 // length (0: default); cancel / track as in CpuEngine (track: CPU only). Options that do not apply

@@ -317,6 +317,19 @@ void validate(Model& m) {
 
 }  // namespace
 
+WeightStorage cpu_default_storage(const fs::path& path) {
+  if (fs::is_directory(path)) return WeightStorage::kF32;
+  const io::GgufFile f = io::GgufFile::open(path);
+  bool quantized = false;
+  for (const auto& t : f.tensors()) {
+    if (t.dims.size() != 2) continue;
+    if (!kernels::cpu::quant_matmul_supported(t.type)) return WeightStorage::kF32;
+    quantized |=
+        t.type != io::GgmlType::F32 && t.type != io::GgmlType::F16 && t.type != io::GgmlType::BF16;
+  }
+  return quantized ? WeightStorage::kNative : WeightStorage::kF32;
+}
+
 Model load_model(const fs::path& path, bool with_data, WeightStorage storage) {
   Model m;
   const bool dir = fs::is_directory(path);

@@ -63,13 +63,13 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
       s.chat_format = v;
     } else if (key == "device" && (v == "cpu" || v == "cuda")) {
       s.device = v;
-    } else if (key == "weights" && (v == "f32" || v == "native")) {
+    } else if (key == "weights" && (v == "auto" || v == "f32" || v == "native")) {
       s.weights = v;
     } else if (key == "norm" || key == "device" || key == "weights") {
       throw Error(fmt::format("--model {}: {}={} is not one of {}", s.name, key, v,
                               key == "norm"     ? "flashnorm, standard"
                               : key == "device" ? "cpu, cuda"
-                                                : "f32, native"));
+                                                : "auto, f32, native"));
     } else {
       throw Error(
           fmt::format("--model {}: unknown key '{}' (norm, ctx, max-concurrent, "
@@ -84,8 +84,11 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   auto m = std::make_unique<ServedModel>();
   m->spec = spec;
   m->created = std::time(nullptr);
-  Model model = load_model(spec.path, /*with_data=*/true,
-                           spec.weights == "native" ? WeightStorage::kNative : WeightStorage::kF32);
+  const WeightStorage storage = spec.weights == "native" ? WeightStorage::kNative
+                                : spec.weights == "f32" || spec.device == "cuda"
+                                    ? WeightStorage::kF32
+                                    : cpu_default_storage(spec.path);
+  Model model = load_model(spec.path, /*with_data=*/true, storage);
   m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
   EngineOptions o;
   o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;
@@ -93,6 +96,7 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   o.max_sequences = spec.limits.max_concurrent;  // the CUDA engine's cache slots
   std::unique_ptr<Engine> engine =
       make_engine(std::move(model), cli::parse_norm_mode(spec.norm), o);
+  m->engine = cli::describe_engine(*engine);
   m->scheduler =
       std::make_unique<Scheduler>(std::move(engine), m->vocab->tok, spec.limits, m->metrics);
   return m;

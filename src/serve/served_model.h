@@ -4,7 +4,7 @@
 // max-queued=N (default the flags of the same name), chat-format=chatml|gemma|llama3 (default:
 // recognised from the model's template), device=cpu|cuda (cuda: the CUDA engine, one KV cache slot
 // of ctx positions per max-concurrent sequence allocated at load; several models may share a GPU),
-// weights=f32|native.
+// weights=auto|f32|native.
 #pragma once
 
 #include <ctime>
@@ -20,7 +20,9 @@ namespace flashnorm::serve {
 
 struct ModelSpec {
   std::string name, path, norm = "flashnorm", chat_format, device = "cpu";
-  std::string weights = "f32";  // cpu: f32 (dequantized at load) or native (the GGUF's blocks)
+  // auto (native on the CPU for a quantized GGUF, else f32), f32 (dequantized at load) or native
+  // (the GGUF's blocks)
+  std::string weights = "auto";
   int ctx = 0;
   Scheduler::Limits limits;
 };
@@ -34,6 +36,7 @@ struct ServedModel {
   ModelSpec spec;
   std::time_t created = 0;
   std::optional<ModelTokenizer> vocab;  // set by load_served_model
+  std::string engine;                   // the engine that runs it: "cpu, native weights (...), ..."
   ModelMetrics metrics;
   std::unique_ptr<Scheduler> scheduler;
 };

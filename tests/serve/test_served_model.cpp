@@ -27,7 +27,7 @@ TEST(ModelSpec, Keys) {
   EXPECT_EQ(s.chat_format, "chatml");
   const ModelSpec d = parse_model_spec("a=b", defaults);
   EXPECT_EQ(d.norm, "flashnorm");
-  EXPECT_EQ(d.weights, "f32");
+  EXPECT_EQ(d.weights, "auto");
   EXPECT_EQ(d.device, "cpu");
 }
 

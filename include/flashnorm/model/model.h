@@ -123,6 +123,13 @@ struct Model {
 // quant_matmul cannot read.
 enum class WeightStorage { kF32, kNative };
 
+// The storage a quantized file runs fastest from on the CPU: kNative for a GGUF file holding at
+// least one block-quantized matrix (not F32/F16/BF16) whose every matrix the native path reads
+// (kernels/cpu/quant_matmul.h); kF32 for a Hugging Face directory, an F32/F16/BF16 GGUF, or a GGUF
+// with a matrix type only dequantization reads. Reads the GGUF header only. Errors: as
+// io::GgufFile::open for an unreadable file.
+WeightStorage cpu_default_storage(const std::filesystem::path& path);
+
 Model load_model(const std::filesystem::path& path, bool with_data = true,
                  WeightStorage storage = WeightStorage::kF32);
 
