@@ -32,7 +32,7 @@ from pathlib import Path
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
-from serve_cuda_load import PROMPTS  # the same prompts as the GPU server's load test
+from serve_cuda_load import PROMPTS  # noqa: E402  (the same prompts as the GPU server's load test
 
 
 def metric(port, name):
@@ -82,7 +82,8 @@ def run_level(client, port, model, c, seconds, max_tokens, key=None):
         list(ex.map(worker, range(c)))
     wall = time.time() - t0
     tokens = metric(port, key) - before
-    q = lambda xs, p: statistics.quantiles(xs, n=100)[p - 1] if len(xs) > 1 else (xs or [0])[0]
+    def q(xs, p):
+        return statistics.quantiles(xs, n=100)[p - 1] if len(xs) > 1 else (xs or [0])[0]
     return {"streams": c, "requests": len(latencies), "errors": errors[0],
             "output_tokens": int(tokens), "wall_s": round(wall, 2),
             "output_tokens_per_s": round(tokens / wall, 2),

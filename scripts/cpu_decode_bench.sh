@@ -17,7 +17,7 @@ for file in "$FLASHNORM_SMOLLM2_GGUF" "$tmp/folded.gguf"; do
   name=$(basename "$file")
   declare -A P D
   for mode in standard flashnorm; do P[$mode]=""; D[$mode]=""; done
-  for run in 1 2 3; do
+  for _ in 1 2 3; do
     for mode in standard flashnorm; do
       line=$("$fn" generate -m "$file" --norm "$mode" --chat -n 128 --ctx 512 -p "$prompt" \
              2>&1 >/dev/null | grep '^prompt:')

@@ -25,7 +25,7 @@ for model in "smollm2:$FLASHNORM_SMOLLM2_GGUF" "gemma3:$FLASHNORM_GEMMA3_GGUF"; 
   name="${model%%:*}" file="${model#*:}"
   for weights in f32 native; do
     for norm in standard flashnorm; do
-      for rep in $(seq "$R"); do
+      for _ in $(seq "$R"); do
         load="$(cut -d' ' -f1 /proc/loadavg)"
         /usr/bin/time -v -o "$tmp/time.txt" nice -n "$NICE" "$cli" generate -m "$file" \
           -f "$tmp/prompt.txt" -n "$N" --ctx "$CTX" --device cpu --weights "$weights" \

@@ -63,7 +63,7 @@ model_in() {
   [[ -f $1/model.sha256 ]] || return 1
   local name
   name=$(awk '{print $2}' "$1/model.sha256")
-  [[ -f $1/$name ]] || cat $(ls "$1"/part.* | sort) > "$1/$name"
+  [[ -f $1/$name ]] || cat "$1"/part.* > "$1/$name"  # the glob expands sorted
   ( cd "$1" && sha256sum -c model.sha256 > /dev/null ) || return 2
   echo "$name"
 }
@@ -104,7 +104,7 @@ needs_model=0
 for st in race nojoin ncu ncuk nsys verify generate bench sanitize bucket racebatch racenative serve; do has $st && needs_model=1; done
 if [[ $needs_model == 1 ]]; then
   if [[ ! -f "$M" ]]; then
-    cat $(ls /tmp/fn_model/part.* | sort) > "$M" 2>/dev/null || true
+    cat /tmp/fn_model/part.* > "$M" 2>/dev/null || true
   fi
   ( cd /tmp/fn_model && sha256sum -c model.sha256 ) || { echo "MODEL MISSING OR CORRUPT: re-send every part"; exit 3; }
 fi
@@ -137,6 +137,7 @@ if has qgemv; then
   # QGEMV_LABS: other builds of the lab, LABEL=PATH each (kernel variants), run after the bundle's
   # one for every run, into quant_gemv_bench_LABEL.jsonl
   for run in ${QGEMV_RUNS:-1 1:1 8}; do
+    # shellcheck disable=SC2046  # the PDL argument: absent, or one word
     "$BIN/quant_gemv_bench" ${run%%:*} $([[ $run == *:* ]] && echo ${run##*:}) \
       >> "$OUT/quant_gemv_bench.jsonl"
     check "quant_gemv_bench $run" $?
@@ -146,6 +147,7 @@ if has qgemv; then
         FAILED+=("QGEMV_LABS ($lab)")
         continue
       fi
+      # shellcheck disable=SC2046  # as above
       "${lab#*=}" ${run%%:*} $([[ $run == *:* ]] && echo ${run##*:}) \
         >> "$OUT/quant_gemv_bench_${lab%%=*}.jsonl"
       check "quant_gemv_bench ${lab%%=*} $run" $?

@@ -9,8 +9,8 @@
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/sampler.h"
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/tokenizer.h"
 

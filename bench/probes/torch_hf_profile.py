@@ -49,8 +49,11 @@ def main():
         variants[name] = m
     for name, m in variants.items():
         with torch.no_grad():
-            pre = lambda: m(ids, use_cache=False)
-            step = lambda: m(one, use_cache=False)
+            def pre(m=m):
+                return m(ids, use_cache=False)
+
+            def step(m=m):
+                return m(one, use_cache=False)
             print(f"== {a.model} {name}: prefill {a.batch}x{a.prompt} {wall(pre) * 1e3:.2f} ms, "
                   f"one-token forward {wall(step) * 1e3:.2f} ms", flush=True)
             for what, fn in [("prefill", pre), ("one-token", step)]:

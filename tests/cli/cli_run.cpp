@@ -38,9 +38,9 @@ CliResult run_cli(const std::string& args) {
 nlohmann::json run_verify(const std::string& args, const std::filesystem::path& dir,
                           const std::filesystem::path& keep) {
   const std::filesystem::path json = dir / "verify.json";
-  const CliResult r = run_cli("verify " + args + " --tokens " + std::to_string(kVerifyGreedyTokens) +
-                                     " --max-text-tokens " + std::to_string(kVerifyTextTokens) +
-                                     " --json " + json.string());
+  const CliResult r = run_cli("verify " + args + " --tokens " +
+                              std::to_string(kVerifyGreedyTokens) + " --max-text-tokens " +
+                              std::to_string(kVerifyTextTokens) + " --json " + json.string());
   if (r.code != 0) {
     ADD_FAILURE() << "verify exited " << r.code << ": " << r.err;
     return nullptr;

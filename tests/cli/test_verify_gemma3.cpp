@@ -42,7 +42,8 @@ TEST(VerifyGemma3, FoldedF32WithCancellationComputesTheSameFunction) {
   EXPECT_TRUE(f["cancellation"].get<bool>());
   EXPECT_LE(f["ppl_rel_diff"].get<double>(), 1e-4);
   EXPECT_EQ(f["greedy_identical_prompts"].get<int>(), 3);
-  for (const auto& g : f["greedy"]) EXPECT_EQ(g["agree_prefix"].get<int>(), testing::kVerifyGreedyTokens) << g["prompt"];
+  for (const auto& g : f["greedy"])
+    EXPECT_EQ(g["agree_prefix"].get<int>(), testing::kVerifyGreedyTokens) << g["prompt"];
   const double row_err = f["max_cancellation_row_error"].get<double>();
   EXPECT_GT(row_err, 0.0);
   // The logits move no more than the largest renormalized row does (plus fp32 rounding).

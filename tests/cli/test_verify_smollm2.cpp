@@ -40,12 +40,13 @@ TEST(VerifySmolLM2, FoldedF32ComputesTheSameFunction) {
   ASSERT_FALSE(v.is_null());
   ASSERT_EQ(v["results"].size(), 3u);
   EXPECT_EQ(v["text_tokens"].get<int>(), testing::kVerifyTextTokens);  // GPL-3's first
-  fs::remove_all(dir);                           // the folded models are large
+  fs::remove_all(dir);  // the folded models are large
   const auto& f = v["results"][0];
   EXPECT_LE(f["ppl_rel_diff"].get<double>(), 1e-4);
   EXPECT_LE(f["max_rel_logit_diff"].get<double>(), 1e-4);
   EXPECT_EQ(f["greedy_identical_prompts"].get<int>(), 3);
-  for (const auto& g : f["greedy"]) EXPECT_EQ(g["agree_prefix"].get<int>(), testing::kVerifyGreedyTokens) << g["prompt"];
+  for (const auto& g : f["greedy"])
+    EXPECT_EQ(g["agree_prefix"].get<int>(), testing::kVerifyGreedyTokens) << g["prompt"];
   // Sanity of the measurement itself: a real perplexity, and the lossy folds do differ.
   EXPECT_GT(f["ppl_original"].get<double>(), 1.5);
   EXPECT_LT(f["ppl_original"].get<double>(), 100.0);

@@ -9,8 +9,8 @@
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/evaluate.h"
-#include "flashnorm/fold/fold.h"
 #include "flashnorm/error.h"
+#include "flashnorm/fold/fold.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/model.h"
 #include "support/random_llama.h"

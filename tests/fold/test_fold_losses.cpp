@@ -8,9 +8,9 @@
 #include <cstring>
 #include <functional>
 
+#include "flashnorm/error.h"
 #include "flashnorm/fold/fold.h"
 #include "flashnorm/io/dequant.h"
-#include "flashnorm/error.h"
 #include "flashnorm/io/safetensors.h"
 #include "support/error_of.h"
 #include "support/gguf_rewrite.h"

@@ -16,7 +16,6 @@ import os
 import sys
 
 import gguf
-import numpy as np
 
 VT = gguf.GGUFValueType
 

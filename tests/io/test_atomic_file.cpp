@@ -13,8 +13,8 @@
 #include <fstream>
 #include <string>
 
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
 #include "support/random_llama.h"
 
 namespace fs = std::filesystem;
@@ -218,8 +218,8 @@ TEST(AtomicFile, TemporaryIsPrivateUntilCommitAndTheResultTakesTheUmask) {
     // the one entry in the directory is the temporary, readable by its owner only
     const auto names = entries(t.path);
     ASSERT_EQ(names.size(), 1u);
-    EXPECT_EQ(fs::status(t.path / names[0]).permissions() & fs::perms::all, fs::perms::owner_read |
-                                                                              fs::perms::owner_write);
+    EXPECT_EQ(fs::status(t.path / names[0]).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
     f.commit();
   }
   ::umask(old);
@@ -269,11 +269,11 @@ TEST(CheckOutput, RefusesDirectoriesDevicesMissingParentsAndInputsBeforeAnyWork)
   using flashnorm::io::check_output_file;
   write_file(t.path / "in.gguf", "in");
   const fs::path inputs[] = {t.path / "in.gguf"};
-  EXPECT_THROW(check_output_file(t.path, inputs), Error);                // a directory
-  EXPECT_THROW(check_output_file("/dev/null", inputs), Error);           // a device
+  EXPECT_THROW(check_output_file(t.path, inputs), Error);                    // a directory
+  EXPECT_THROW(check_output_file("/dev/null", inputs), Error);               // a device
   EXPECT_THROW(check_output_file(t.path / "no" / "x.gguf", inputs), Error);  // no parent
-  EXPECT_THROW(check_output_file(t.path / "in.gguf", inputs), Error);    // the input
-  EXPECT_THROW(check_output_file("/proc/x.gguf", inputs), Error);        // cannot be created
+  EXPECT_THROW(check_output_file(t.path / "in.gguf", inputs), Error);        // the input
+  EXPECT_THROW(check_output_file("/proc/x.gguf", inputs), Error);            // cannot be created
   EXPECT_THROW(check_output_dir("/proc/out", inputs), Error);
   EXPECT_NO_THROW(check_output_file(t.path / "ok.gguf", inputs));
   EXPECT_NO_THROW(check_output_dir(t.path / "ok", inputs));

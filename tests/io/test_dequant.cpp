@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 
 namespace flashnorm::io {
 namespace {

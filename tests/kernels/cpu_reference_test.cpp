@@ -75,7 +75,8 @@ TEST(KernelsCpuReference, MaskLeavesColumnsUnscaled) {
   EXPECT_NEAR(y[1], 6.0 / std::sqrt(12.5), 1e-15);  // scaled
 }
 
-// The folding identity of docs/design.md sections 1-2: RMSNorm(x; g) W^T == rstd(x) (x (W diag g)^T).
+// The folding identity of docs/design.md sections 1-2: RMSNorm(x; g) W^T == rstd(x) (x (W diag
+// g)^T).
 TEST(KernelsCpuReference, DeferredEqualsNormThenLinear) {
   const int M = 3, N = 5, K = 24;
   std::mt19937 rng(5);

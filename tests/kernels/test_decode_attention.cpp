@@ -133,7 +133,8 @@ void check_isa(fc::QuantIsa isa) {
     const Data d = make(c, seed++);
     std::vector<double> ref, tol;
     const int group = c.n_head / c.n_kv;
-    reference(c, d, [&](int h) { return h / group; }, ref, tol);
+    reference(
+        c, d, [&](int h) { return h / group; }, ref, tol);
     const std::vector<float> alone = run(c, d, isa, nullptr);
     const std::string what = std::string(fc::quant_isa_name(isa)) + " heads " +
                              std::to_string(c.n_head) + "/" + std::to_string(c.n_kv) + " D " +
@@ -144,7 +145,8 @@ void check_isa(fc::QuantIsa isa) {
     EXPECT_EQ(run(c, d, isa, &pool), alone) << what;
     if (c.n_kv > 1 && group > 1) {
       std::vector<double> wrong, wtol;
-      reference(c, d, [&](int h) { return h % c.n_kv; }, wrong, wtol);
+      reference(
+          c, d, [&](int h) { return h % c.n_kv; }, wrong, wtol);
       EXPECT_GT(violations(alone, wrong, wtol), 0) << what << ": negative control";
     }
   }

@@ -330,7 +330,7 @@ def run(cli, srv, client, smol, gemma):
     check(outs[1] == ref_g, f"gemma (standard) beside smol equals generate: {outs[1]!r}")
     hold = client.completions.create(model="gemma", prompt="Tell me a story.", max_tokens=80,
                                      temperature=0, stream=True)
-    first = next(iter(hold))  # running now
+    next(iter(hold))  # running now
     status, body = srv.raw("POST", "/v1/completions",
                            {"model": "gemma", "prompt": "hi", "max_tokens": 2})
     check(status == 429 and "error" in body, f"a full queue answers 429 ({status})")

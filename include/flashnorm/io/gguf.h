@@ -95,8 +95,8 @@ struct GgufTensorInfo {
   uint64_t n_rows() const { return dims.empty() ? 0 : n_elements / dims[0]; }
 };
 
-// A parsed, memory-mapped GGUF file. Opening validates everything listed in docs/design.md section 5,
-// "GGUF reading rules": magic and version; KV and tensor counts against the remaining bytes;
+// A parsed, memory-mapped GGUF file. Opening validates everything listed in docs/design.md section
+// 5, "GGUF reading rules": magic and version; KV and tensor counts against the remaining bytes;
 // string and array lengths; value and array element types; n_dims <= 4; each dim >= 1 and the
 // product without overflow; known tensor type; dims[0] a multiple of the type's block size;
 // general.alignment a u32 power of two in [1, 1 MiB]; every offset aligned, inside the data

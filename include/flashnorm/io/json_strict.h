@@ -3,9 +3,8 @@
 // with a parser callback that refuses what the plain parser would accept silently or expensively.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 namespace flashnorm::io {

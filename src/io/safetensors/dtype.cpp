@@ -8,8 +8,8 @@
 #include <cstring>
 #include <utility>
 
-#include "flashnorm/io/dequant.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/dequant.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"
 

@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/io/side_file.h"
 #include "internal.h"

@@ -4,14 +4,13 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
-
-#include "flashnorm/io/json_strict.h"
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "flashnorm/io/json_strict.h"
 #include "flashnorm/io/safetensors.h"
 
 namespace flashnorm::io::st_detail {

@@ -198,8 +198,8 @@ void parse_into(Parsed& impl, std::span<const uint8_t> bytes) {
 }  // namespace
 
 struct SafetensorsFile::Impl : Parsed {
-  MappedFile mapping;  // set by open()
-  std::vector<uint8_t> owned;        // set by parse()
+  MappedFile mapping;          // set by open()
+  std::vector<uint8_t> owned;  // set by parse()
 };
 
 SafetensorsFile::SafetensorsFile(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

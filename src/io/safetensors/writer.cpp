@@ -5,8 +5,8 @@
 
 #include <set>
 
-#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/error.h"
+#include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/safetensors.h"
 #include "internal.h"
 
