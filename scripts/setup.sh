@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what flashnorm needs to build and test on Debian 12 (run as root, or with sudo).
 # Debian packages: toolchain, JSON, CLI parsing, BLAS, PCRE2, ICU (NFC), fmt, HTTP (cpp-httplib,
-# for `serve`), GoogleTest, clang
+# for `serve`), GoogleTest, clang-format and shellcheck (scripts/lint.sh), clang
 # for fuzzing; the CUTLASS headers from PyPI (scripts/fetch_cutlass.sh).
 # PyPI packages (tests only, `scripts/setup.sh --test`): the reference implementations the tests
 # compare against (gguf, safetensors), in a virtual environment .venv (Debian's own Python refuses
@@ -9,7 +9,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config nlohmann-json3-dev libcli11-dev
       libopenblas-dev libpcre2-dev libicu-dev libfmt-dev libgtest-dev googletest python3-pip
-      python3-venv libcpp-httplib-dev)
+      python3-venv libcpp-httplib-dev clang-format shellcheck)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
