@@ -16,6 +16,10 @@ mkdir -p .cache
 .venv/bin/python3 -m pip install -q --disable-pip-version-check --no-cache-dir \
   -r scripts/requirements-torch.txt > .cache/torch-install.log 2>&1 &
 torch_pid=$!
+# The vLLM CPU environment of the vLLM plugin's tests (tests/vllm, docs/vllm.md), about 6 GB in
+# .cache/vllm-venv, installed meanwhile too (scripts/setup_vllm.sh).
+scripts/setup_vllm.sh > .cache/vllm-install.log 2>&1 &
+vllm_pid=$!
 eval "$(scripts/fetch_models.sh smollm2 gemma3)"
 export FLASHNORM_SMOLLM2_GGUF FLASHNORM_GEMMA3_GGUF
 # FLASHNORM_TEST_NO_CUTLASS=1 (.ci/run sets it): the release build without the CUTLASS headers, so
@@ -37,6 +41,11 @@ ctest --preset release -j 2 -LE hostile
   -C cmake.define.FLASHNORM_CUDA=OFF
 FLASHNORM_CLI="$PWD/build/release/src/cli/flashnorm" .venv/bin/python3 -m pytest -q -p no:cacheprovider \
   tests/python
+# flashnorm.vllm against stock vLLM and transformers (eager, compiled, tensor_parallel_size=2),
+# `vllm serve` through the openai client, the plugin's registration and the pinned versions.
+wait "$vllm_pid" || { cat .cache/vllm-install.log >&2; echo "test.sh: installing vLLM failed" >&2; exit 1; }
+FLASHNORM_CLI="$PWD/build/release/src/cli/flashnorm" .cache/vllm-venv/bin/python3 -m pytest -q \
+  -p no:cacheprovider tests/vllm
 # Sanitizer pass: one clang build (preset "fuzz": ASan + UBSan, no recovery) holds the binaries
 # that parse hostile input (label "hostile") and the libFuzzer targets.
 cmake --preset fuzz >/dev/null
