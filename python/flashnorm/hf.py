@@ -16,6 +16,13 @@ here: they come from the C++ architecture descriptions and the cancellation audi
 class it does not know; so does whether a consumer has a bias (Qwen2's q/k/v, or a bias the model
 holds, e.g. Llama's attention_bias). Supported: LlamaForCausalLM (SmolLM2), Qwen2ForCausalLM,
 Qwen3ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM.
+
+Tensor parallelism (transformers' tp_plan="auto", weights as DTensors): fold_ folds into each
+rank's local shard of a column-parallel projection (its rows hold every input column, so the
+fold is exact); apply_ builds the fused q|k|v and gate|up projections from the local shards (a
+column-parallel layer needs no communication: its input is the whole hidden vector on every
+rank) and keeps the LM head's hooked Linear, whose output gather transformers installed, scaling
+its rows by rstd after it (RowScaled). A weight sharded any other way is refused.
 """
 import json
 
@@ -77,6 +84,35 @@ def _linear(model: nn.Module, consumer: dict) -> nn.Linear:
     return lin
 
 
+def _dtensor(t: torch.Tensor) -> bool:
+    """Whether t is a torch.distributed DTensor (a tensor-parallel model's weight)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return False
+    return isinstance(t, DTensor)
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: t, or a DTensor's full value (a norm gain is small)."""
+    return t.full_tensor() if _dtensor(t) else t
+
+
+def _local_rows(w: torch.Tensor, name: str) -> torch.Tensor:
+    """The rows of weight w [N, K] this rank holds, every input column included: w itself, or a
+    DTensor's local shard when it is sharded by rows (column-parallel) or replicated. ValueError
+    for another sharding (its gain would need the matching slice)."""
+    if not _dtensor(w):
+        return w
+    from torch.distributed.tensor import Replicate, Shard
+
+    if not all(isinstance(p, Replicate) or (isinstance(p, Shard) and p.dim == 0)
+               for p in w.placements):
+        raise ValueError(f"flashnorm.hf: {name}: sharded as {w.placements}; only row shards "
+                         f"(column-parallel) and replicas can be folded")
+    return w.to_local()
+
+
 def _tied(model: nn.Module, p: dict) -> bool:
     """Whether the LM head shares its weight with the embedding."""
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -107,15 +143,21 @@ def fold_(model: nn.Module, tied_head: str = "untie") -> nn.Module:
             continue
         norm = _module(model, site["norm"])
         _eps(norm, site["norm"])
-        gain = norm.weight.detach().cpu()
+        gain = _full(norm.weight).detach().cpu()
         for c in site["consumers"]:
             lin = _linear(model, c)
             w = lin.weight
-            folded = ops.fold_gain(w.detach().cpu(), gain, one_plus).to(w.device)
+            local = _local_rows(w, c["tensor"])
+            folded = ops.fold_gain(local.detach().cpu(), gain, one_plus).to(local.device)
             if final and tied:  # untie: the embedding keeps the unfolded values
+                if _dtensor(w):
+                    from torch.distributed.tensor import DTensor
+                    folded = DTensor.from_local(folded, w.device_mesh, w.placements,
+                                                run_check=False, shape=w.shape,
+                                                stride=w.stride())
                 lin.weight = nn.Parameter(folded, requires_grad=w.requires_grad)
             else:
-                w.copy_(folded)
+                local.copy_(folded)
         norm.weight.fill_(0.0 if one_plus else 1.0)
     if tied and tied_head == "untie":
         model.config.tie_word_embeddings = False
@@ -215,6 +257,22 @@ class FlashNormLinear(nn.Module):
         return torch.ops.flashnorm.flashnorm_linear(x, self.weight, self.eps, None, self.bias)
 
 
+class RowScaled(nn.Module):
+    """The single consumer of a folded RMSNorm in a tensor-parallel model (the LM head): the
+    hooked Linear `inner` kept as transformers sharded it (its output gather included), its output
+    rows multiplied by rstd(x) in fp32 and rounded to x's dtype: rstd * (x W*^T), with one more
+    rounding than flashnorm_linear's in bf16/fp16 (the Linear's own). inner has no bias."""
+
+    def __init__(self, inner: nn.Module, eps: float):
+        super().__init__()
+        self.inner = inner
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.inner(x)
+        return (y.float() * ops.rstd(x, self.eps).unsqueeze(-1)).to(y.dtype)
+
+
 def _replace(model: nn.Module, param: str, module: nn.Module) -> None:
     path = param.rpartition(".")[0]
     parent, _, child = path.rpartition(".")
@@ -252,13 +310,21 @@ def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False,
         if not site["foldable"]:
             continue
         norm = _module(model, site["norm"])
-        if not bool(torch.all(norm.weight == identity)):
+        if not bool(torch.all(_full(norm.weight) == identity)):
             if final and tied:
                 continue
             raise ValueError(f"flashnorm.hf.apply_: {site['norm']} is not the identity "
                              f"({identity}): the model is not folded (flashnorm.hf.fold_ first)")
         eps = _eps(norm, site["norm"])
         lins = [_linear(model, c) for c in site["consumers"]]
+        sharded = any(_dtensor(lin.weight) for lin in lins)
+        if len(lins) == 1 and sharded:  # keep the hooked Linear and its communication
+            if lins[0].bias is not None:
+                raise ValueError(f"flashnorm.hf.apply_: {site['consumers'][0]['tensor']}: a "
+                                 f"sharded single consumer with a bias is not supported")
+            _replace(model, site["norm"], RawInput())
+            _replace(model, site["consumers"][0]["tensor"], RowScaled(lins[0], eps))
+            continue
         if len(lins) == 1:
             _replace(model, site["norm"], RawInput())
             _replace(model, site["consumers"][0]["tensor"],
@@ -267,21 +333,27 @@ def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False,
         scaled = [not (cancel and c["cancellable"]) for c in site["consumers"]]
         if any(scaled) and not cancel_columns:
             scaled = [True] * len(scaled)
+        # this rank's rows of each consumer (all of them when the model is not sharded): a
+        # column-parallel projection's output stays local, as transformers' hooks leave it
+        weights = [_local_rows(lin.weight, c["tensor"]).detach()
+                   for lin, c in zip(lins, site["consumers"])]
+        biases = [None if lin.bias is None else _local_rows(lin.bias, c["tensor"]).detach()
+                  for lin, c in zip(lins, site["consumers"])]
+        sizes = [w.shape[0] for w in weights]
         mask = None
         if not all(scaled):
-            mask = torch.cat([torch.full((lin.out_features,), s, dtype=torch.bool,
-                                         device=lin.weight.device)
-                              for lin, s in zip(lins, scaled)])
-        weight = torch.cat([lin.weight.detach() for lin in lins])
+            mask = torch.cat([torch.full((n,), s, dtype=torch.bool, device=w.device)
+                              for n, s, w in zip(sizes, scaled, weights)])
+        weight = torch.cat(weights)
         bias = None
-        if any(lin.bias is not None for lin in lins):
-            bias = torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None
-                              else lin.bias.detach() for lin in lins])
+        if any(b is not None for b in biases):
+            bias = torch.cat([w.new_zeros(n) if b is None else b
+                              for n, b, w in zip(sizes, biases, weights)])
         _replace(model, site["norm"], FlashNormProjection(weight, eps, mask, bias, prenorm_rows))
         start = 0
-        for c, lin in zip(site["consumers"], lins):
-            _replace(model, c["tensor"], Columns(start, lin.out_features, weight.shape[0]))
-            start += lin.out_features
+        for c, n in zip(site["consumers"], sizes):
+            _replace(model, c["tensor"], Columns(start, n, weight.shape[0]))
+            start += n
     model._flashnorm_applied = True
     return model
 
