@@ -1,4 +1,4 @@
-// `flashnorm bench`: the FlashNorm kernel benchmark (issue 3) over bench/shapes.json. Runs only in
+// `flashnorm bench`: the FlashNorm kernel benchmark over bench/shapes.json. Runs only in
 // a build with CUDA; otherwise it fails with the one-line error "flashnorm was built without CUDA".
 // Both benchmarks live in the CUDA module (engine/cuda_module.h), loaded here on demand.
 #include <fmt/format.h>

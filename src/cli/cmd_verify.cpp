@@ -5,7 +5,7 @@
 // With --device cuda: the CUDA engine (bf16) in standard mode, flashnorm mode (fused and
 // two-stream; folded at load, and each given folded file; fused with the other --prefill-norm
 // choice; for a tied LM head also fused with the other --fold-tied-head choice) against the CPU
-// fp32 engine on the original, and flashnorm against standard on the GPU (issue 4's equivalence
+// fp32 engine on the original, and flashnorm against standard on the GPU (the equivalence
 // table).
 #include <fmt/format.h>
 
@@ -90,7 +90,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   d.deferred = "fused";
   gpu.push_back(
       {"flashnorm (fused)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});
-  // the seed's scheme throughout: prompts' rstd deferred too, on the second stream
+  // the two-stream scheme throughout: prompts' rstd deferred too, on the second stream
   d.deferred = "two-stream", d.prefill_norm = "deferred";
   gpu.push_back(
       {"flashnorm (two-stream)", make_engine(load(), NormMode::FlashNorm, d, max_ctx, cancel)});

@@ -1,4 +1,4 @@
-// `flashnorm bench --model FILE`: end-to-end decode benchmark of the CUDA engine (issue 4).
+// `flashnorm bench --model FILE`: end-to-end decode benchmark of the CUDA engine.
 // For each configuration (standard; flashnorm fused; flashnorm two-stream; as a stronger
 // baseline, standard with the residual add and RMSNorm fused in one kernel; flashnorm with its
 // prompt passes' rstd deferred to the GEMM output (PrefillNorm::kDeferred); and, as an ablation,
@@ -123,7 +123,7 @@ void run_model_bench(const ModelBenchArgs& a) {
   std::vector<Config> cfgs;
   cfgs.push_back({"standard", NormMode::Standard, Deferred::kFused, sep, true});
   cfgs.push_back({"flashnorm", NormMode::FlashNorm, Deferred::kFused, sep, true});
-  // the seed's scheme throughout: prompts' rstd deferred too, on the second stream
+  // the two-stream scheme throughout: prompts' rstd deferred too, on the second stream
   cfgs.push_back({"flashnorm two-stream", NormMode::FlashNorm, Deferred::kTwoStream, sep, true,
                   false, TiedHead::kKeepGain, PrefillNorm::kDeferred});
   cfgs.push_back(

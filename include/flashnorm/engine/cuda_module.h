@@ -3,7 +3,7 @@
 // flashnorm_cuda_module), which the CLI opens with dlopen only when a command asks for the GPU
 // (--device cuda, --device auto on a machine with an NVIDIA driver, `flashnorm bench`): the
 // executable itself does not link libcudart or libcublasLt, whose loading alone cost ~200 MB of
-// resident memory (issue 21). The module lives next to the executable (the build puts it in the
+// resident memory. The module lives next to the executable (the build puts it in the
 // CLI's directory; scripts/gpu_stage.sh bundles it with the binary), or where the environment
 // variable FLASHNORM_CUDA_MODULE names it.
 //

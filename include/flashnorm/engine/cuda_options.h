@@ -12,7 +12,7 @@ enum class HalfType { kBF16, kFP16 };
 // How FlashNorm mode runs its deferred normalization.
 enum class Deferred {
   kFused,      // flashnorm_linear's dispatcher (kAuto): one fused kernel in decode
-  kTwoStream,  // the seed's scheme: cuBLASLt GEMM + rstd on a side stream, events, post-scale
+  kTwoStream,  // cuBLASLt GEMM + rstd on a side stream, events, post-scale
 };
 
 // Where FlashNorm mode applies rstd in passes of more than 64 tokens (prompts; shorter passes,
@@ -87,7 +87,7 @@ struct CudaFlashNorm {
   // Batched decode passes of more than CudaLaunch::decode_max_rows rows (past the decode GEMV,
   // whose kernel computes rstd and carries the residual add in its epilogue) normalize in the
   // residual add as kInAdd prompts do, instead of deferring rstd to flashnorm_linear's GEMM
-  // epilogue (measured on the H200 at 32 and 64 rows: the deferred GEMM was 0.96-0.99x of Standard
+  // epilogue (measured on Hopper at 32 and 64 rows: the deferred GEMM was 0.96-0.99x of Standard
   // with the fused add+norm). Every column gets rstd in those passes, as in kInAdd. With
   // PrefillNorm::kDeferred, they defer too.
   bool batched_in_add = true;
@@ -113,7 +113,7 @@ struct CudaLaunch {
   // (no bias; K not split), the gate|up quant_gemv writes the GLU (QuantGemvArgs::glu_out, dt) and
   // down reads it, instead of down staging the GLU of the fp32 gate|up rows in every CTA (x_glu).
   // The same values bit for bit (QuantGemv.GluEpilogue). describe() counts the layers that take
-  // it. Off until measured on the H200 (bench --model --weights native times it: "..., native,
+  // it. Off until measured on Hopper (bench --model --weights native times it: "..., native,
   // GLU in gate|up").
   bool quant_glu_out = false;
   PlainGemm plain = PlainGemm::kAuto;
@@ -123,13 +123,13 @@ struct CudaLaunch {
   // tokens. With max_sequences > 0 and this above 16, the tuning at load also times the decode
   // GEMV's 16- and 32-row tiles, and the LM head's GEMV against cuBLASLt at those tiles
   // (GemvTuning::gemm_us): from the first tile where cuBLASLt was faster, the head normalizes x
-  // first and runs cuBLASLt. 32: on the H200 the 32-row path was 1.05-1.07x of cuBLASLt's at 32
+  // first and runs cuBLASLt. 32: on Hopper the 32-row path was 1.05-1.07x of cuBLASLt's at 32
   // rows with SmolLM2 and 1.01-1.02x with Gemma 3; the 64-row tile 0.93-0.94x at 64 rows and two
   // 32-row slices 0.88-0.92x (docs/results_h200.md). Out of range: Error at load.
   int decode_max_rows = 32;
   // decode_attention's CTAs per SM (AttentionArgs::ctas_per_sm: 1, or 3 with at most 80
   // registers) and its PDL trigger after the chunk's work (AttentionArgs::late_trigger). Launch
-  // ablations; the same logits bit for bit. On the H200 (2026-12-04, docs/results_h200.md, "Decode
+  // ablations; the same logits bit for bit. On Hopper (docs/results_h200.md, "Decode
   // attention and Q4_K occupancy") 3 CTAs per SM made Llama-3-8B-shaped native steps about 170-200
   // us faster and its bf16 graph steps 250-1500 us slower, for a reason not yet known; hence 1 and
   // early. Other values: Error at load.
@@ -151,7 +151,7 @@ struct CudaGemv {
   GemvChoice choice = GemvChoice::kTune;
   // Let the tuning pick the decode GEMV's cp.async ring (DecodeConfig::stages; M <= 8). Off by
   // default: the ring won on SmolLM2's q|k|v and o shapes timed alone, yet the engine's decode step
-  // was slower with it (H200, 2026-12-01: docs/results.md, "Decode speed at batch 1").
+  // was slower with it (Hopper: docs/results.md, "Decode speed at batch 1").
   bool allow_ring = false;
 };
 

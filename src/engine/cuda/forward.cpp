@@ -118,7 +118,7 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     // computes it (the residual add multiplies by g too: layer(), next_folded false), and the
     // plain quantized projection; expanding the tile with the gain instead cost 32 strided fp32
     // loads per run of 32 in quant_dequantize (Llama-3-8B Q4_1 prompts, 512 tokens: 8450 against
-    // 11169 tokens/s in Standard mode, H200).
+    // 11169 tokens/s in Standard mode on Hopper).
     norm_into_xn(quantized ? gain : nullptr);
     prof.op(kNormedProj, s, [&] {
       if (quantized && M <= kQuantGemvMaxM) return quant(*q, xnr, M, nullptr, false, y, ldy, bias);

@@ -42,7 +42,7 @@ constexpr int kQuantGemvMaxM = 8;
 // add (PrefillNorm::kInAdd).
 constexpr int kDeferredMaxT = 64;
 // The largest row tile the engine runs the decode GEMV with: a pass of more rows (decode_max_rows
-// above 32) takes 32-row slices, W read again from the L2 (on the H200, at 64 rows, the kernel's
+// above 32) takes 32-row slices, W read again from the L2 (on Hopper, at 64 rows, the kernel's
 // 64-row tile measured 0.93-0.94x of cuBLASLt and two 32-row slices 0.88-0.92x; at 32 rows the
 // 32-row tile 1.01-1.07x).
 constexpr int kDecodeSliceRows = 32;

@@ -1,6 +1,6 @@
 // The fused decode kernel of flashnorm_linear (LinearImpl::kDecode, linear.h): y = rstd(x) * (x
 // W^T) for M <= 64 in one launch, W streamed once through tensor-core mma.sync. Design:
-// docs/design.md (deferred normalization); issue 3.
+// docs/design.md (deferred normalization).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

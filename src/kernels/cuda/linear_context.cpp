@@ -1,6 +1,6 @@
 // LinearContext: construction, dispatch (kAuto's choice, explicit configurations) and the three
 // flashnorm_linear implementations (decode, prefill, two-stream). Source: docs/design.md
-// (deferred normalization, the join); issue 3. Tuners: autotune.cpp; cuBLASLt: cublaslt_plan.cpp.
+// (deferred normalization, the join). Tuners: autotune.cpp; cuBLASLt: cublaslt_plan.cpp.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -146,7 +146,7 @@ DecodeConfig LinearContext::Impl::decode_config(int64_t M, int64_t N, int64_t K)
   auto it = tuned_decode.find({detail::decode_mp(static_cast<int>(M)), N, K});
   if (it != tuned_decode.end()) return it->second.config;
   DecodeConfig c;
-  c.rw = 1;  // the tuner picked rw = 1 on every benchmark shape (H200, 2026-11-29)
+  c.rw = 1;  // the tuner picked rw = 1 on every benchmark shape (docs/kernels.md)
   c.kw = M <= 16 ? 8 : 4;
   const int64_t ctas = (N + 16 * c.rw - 1) / (16 * c.rw);
   const int64_t target = 2 * num_sms;
@@ -163,7 +163,7 @@ PrefillConfig LinearContext::prefill_config(int64_t M, int64_t N, int64_t K) con
 PrefillConfig LinearContext::Impl::prefill_config(int64_t M, int64_t N, int64_t K) const {
   auto it = tuned_prefill.find({M, N, K});
   if (it != tuned_prefill.end()) return it->second.config;
-  // Untuned: detail::prefill_default_tile (H200, 2026-11-30 measurements in docs/kernels.md).
+  // Untuned: detail::prefill_default_tile (measurements in docs/kernels.md).
   return detail::prefill_from_index(detail::prefill_default_tile(
       static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), num_sms));
 }

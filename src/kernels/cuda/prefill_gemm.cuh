@@ -516,9 +516,9 @@ using Tile6 =
 template <class T, class D, PrefillMode S>
 using Tile7 =
     FusedGemm<T, D, Shape<_64, _64, _64>, Shape<_1, _1, _1>, PingPong, PingPongEpi, S, true>;
-// Shapes of the kind cuBLAS picks for large bf16 GEMMs on the H200 (ncu kernel names, 2026-12-01:
-// 256x96 / 320x128 / 192x192 with 1x2 or 2x1 clusters): a 256x128 tile multicasting x across a
-// 1x2 cluster, and a 128x192 tile (different wave quantization over N).
+// Shapes of the kind cuBLAS picks for large bf16 GEMMs on Hopper (ncu kernel names,
+// docs/kernels.md: 256x96 / 320x128 / 192x192 with 1x2 or 2x1 clusters): a 256x128 tile
+// multicasting x across a 1x2 cluster, and a 128x192 tile (different wave quantization over N).
 template <class T, class D, PrefillMode S>
 using Tile8 = FusedGemm<T, D, Shape<_256, _128, _64>, Shape<_1, _2, _1>, Coop, CoopEpi, S, true>;
 template <class T, class D, PrefillMode S>

@@ -23,7 +23,7 @@
 // squares in distributed shared memory, and another before any CTA exits. The products are exact
 // integer dot products (dp2a: int16 x int8 pairs into int32) per block or sub-block, scaled in
 // fp32: four to eight times fewer instructions per weight than fp32 multiply-adds on unpacked
-// codes, which made the kernel compute-bound (0.7-1.0x the bf16 GEMV on the H200, 4f7f51f).
+// codes, which made the kernel compute-bound (0.7-1.0x the bf16 GEMV; docs/results_h200.md).
 // GO instances (QuantGemvArgs::glu_out) pair each warp's two rows as gate row i and up row
 // N / 2 + i and write the GLU of the two outputs instead of y (the epilogue's only join is the
 // same warp reduction).
@@ -264,12 +264,12 @@ using Q5_0 = SmallBlock<Small::kQ5_0>::F<MT>;
 template <int MT>
 struct Q4_K {
   // one step at a time and no register cap: two steps at once held to 80 registers (three CTAs)
-  // ran 1.3x slower at Llama-3-8B's q|k|v, o and down shapes (H200, a5dfdc8)
+  // ran 1.3x slower at Llama-3-8B's q|k|v, o and down shapes (kernel lab)
   static constexpr int kBlockBytes = 144, kElems = 256, kPerStep = 8, kUnroll = 1, kMinCtas = 1;
   static constexpr QuantType kType = QuantType::kQ4_K;  // one plane: the file's blocks
   // kPipe: one-row instances issue the next step's loads before this step's products (two register
   // buffers). With dot_rows (both rows' products over one load of x, scales without branches), at
-  // M = 1 with PDL on the H200: Llama-3-8B q|k|v, o, gate|up and down 1.18-1.23x less time than
+  // M = 1 with PDL on Hopper: Llama-3-8B q|k|v, o, gate|up and down 1.18-1.23x less time than
   // the row-by-row kernel with branchy scales; the pipeline's share 0-9% (kernel lab,
   // docs/results_h200.md, "Q4_K: fewer instructions per byte"). Q6_K ran up to 1.15x slower with
   // it, M = 8 instances 1.02-1.04x slower.
@@ -361,7 +361,7 @@ struct Q4_K {
 template <int MT>
 struct Q6_K : RowByRow<Q6_K<MT>, MT> {
   static constexpr int kElems = 256, kPerStep = 4;
-  // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (a5dfdc8)
+  // as Q4_K: two steps at once in 64 registers ran 1.15-1.2x slower (kernel lab)
   static constexpr int kUnroll = 1, kMinCtas = 1;
   static constexpr QuantType kType = QuantType::kQ6_K;
   static constexpr bool kPipe = false;  // up to 1.15x slower with it (Q4_K::kPipe)
@@ -484,7 +484,7 @@ __device__ __forceinline__ void prefetch_rows(const Params& p, int g, int b_lo, 
 // round_dt(act(gate) * up) (the standalone GLU kernel's values).
 // One-row instances of the 32-element formats are held to 64 registers, so that four CTAs share
 // an SM (F::kMinCtas; without spills): with their four steps of loads at once, 1.3-1.8x faster
-// than one step in up to 78 registers on the H200 (a5dfdc8 against 67e30d7, kernel lab).
+// than one step in up to 78 registers (kernel lab, docs/results_h200.md).
 // EARLY: launched with PDL, the first steps of W loaded before the wait (below; launch_format
 // chooses it).
 // GO: the GLU in the epilogue (QuantGemvArgs::glu_out): warp w of group g takes rows i = 8g + w
@@ -546,7 +546,7 @@ __global__ void __launch_bounds__(kWarps * 32, MT == 1 ? F<MT>::kMinCtas : 1)
   // EARLY (launched with PDL): the first steps of group blockIdx.x are loaded into registers
   // before the wait, so that their latency overlaps the preceding kernel, as the bf16 decode GEMV
   // does with its first batch. Without PDL there is nothing to overlap, and loading them before the
-  // staging of x ran 7-16% slower for Q4_K on the H200 (3b5c55f against f461df2), probably
+  // staging of x ran 7-16% slower for Q4_K (kernel lab, docs/results_h200.md), probably
   // because the staging's loads of x queue behind them. A template parameter: as a run-time flag it
   // cost 16 bytes of spills to the instances held to 64 registers.
   constexpr bool kPipe = F<MT>::kPipe && MT == 1;
@@ -885,10 +885,10 @@ Status launch_kernel(Kernel kernel, int mt, const Params& p, cudaStream_t s, boo
 // CTAs per SM, the residency the instance is built for), at most K / kSplitElems (with PDL; K / (2
 // kSplitElems) without) and kMaxSplit, then whole steps per slice (the last one may be shorter).
 // At Llama-3-8B's o and down shapes (256 row groups) that is 2 for the 32-element formats (built
-// for 4 CTAs per SM) and none for Q4_K / Q6_K (built for 1: 132 slots). H200 kernel lab at M = 1
-// (dacee15, docs/results_h200.md): with PDL split 2 took 1.10-1.26x less time than whole rows at o
+// for 4 CTAs per SM) and none for Q4_K / Q6_K (built for 1: 132 slots). Kernel lab at M = 1
+// (docs/results_h200.md): with PDL split 2 took 1.10-1.26x less time than whole rows at o
 // and 1.16-1.20x at down; without PDL 1.07-1.14x at down, while slices of 2048 at o ran 0.92-1.01x
-// of whole rows (f2ebdff's first policy), hence the longer slices there; filling every slot of a
+// of whole rows (an earlier policy), hence the longer slices there; filling every slot of a
 // wide projection with more, shorter slices ran slower. The split, hence the bits of the result,
 // depends on PDL and the SM count.
 constexpr int kSplitElems = 2048, kMaxSplit = 8;
@@ -946,7 +946,7 @@ template <class E, template <int> class F>
 Status launch_format(const Params& p, int M, cudaStream_t s, bool pdl, int xg, bool split_k) {
   constexpr bool kGluEarly = F<1>::kMinCtas == 1;
   // The formats held to 64 registers load early only up to K = 2048 (SmolLM2's and Gemma 3's
-  // shapes, where native flashnorm decode gained 4-10%, c7d6a2f); at Llama-3-8B's shapes a chain of
+  // shapes, where native flashnorm decode gained 4-10%); at Llama-3-8B's shapes a chain of
   // Q4_1 / Q5_0 GEMVs ran up to 1.6x slower with PDL and early loads than without either (kernel
   // lab), which was not split between the two.
   const bool early = pdl && (F<1>::kMinCtas == 1 || p.K <= 2048);

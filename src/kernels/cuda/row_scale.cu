@@ -117,7 +117,8 @@ cudaError_t launch_rstd(DType dt, int64_t M, int64_t K, const void* x, int64_t l
 }
 
 namespace {
-unsigned grid_for(int64_t threads) {  // 256-thread CTAs, at most 16 per SM of an H200
+// 256-thread CTAs, at most 16 per SM (132 SMs on an sm_90a part)
+unsigned grid_for(int64_t threads) {
   return static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 132 * 16));
 }
 template <class E>

@@ -2,7 +2,7 @@
 //   y[M, N] = rstd(x) * (x[M, K] W*[N, K]^T)  (+ bias),   rstd(x_m) = 1 / sqrt(mean_k(x_mk^2) +
 //   eps)
 // W* is the folded weight (the norm's gain multiplied into its columns). Source: docs/design.md
-// (deferred normalization, the join) and issue 3.
+// (deferred normalization, the join).
 //
 // Every entry point takes raw device pointers and a stream, validates shapes, strides, alignment
 // and dtypes first, and returns a Status (status.h).
@@ -92,7 +92,7 @@ struct LinearArgs {
 //              CUTLASS, or CUTLASS refuses the shape): x_s = x * rstd(x) (one kernel) then a
 //              plain cuBLASLt GEMM on x_s, stream order as the join.
 //              With bias/mask: kTwoStream. last_prefill_path() says which ran.
-//  kTwoStream: the seed's scheme: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
+//  kTwoStream: cuBLASLt GEMM on the caller's stream, rstd on a side stream,
 //              events recorded on both, the post-scale kernel waits on both events.
 //  kAuto:      see LinearContext::choose.
 enum class LinearImpl { kAuto, kDecode, kPrefill, kTwoStream };

@@ -1,5 +1,5 @@
 // GGML blocks to half-precision rows on the GPU (sm_90a): the prefill side of quantized weights
-// (issue "On the H200 (2)", item 2). A projection whose weights stay quantized on the device is
+// A projection whose weights stay quantized on the device is
 // expanded into a dt tile before a prompt's GEMM, optionally with an RMSNorm gain folded in:
 //   y[n, k] = round_dt(w[n, k] * gain[k])   (gain fp32, or 1 when null),
 // w[n, k] as io::dequantize computes it (io/dequant.h: deq_q4_0 ... deq_q6_k, the same fp32

@@ -11,7 +11,7 @@
 // d * (q - 16)), Q8_0 (34-byte blocks of 32: fp16 d, int8 q[32]; w = d * q), Q4_K (144-byte
 // super-blocks of 256: fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins, 4-bit q[256]; w = d * sc *
 // q - dmin * m per sub-block of 32), Q6_K (210-byte super-blocks of 256: 4-bit ql, 2-bit qh, int8
-// scales[16], fp16 d; w = d * sc * (q - 32) per 16). Issue "On the H200 (2)", item 2.
+// scales[16], fp16 d; w = d * sc * (q - 32) per 16).
 #pragma once
 
 #include <cuda_runtime_api.h>
