@@ -1,13 +1,16 @@
 // A random Llama checkpoint as GGUF with every matrix quantized by flashnorm's own quantizer
 // (io::quantize; Q4_K / Q5_K / Q6_K: its least-squares scale search), for the CUDA engine's
-// quantized-weights benchmark at real shapes (issue "On the H200 (2)", item 2: a Llama-3-8B-shaped
-// model in Q4_K against the same model in bf16). Default shape: Llama 3 8B (32 layers, hidden 4096,
-// 32 / 8 heads of 128, FFN 14336, vocabulary 128256, untied head, RoPE base 500000, eps 1e-5).
-// Values: matrices uniform with the variance of N(0, 1/K) (embedding and head: N(0, 1) variance),
-// gains U(0.5, 1.5); a splitmix64 stream per row chunk, so the file does not depend on the thread
-// count. Rows are generated and quantized on all cores, one chunk of rows at a time.
+// quantized-weights benchmark at real shapes (a Llama-3-8B-shaped model in Q4_K against the same
+// model in bf16, and against llama.cpp: scripts/gpu_peers.sh). Default shape: Llama 3 8B (32
+// layers, hidden 4096, 32 / 8 heads of 128, FFN 14336, vocabulary 128256, untied head, RoPE base
+// 500000, eps 1e-5). Values: matrices uniform with the variance of N(0, 1/K) (embedding and head:
+// N(0, 1) variance), gains U(0.5, 1.5); a splitmix64 stream per row chunk, so the file does not
+// depend on the thread count. Rows are generated and quantized on all cores, one chunk of rows at a
+// time.
 //   random_quant_gguf OUT.gguf [TYPE=q4_k] [--layers L] [--hidden H] [--ffn F] [--heads N]
-//                     [--kv-heads N] [--vocab V] [--distinct N]
+//                     [--kv-heads N] [--vocab V] [--distinct N] [--vocab-from FILE.gguf]
+// --vocab-from: every tokenizer.* key of FILE copied, and the vocabulary its token list's length
+// (--vocab refused beside it), so that llama.cpp loads the file (it needs a tokenizer).
 // --distinct N: layers l >= N repeat the bytes of layer l % N (each layer still has its own copy
 // in the file and on the device, so a decode step streams all of them; it saves the generation
 // and quantization time of the rest, about 330 ns per element per core).
@@ -73,6 +76,8 @@ int main(int argc, char** argv) {
     const std::string out = argv[1];
     std::string type_name = "q4_k";
     int L = 32, H = 4096, F = 14336, NH = 32, NKV = 8, V = 128256, distinct = 1 << 30;
+    bool vocab_given = false;
+    std::string vocab_from;
     for (int i = 2; i < argc; ++i) {
       const std::string k = argv[i];
       auto next = [&] {
@@ -90,8 +95,11 @@ int main(int argc, char** argv) {
       else if (k == "--kv-heads")
         NKV = next();
       else if (k == "--vocab")
-        V = next();
-      else if (k == "--distinct")
+        V = next(), vocab_given = true;
+      else if (k == "--vocab-from") {
+        if (i + 1 >= argc) throw Error(k + ": missing value");
+        vocab_from = argv[++i];
+      } else if (k == "--distinct")
         distinct = std::max(1, next());
       else
         type_name = k;
@@ -100,6 +108,17 @@ int main(int argc, char** argv) {
     if (!type) throw Error("unknown type " + type_name);
     const int D = H / NH;
     using io::GgufValue;
+    std::vector<io::GgufKv> tokenizer_kvs;
+    if (!vocab_from.empty()) {
+      if (vocab_given) throw Error("--vocab and --vocab-from: give one");
+      const io::GgufFile src = io::GgufFile::open(vocab_from);
+      for (const io::GgufKv& kv : src.kvs()) {
+        if (kv.key.starts_with("tokenizer.")) tokenizer_kvs.push_back(kv);
+      }
+      const io::GgufKv* tokens = src.find("tokenizer.ggml.tokens");
+      if (tokens == nullptr) throw Error(vocab_from + ": no tokenizer.ggml.tokens");
+      V = static_cast<int>(tokens->value.array_size());
+    }
     std::vector<io::GgufKv> kvs = {
         {"general.architecture", GgufValue::make_string("llama"), 0},
         {"llama.block_count", GgufValue::make_u32(L), 0},
@@ -111,7 +130,9 @@ int main(int argc, char** argv) {
         {"llama.attention.key_length", GgufValue::make_u32(D), 0},
         {"llama.rope.freq_base", GgufValue::make_f32(500000.f), 0},
         {"llama.attention.layer_norm_rms_epsilon", GgufValue::make_f32(1e-5f), 0},
+        {"llama.vocab_size", GgufValue::make_u32(V), 0},
     };
+    kvs.insert(kvs.end(), tokenizer_kvs.begin(), tokenizer_kvs.end());
     std::vector<io::GgufTensorOut> ts;
     uint64_t seed = 1;
     auto matrix = [&](const std::string& name, int rows, int cols, double sd) {
