@@ -46,6 +46,13 @@ RUNS = {
     "flashnorm_drop_qk": (True, "unfolded", False, 1, None,
                           {"FLASHNORM_VLLM_DROP_QK_RSTD": "1"}),
 }
+# Llama only: refusals and weight reloads (the run's extra keys, vllm_run.py)
+EXTRA = {
+    "reload_all": {"reload": "all"},
+    "reload_chunked": {"reload": "chunked"},
+    "refuse_pooling": {"runner": "pooling"},
+    "refuse_lora": {"lora": True},
+}
 CHECKED = [r for r in RUNS if not r.startswith("negative") and r != "flashnorm_drop_qk"]
 
 
@@ -83,6 +90,9 @@ def results(tmp_path_factory):
                                                                  else unfolded),
                          "arch": f"FlashNorm{hf_class}" if flashnorm else None,
                          "compiled": compiled, "tp": tp, "negative": negative, "env": env})
+    for name, extra in EXTRA.items():
+        runs.append({"name": f"llama/{name}", "model": str(work / "llama"),
+                     "arch": "FlashNormLlamaForCausalLM", "tp": 1, **extra})
     runs.sort(key=lambda r: r["tp"])  # the in-process (TP 1) engines first
     spec = work / "runs.json"
     spec.write_text(json.dumps({"prompts": PROMPTS, "tokens": N_TOKENS, "runs": runs}))
@@ -171,3 +181,24 @@ def test_norms_made_free_are_logged(results):
         "RoPE, not a linear layer), norm (the LM head is tied to the embedding), q_norm " in log
     for arch in ARCHS:
         assert f"flashnorm: {arch}: " in log, f"no flashnorm line for {arch}"
+
+
+def test_reload_in_one_call_gives_the_same_tokens(results):
+    got = _run(results, "llama", "reload_all")
+    assert "reload_error" not in got, got.get("reload_error")
+    assert got["tokens_after_reload"] == got["tokens"]
+
+
+def test_partial_weight_update_is_refused(results):
+    """Gains in one load_weights call, projections in the next: the fold cannot be right."""
+    got = _run(results, "llama", "reload_chunked")
+    assert "input_layernorm.weight loaded without" in got.get("reload_error", ""), got
+
+
+@pytest.mark.parametrize("name,message", [
+    ("refuse_pooling", "runner 'pooling' is not supported"),
+    ("refuse_lora", "LoRA is not supported"),
+])
+def test_refused_with_one_line(results, name, message):
+    got = results[0][f"llama/{name}"]
+    assert message in got.get("error", ""), got

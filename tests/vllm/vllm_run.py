@@ -7,6 +7,10 @@ RUNS.json: {"prompts": [[token id, ...], ...], "tokens": greedy tokens per promp
 arch: the architecture vLLM builds (hf_overrides), e.g. FlashNormLlamaForCausalLM; null: the
 checkpoint's own. negative (controls, TP 1 only): "rstd": the deferred linear skips the rstd
 scale; "fold": the first norm's gain is not folded. env: set while the run builds its engine.
+Optional: "runner": "pooling" (an embedding runner), "lora": true (enable_lora), "reload": "all" |
+"chunked" (after generating, the checkpoint's weights but o_proj / down_proj, which the CPU build
+repacks, loaded again in one load_weights call, or in two: the norms, then the rest; then the
+prompts generated again into "tokens_after_reload", or "reload_error").
 TP 1 runs the engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the caller), TP 2
 in two worker processes. OUT.json: {name: {"tokens": [[id, ...] per prompt], "logprobs": [[the
 greedy token's logprob, ...] per prompt], "linear_calls": [flashnorm_linear calls per worker,
@@ -32,6 +36,22 @@ def worker_model_class(worker):
     return type(worker.model_runner.model).__name__
 
 
+def worker_reload(worker, path, chunked):
+    import glob
+
+    from safetensors.torch import load_file
+    sd = {}
+    for f in sorted(glob.glob(path + "/*.safetensors")):
+        sd.update(load_file(f))
+    keep = [(k, v) for k, v in sd.items() if "o_proj" not in k and "down_proj" not in k]
+    model = worker.model_runner.model
+    if chunked:
+        model.load_weights([(k, v) for k, v in keep if "norm" in k])
+        model.load_weights([(k, v) for k, v in keep if "norm" not in k])
+    else:
+        model.load_weights(keep)
+
+
 def no_rstd(x, weight, eps, mask=None, bias=None):
     import torch
     return torch.nn.functional.linear(x, weight, bias)
@@ -49,13 +69,17 @@ def run(r, prompts, n_tokens):
     if r.get("negative") == "rstd":
         deferred.deferred_linear = no_rstd
     elif r.get("negative") == "fold":
-        def fold_but_first(model, plan):
+        def fold_but_first(model, plan, loaded):
             plan.free = plan.free[1:]
-            original_fold(model, plan)
+            original_fold(model, plan, loaded)
         models._fold = fold_but_first
     env = r.get("env") or {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    if r.get("runner"):
+        kw.update(runner=r["runner"], convert="embed")
+    if r.get("lora"):
+        kw.update(enable_lora=True)
     try:
         llm = LLM(model=r["model"], skip_tokenizer_init=True, dtype="float32", max_model_len=256,
                   enforce_eager=not r.get("compiled"), tensor_parallel_size=r.get("tp", 1),
@@ -73,6 +97,14 @@ def run(r, prompts, n_tokens):
             c = o.outputs[0]
             result["tokens"].append(list(c.token_ids))
             result["logprobs"].append([lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+        if r.get("reload"):
+            try:
+                llm.collective_rpc(worker_reload, args=(r["model"], r["reload"] == "chunked"))
+                again = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                                     use_tqdm=False)
+                result["tokens_after_reload"] = [list(o.outputs[0].token_ids) for o in again]
+            except Exception as e:  # noqa: BLE001 - the refusal is the expected outcome
+                result["reload_error"] = f"{type(e).__name__}: {e}"
         del llm
         return result
     finally:

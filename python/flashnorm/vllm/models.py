@@ -10,8 +10,11 @@ attention, the KV cache and the scheduler are vLLM's. What changes, for every no
   * after vLLM loads the weights, each gain is folded into the projection's local rows (fp64
     product, one rounding) and set to the identity: a directory `flashnorm fold` wrote (gains
     already the identity) and an unfolded checkpoint both work.
-Refused with one line naming it: a quantized model (vLLM's quantization config), a projection
-whose linear method is not vLLM's unquantized one.
+Refused with one line naming it: a quantized model (vLLM's quantization config), LoRA (its
+deltas would read the un-normalized x), a runner other than "generate" (a pooler reads the final
+norm's output), a projection whose linear method is not vLLM's unquantized one, and a
+load_weights call that brings a free norm's gain without its projection or the other way round
+(a partial weight update: the fold needs both).
 """
 import logging
 import os
@@ -102,11 +105,19 @@ def _install(model: nn.Module, vllm_config, hf_class: str) -> deferred.EnginePla
         raise ValueError(f"flashnorm.vllm: quantization "
                          f"{vllm_config.quant_config.get_name()!r} is not supported (the "
                          f"deferred linear needs unquantized weights)")
+    if vllm_config.lora_config is not None:
+        raise ValueError("flashnorm.vllm: LoRA is not supported (its deltas would read the "
+                         "un-normalized input of the deferred projections)")
+    runner = getattr(vllm_config.model_config, "runner_type", "generate")
+    if runner != "generate":
+        raise ValueError(f"flashnorm.vllm: runner {runner!r} is not supported (only 'generate': "
+                         f"a pooler reads the final norm's output)")
     config = vllm_config.model_config.hf_config
     tied = bool(getattr(config, "tie_word_embeddings", False))
     plan = deferred.engine_plan(deferred.hf_plan(hf_class, config),
                                 type(model).packed_modules_mapping, tied)
     drop = _drop_qk_rstd()
+    dropped = False
     for site in plan.free:
         norm = model.get_submodule(site.norm)
         if isinstance(norm, PPMissingLayer):  # another pipeline stage's layer
@@ -123,6 +134,7 @@ def _install(model: nn.Module, vllm_config, hf_class: str) -> deferred.EnginePla
             if len(site.shards) == 1:
                 sizes = [sum(sizes)]
             mask = deferred.scale_mask(sizes, site.cancellable, drop)
+            dropped |= mask is not None
             proj.quant_method = DeferredLinearMethod(eps, mask)
         else:
             raise ValueError(f"flashnorm.vllm: {site.projection}: linear method "
@@ -131,18 +143,28 @@ def _install(model: nn.Module, vllm_config, hf_class: str) -> deferred.EnginePla
         setattr(model.get_submodule(parent), child, ResidualAdd(norm))
     if get_tensor_model_parallel_rank() == 0:
         logger.info("%s%s", plan.describe(),
-                    "; q/k rstd dropped where QK-norm cancels it" if drop else "")
+                    "; q/k rstd dropped where QK-norm cancels it" if dropped else "")
     return plan
 
 
 @torch.no_grad()
-def _fold(model: nn.Module, plan: deferred.EnginePlan) -> None:
-    """Folds each free norm's loaded gain into its projection's local weight, then sets the gain
-    to the identity (a gain already the identity is left as it is: nothing to fold)."""
+def _fold(model: nn.Module, plan: deferred.EnginePlan, loaded: set[str]) -> None:
+    """Folds each free norm's gain into its projection's local weight where one load_weights call
+    brought both (`loaded`: the parameter names it loaded), then sets the gain to the identity (a
+    gain already the identity: nothing to fold). ValueError, naming them, when it brought one of
+    the two: a gain arriving alone cannot be folded into weights that hold the last one's product,
+    nor a projection alone be folded without its gain."""
     identity = 0.0 if plan.gain_one_plus else 1.0
     for site in plan.free:
         norm = model.get_submodule(site.norm)
         if not isinstance(norm, ResidualAdd):
+            continue
+        gain_name, proj_name = site.norm + ".weight", site.projection + ".weight"
+        if (gain_name in loaded) != (proj_name in loaded):
+            have, lack = (gain_name, proj_name) if gain_name in loaded else (proj_name, gain_name)
+            raise ValueError(f"flashnorm.vllm: {have} loaded without {lack}: the fold needs both "
+                             f"in one load_weights call (a partial weight update is refused)")
+        if gain_name not in loaded:
             continue
         gain = norm.weight
         if bool(torch.all(gain == identity)):
@@ -161,7 +183,7 @@ def _flashnorm_class(base: type, hf_class: str) -> type:
 
     def load_weights(self, weights):
         loaded = base.load_weights(self, weights)
-        _fold(self, self._flashnorm_plan)
+        _fold(self, self._flashnorm_plan, set(loaded))
         return loaded
 
     name = "FlashNorm" + hf_class
