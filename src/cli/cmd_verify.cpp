@@ -295,7 +295,11 @@ void register_verify(CLI::App& app) {
           "engine with the fp32 one)");
     }
     if (native && !a->folded.empty()) {
-      throw Error("verify --weights native compares the original's engines: give no folded model");
+      throw Error(a->dev.weights == "native"
+                      ? "verify --weights native compares the original's engines: give no "
+                        "folded model"
+                      : "verify --weights auto picks native for this quantized file, which "
+                        "compares the original's engines: give no folded model, or --weights f32");
     }
     // Inputs are never overwritten: refuse a --json path that names one, before any work.
     std::vector<std::filesystem::path> inputs = {a->original, a->text};
