@@ -38,7 +38,8 @@ ModelTokenizer from_hf_dir(const fs::path& dir, size_t rows) {
 ModelTokenizer from_gguf(const fs::path& file, size_t rows) {
   io::GgufFile f = io::GgufFile::open(file);
   ModelTokenizer t{Tokenizer::from_gguf(f), file.string(), std::nullopt, false};
-  check_vocab_fits(t.tok, static_cast<int>(rows), t.source, file.string());
+  // the model may be another file (--tokenizer): name it by its role, not by this file
+  check_vocab_fits(t.tok, static_cast<int>(rows), t.source, "the model");
   t.chat_template = gguf_chat_template(f);
   if (!t.chat_template) {
     // Pre-trained Gemma 3 GGUFs (gemma-3-270m) carry no template; their instruction-tuned

@@ -115,3 +115,17 @@ TEST(TokenizerSmolLM2, ChatTemplate) {
   EXPECT_EQ(flashnorm::chatml_default_system(file.get_string("tokenizer.chat_template")),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
 }
+
+TEST(TokenizerSmolLM2, MisfitTokenizerFileIsNotCalledTheModel) {
+  // --tokenizer SmolLM2.gguf for a model of 320 embedding rows: the GGUF is the vocabulary's
+  // source, not the model, and the message must not say it has 320 rows
+  std::string msg;
+  try {
+    flashnorm::load_model_tokenizer("/a/model/dir", smollm2_path(), 320);
+  } catch (const flashnorm::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("the vocabulary has 49152 tokens but the model has 320 embedding rows"),
+            std::string::npos)
+      << msg;
+}
