@@ -58,11 +58,22 @@ def _leaf(path: str) -> str:
     return path.rpartition(".")[2]
 
 
-def _module_path(param: str) -> str:
+def module_path(param: str, who: str = "flashnorm") -> str:
+    """The module path of weight `param` ("model.layers.0.input_layernorm.weight" ->
+    "model.layers.0.input_layernorm"); ValueError, prefixed with `who`, for a non-weight."""
     path, _, leaf = param.rpartition(".")
     if leaf != "weight":
-        raise ValueError(f"flashnorm: {param} is not a weight")
+        raise ValueError(f"{who}: {param} is not a weight")
     return path
+
+
+def sites(plan: dict):
+    """(site, is_final) for every norm site of an hf_plan, layers first, then the final norm's."""
+    for layer in plan["layers"]:
+        for site in layer:
+            yield site, False
+    for site in plan["final"]:
+        yield site, True
 
 
 def hf_parameter_names(hf_class: str, config) -> list[str]:
@@ -78,14 +89,20 @@ def hf_parameter_names(hf_class: str, config) -> list[str]:
     return [n for n, _ in model.named_parameters(remove_duplicate=False)]
 
 
-def hf_plan(hf_class: str, config) -> dict:
-    """torch.ops.flashnorm.hf_plan for the transformers model `hf_class` with `config`
-    (format: src/torch/hf_plan.cpp). RuntimeError for a class no description covers."""
+def plan_for(hf_class: str, config, names: list[str], who: str = "flashnorm") -> dict:
+    """torch.ops.flashnorm.hf_plan for the transformers model `hf_class` with `config` and
+    parameter names `names` (format: src/torch/hf_plan.cpp). ValueError (prefixed with `who`) for
+    a config without num_hidden_layers; RuntimeError for a class no description covers."""
     layers = getattr(config, "num_hidden_layers", None)
     if not isinstance(layers, int):
-        raise ValueError(f"flashnorm: {type(config).__name__} has no num_hidden_layers")
-    names = hf_parameter_names(hf_class, config)
+        raise ValueError(f"{who} has no num_hidden_layers")
     return json.loads(torch.ops.flashnorm.hf_plan(hf_class, layers, names))
+
+
+def hf_plan(hf_class: str, config) -> dict:
+    """plan_for the transformers model `hf_class` built from `config` (hf_parameter_names)."""
+    return plan_for(hf_class, config, hf_parameter_names(hf_class, config),
+                    who=f"flashnorm: {type(config).__name__}")
 
 
 def engine_plan(plan: dict, packed_modules: dict[str, list[str]], tied_head: bool) -> EnginePlan:
@@ -95,17 +112,15 @@ def engine_plan(plan: dict, packed_modules: dict[str, list[str]], tied_head: boo
     norm). tied_head: the LM head shares the embedding's weight, so the final norm is kept (its
     gain cannot be folded into a weight the embedding lookup also reads)."""
     out = EnginePlan(arch=plan["arch"], gain_one_plus=plan["gain_convention"] == "one_plus")
-    sites = [(s, False) for layer in plan["layers"] for s in layer]
-    sites += [(s, True) for s in plan["final"]]
-    for site, final in sites:
-        norm = _module_path(site["norm"])
+    for site, final in sites(plan):
+        norm = module_path(site["norm"])
         if not site["foldable"]:
             out.kept.append(Kept(norm, site["fold_reason"] or "not foldable"))
             continue
         if final and tied_head:
             out.kept.append(Kept(norm, "the LM head is tied to the embedding"))
             continue
-        paths = [_module_path(c["tensor"]) for c in site["consumers"]]
+        paths = [module_path(c["tensor"]) for c in site["consumers"]]
         parents = {p.rpartition(".")[0] for p in paths}
         leaves = tuple(_leaf(p) for p in paths)
         if len(paths) == 1:

@@ -24,12 +24,12 @@ column-parallel layer needs no communication: its input is the whole hidden vect
 rank) and keeps the LM head's hooked Linear, whose output gather transformers installed, scaling
 its rows by rstd after it (RowScaled). A weight sharded any other way is refused.
 """
-import json
 
 import torch
 from torch import nn
 
 from . import ops
+from .deferred import module_path, plan_for, sites
 
 
 def plan(model: nn.Module) -> dict:
@@ -37,27 +37,13 @@ def plan(model: nn.Module) -> dict:
     torch.ops.flashnorm.hf_plan returns it (format: src/torch/hf_plan.cpp). RuntimeError for a
     model class no description covers."""
     names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
-    layers = getattr(model.config, "num_hidden_layers", None)
-    if not isinstance(layers, int):
-        raise ValueError(f"flashnorm.hf: {type(model).__name__}.config has no num_hidden_layers")
-    return json.loads(torch.ops.flashnorm.hf_plan(type(model).__name__, layers, names))
-
-
-def _sites(p: dict):
-    """(site, is_final) for every norm site of the plan, layers first."""
-    for layer in p["layers"]:
-        for site in layer:
-            yield site, False
-    for site in p["final"]:
-        yield site, True
+    return plan_for(type(model).__name__, model.config, names,
+                    who=f"flashnorm.hf: {type(model).__name__}.config")
 
 
 def _module(model: nn.Module, param: str) -> nn.Module:
     """The module that owns parameter `param` ("model.layers.0.input_layernorm.weight")."""
-    path, _, leaf = param.rpartition(".")
-    if leaf != "weight":
-        raise ValueError(f"flashnorm.hf: {param} is not a weight")
-    return model.get_submodule(path)
+    return model.get_submodule(module_path(param, who="flashnorm.hf"))
 
 
 def _eps(norm: nn.Module, name: str) -> float:
@@ -138,7 +124,7 @@ def fold_(model: nn.Module, tied_head: str = "untie") -> nn.Module:
     p = plan(model)
     one_plus = p["gain_convention"] == "one_plus"
     tied = _tied(model, p)
-    for site, final in _sites(p):
+    for site, final in sites(p):
         if not site["foldable"] or (final and tied and tied_head == "keep"):
             continue
         norm = _module(model, site["norm"])
@@ -306,7 +292,7 @@ def apply_(model: nn.Module, cancel: bool = True, cancel_columns: bool = False,
     p = plan(model)
     identity = 0.0 if p["gain_convention"] == "one_plus" else 1.0
     tied = _tied(model, p)
-    for site, final in _sites(p):
+    for site, final in sites(p):
         if not site["foldable"]:
             continue
         norm = _module(model, site["norm"])
