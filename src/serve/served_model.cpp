@@ -84,11 +84,9 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   auto m = std::make_unique<ServedModel>();
   m->spec = spec;
   m->created = std::time(nullptr);
-  const WeightStorage storage = spec.weights == "native" ? WeightStorage::kNative
-                                : spec.weights == "f32" || spec.device == "cuda"
-                                    ? WeightStorage::kF32
-                                    : cpu_default_storage(spec.path);
-  Model model = load_model(spec.path, /*with_data=*/true, storage);
+  // the CLI's --weights rule (auto: native on the CPU for a quantized GGUF)
+  Model model = cli::load_model_for(
+      spec.path, cli::DeviceArgs{.device = spec.device, .weights = spec.weights});
   m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
   EngineOptions o;
   o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;
