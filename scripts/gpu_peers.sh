@@ -61,14 +61,14 @@ EOF
   FN_PROGRAMS="random_quant_gguf" scripts/gpu_stage.sh > /dev/null
   mv .cache/device/bundle "$P/bundle"
   eval "$(scripts/fetch_models.sh smollm2 gemma3)"
-  local i=1 f part
+  local i=1 f part sum
   for f in "$FLASHNORM_SMOLLM2_GGUF" "$FLASHNORM_GEMMA3_GGUF"; do
     s=$(mktemp -d)
-    (cd "$(dirname "$f")" && sha256sum "$(basename "$f")") > "$s/model.sha256"
+    sum="$s/$(basename "$f").sha256"  # beside every part: run checks the joined file
+    (cd "$(dirname "$f")" && sha256sum "$(basename "$f")") > "$sum"
     split -b $((48 * 1024 * 1024)) -d -a 2 "$f" "$s/$(basename "$f").part."
     for part in "$s"/*.part.*; do
-      mkdir -p "$P/part$i" && mv "$part" "$P/part$i/" && cp "$s/model.sha256" "$P/part$i/"
-      mv "$P/part$i/model.sha256" "$P/part$i/$(basename "$f").sha256"
+      mkdir -p "$P/part$i" && mv "$part" "$P/part$i/" && cp "$sum" "$P/part$i/"
       i=$((i + 1))
     done
     rm -rf "$s"
@@ -79,7 +79,8 @@ EOF
 
 receive() {
   mkdir -p "$W/models"
-  cp "$P"/part*/* "$W/models/"
+  local d  # one part per folder, each with the same checksum file: copied folder by folder
+  for d in "$P"/part*; do cp -f "$d"/* "$W/models/"; done
   ls -la "$W/models"
 }
 
