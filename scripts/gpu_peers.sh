@@ -80,8 +80,24 @@ EOF
 receive() {
   mkdir -p "$W/models"
   local d  # one part per folder, each with the same checksum file: copied folder by folder
-  for d in "$P"/part*; do cp -f "$d"/* "$W/models/"; done
+  for d in "$P"/part*; do if [[ -d $d ]]; then cp -f "$d"/* "$W/models/"; fi; done
   ls -la "$W/models"
+  # the llama.cpp build starts with the first call that carries its source
+  if [[ -f $P/src/llama_src.tar.xz ]]; then start_build; fi
+}
+
+# llama.cpp's build, in the background (setsid: it outlives the call), once per machine.
+start_build() {
+  [[ -f $W/llama/built || -f $W/llama/building ]] && return 0
+  mkdir -p "$W/llama/src" && touch "$W/llama/building"
+  tar -xJf "$P/src/llama_src.tar.xz" -C "$W/llama/src"
+  setsid bash -c "cd $W/llama && cmake -S src -B build -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF > configure.log 2>&1 && \
+    cmake --build build -j \$(nproc) --target llama-bench llama-batched-bench > build.log 2>&1 \
+    && touch built; rm -f building" < /dev/null > /dev/null 2>&1 &
+  echo "gpu_peers.sh: llama.cpp build started in $W/llama"
 }
 
 # FILE.gguf from its parts in $W/models, checked against its SHA-256.
@@ -103,17 +119,7 @@ run() {
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
   commit=${FN_COMMIT:-unknown}
   date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  # llama.cpp's build, in the background, once
-  if [[ ! -f $W/llama/built ]] && [[ ! -f $W/llama/building ]]; then
-    mkdir -p "$W/llama/src" && touch "$W/llama/building"
-    tar -xJf "$P/src/llama_src.tar.xz" -C "$W/llama/src"
-    setsid bash -c "cd $W/llama && cmake -S src -B build -DCMAKE_BUILD_TYPE=Release \
-      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-      -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF > configure.log 2>&1 && \
-      cmake --build build -j \$(nproc) --target llama-bench llama-batched-bench > build.log 2>&1 \
-      && touch built; rm -f building" < /dev/null > /dev/null 2>&1 &
-  fi
+  start_build
   # flashnorm's bundle and the models
   python3 -c "import tarfile; tarfile.open('$P/bundle/fn_bundle.tar.xz').extractall('/tmp')"
   export LD_LIBRARY_PATH="/tmp/fn/lib:${LD_LIBRARY_PATH:-}"
