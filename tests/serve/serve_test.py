@@ -9,7 +9,9 @@ API key and two models: SmolLM2 ("smol", flashnorm mode, 32 sequences) and Gemma
     tokenization, decode loop and sampler calls);
   * 32 concurrent streaming clients with different prompts and lengths: all complete, each greedy
     text equals the same request run alone, /metrics shows a batch of more than one sequence
-    while they ran and 0 active sequences and 0 KV blocks afterwards;
+    while they ran and 0 active sequences and 0 KV blocks afterwards (/metrics polled until the
+    gauges fall, with a deadline: the scheduler updates them after it releases the answers; a
+    stream held open must keep them up, the negative control of that wait);
   * the two models interleaved; a second request to "gemma" while one runs -> 429;
   * a bounded load test: 200 requests from 16 clients within a time limit: every one answered
     200 with its tokens, requests/s, tokens/s and p50/p99 latencies printed, the server's resident
@@ -116,6 +118,32 @@ class Server:
 
 def gauge(m, name, model="smol"):
     return m[f'{name}{{model="{model}"}}']
+
+
+IDLE_DEADLINE_S = 30
+
+
+def wait_idle(srv, deadline_s=IDLE_DEADLINE_S, model="smol"):
+    """Polls /metrics until `model` has 0 active sequences, 0 KV blocks in use and an empty queue,
+    or `deadline_s` passes. The gauges are updated by the scheduling thread at the end of its step,
+    after the answers it ended were released, so a client can read /metrics before they fall.
+    Returns (idle, the last metrics read)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        m = srv.metrics()
+        if gauge(m, "flashnorm_active_sequences", model) == 0 and \
+                gauge(m, "flashnorm_kv_blocks_in_use", model) == 0 and \
+                gauge(m, "flashnorm_queue_depth", model) == 0:
+            return True, m
+        if time.monotonic() >= end:
+            return False, m
+        time.sleep(0.02)
+
+
+def idle_gauges(m, model="smol"):
+    return (f"{gauge(m, 'flashnorm_active_sequences', model):.0f} active, "
+            f"{gauge(m, 'flashnorm_kv_blocks_in_use', model):.0f} KV blocks, "
+            f"queue {gauge(m, 'flashnorm_queue_depth', model):.0f}")
 
 
 def generate(cli, model, norm, prompt, n, temperature=0.0, seed=0, top_k=0, top_p=1.0,
@@ -262,10 +290,9 @@ def load_test(srv, client):
     ok_tokens = all(f in ("length", "stop") and (made is None or made == n or f == "stop")
                     for _, n, made, f, _ in results)
     check(ok_tokens, "load test: every answer finished (length or stop) with its tokens")
-    check(gauge(after, "flashnorm_active_sequences") == 0 and
-          gauge(after, "flashnorm_kv_blocks_in_use") == 0 and
-          gauge(after, "flashnorm_queue_depth") == 0,
-          "load test: 0 active sequences, 0 KV blocks, empty queue afterwards")
+    idle_now, m = wait_idle(srv)
+    check(idle_now, f"load test: 0 active sequences, 0 KV blocks, empty queue afterwards "
+          f"(within {IDLE_DEADLINE_S} s: {idle_gauges(m)})")
     done = rss_kib(srv.proc.pid)
     check(done <= idle + 8192, f"load test: resident memory back to idle ({idle / 1024:.1f} MiB "
           f"before, {done / 1024:.1f} MiB after)")
@@ -371,8 +398,28 @@ def run(cli, srv, client, smol, gemma):
     check(seen_batch[0] > 1 and gauge(m, "flashnorm_batch_size_max") > 1,
           f"/metrics showed a batch above 1 (polled {seen_batch[0]}, max "
           f"{gauge(m, 'flashnorm_batch_size_max')})")
-    check(gauge(m, "flashnorm_active_sequences") == 0 and gauge(m, "flashnorm_kv_blocks_in_use") == 0,
-          "0 active sequences and 0 KV blocks afterwards")
+    idle_now, m = wait_idle(srv)
+    check(idle_now, f"0 active sequences and 0 KV blocks afterwards (within {IDLE_DEADLINE_S} s: "
+          f"{idle_gauges(m)})")
+
+    # Negative control of the wait: a sequence held open keeps the gauges up, so wait_idle must
+    # time out; once the client goes away they fall.
+    held = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps({"model": "smol", "prompt": "Write a long essay about the sea.",
+                       "max_tokens": CTX - 64, "temperature": 0, "stream": True}).encode()
+    held.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 + f"\r\nAuthorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n"
+                 .encode() + body)
+    got = b""
+    while b"data: " not in got:
+        got += held.recv(4096)
+    # 0.25 s: well inside the time its CTX - 64 tokens take even alone on a fast machine
+    idle_now, m = wait_idle(srv, deadline_s=0.25)
+    check(not idle_now and gauge(m, "flashnorm_active_sequences") >= 1,
+          f"negative control: a held stream keeps the gauges up ({idle_gauges(m)})")
+    held.close()
+    idle_now, m = wait_idle(srv)
+    check(idle_now, f"the held stream's cache freed once its client left ({idle_gauges(m)})")
 
     load_test(srv, client)
 
@@ -461,8 +508,8 @@ def run(cli, srv, client, smol, gemma):
         before['flashnorm_completion_tokens_total{model="smol"}']
     check(m[cancelled_key] == before[cancelled_key] + 1 and made < 200,
           f"disconnect mid-stream cancels the sequence ({made:.0f} of 200 tokens made)")
-    check(gauge(m, "flashnorm_active_sequences") == 0 and gauge(m, "flashnorm_kv_blocks_in_use") == 0,
-          "its cache is freed")
+    idle_now, m = wait_idle(srv)
+    check(idle_now, f"its cache is freed ({idle_gauges(m)})")
 
 
 if __name__ == "__main__":
