@@ -4,7 +4,8 @@ folder of results and writes one JSON file and a Markdown table.
   python3 bench/peers_table.py DIR --out peers.json --gpu NAME --driver V --commit C --date D
                                --llama-commit C --llama-cpp-python V
 
-DIR holds, per model NAME: fn_NAME.json (flashnorm bench --model --weights native --batch ...),
+DIR holds, per model NAME: fn_NAME.json (flashnorm bench --model --weights native: prompts and
+batch 1), fnb_NAME.json (the same with --batch ...: batched decode),
 llama_bench_NAME.jsonl (llama-bench -o jsonl: pp512, pp4096, tg128) and llama_batched_NAME.jsonl
 (llama-batched-bench --output-format jsonl: one line per -npl). Rows: decode tokens/s at batch 1
 (flashnorm: its flashnorm configuration on bf16 and on native weights), output tokens/s at 8, 32
@@ -30,13 +31,17 @@ def _jsonl(path: Path) -> list[dict]:
     return out
 
 
-def flashnorm_rows(path: Path) -> dict:
+def flashnorm_rows(path: Path, batched: Path) -> dict:
     """{'decode_bf16': tok/s, 'decode_native': ..., 'batch_N_bf16': output tok/s, ...,
-    'prompt_N_bf16': tok/s, ...} of the flashnorm configurations (bf16 and native)."""
-    if not path.exists():
-        return {}
-    d = json.loads(path.read_text())
+    'prompt_N_bf16': tok/s, ...} of the flashnorm configurations (bf16 and native): prompts and
+    batch-1 decode from `path`, batched decode from `batched` (or `path` when it has them)."""
     out = {}
+    if not path.exists():
+        return out
+    d = json.loads(path.read_text())
+    if batched.exists():
+        d["batched_decode"] = d.get("batched_decode", []) + \
+            json.loads(batched.read_text()).get("batched_decode", [])
     for c in d.get("configs", []):
         kind = {"flashnorm": "bf16", "flashnorm, native": "native"}.get(c.get("name"))
         if kind is None:
@@ -74,7 +79,8 @@ def main():
     models += sorted({p.name[12:-6] for p in a.dir.glob("llama_bench_*.jsonl")} - set(models))
     result = {"gpu": a.gpu, "driver": a.driver, "date": a.date, "flashnorm_commit": a.commit,
               "llama_cpp_commit": a.llama_commit, "llama_cpp_python": a.llama_cpp_python,
-              "method": "flashnorm bench --model --weights native --quick (medians of --runs); "
+              "method": "flashnorm bench --model --weights native --quick --configs flashnorm "
+                        "(medians of --runs; batched decode after a 128-token prompt); "
                         "llama-bench -ngl 99 -fa 1 -r 5 (avg_ts); llama-batched-bench -ngl 99 "
                         "-fa 1 -npp 128 -ntg 128 (speed_tg)",
               "models": {}}
@@ -82,7 +88,7 @@ def main():
     print("| model | measure | llama.cpp | flashnorm bf16 | x | flashnorm native | x |")
     print("|---|---|---|---|---|---|---|")
     for m in models:
-        fn = flashnorm_rows(a.dir / f"fn_{m}.json")
+        fn = flashnorm_rows(a.dir / f"fn_{m}.json", a.dir / f"fnb_{m}.json")
         ll = llama_rows(a.dir / f"llama_bench_{m}.jsonl", a.dir / f"llama_batched_{m}.jsonl")
         result["models"][m] = {"flashnorm": fn, "llama_cpp": ll}
         for key, label in (("decode", "decode tok/s, batch 1"), ("batch_8", "output tok/s, 8"),

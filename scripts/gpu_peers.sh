@@ -15,8 +15,9 @@
 #   carry [".cache/peers/partN"]:  scripts/gpu_peers.sh receive
 #   carry [".cache/peers/src", ".cache/peers/bundle"]:  FN_COMMIT=... scripts/gpu_peers.sh run
 # `run` starts the llama.cpp build in the background (setsid: it outlives the call), runs
-# flashnorm's benchmarks meanwhile (bench --model, bf16 and --weights native, prompts of 512 and
-# 4096 tokens, batch 1 and batched decode at 8, 32 and 64 sequences) on the three files (the
+# flashnorm's benchmarks meanwhile (bench --model --configs flashnorm, bf16 and --weights native:
+# prompts of 512 and 4096 tokens and batch-1 decode; then batched decode at 8, 32 and 64
+# sequences after a 128-token prompt) on the three files (the
 # third, a random Llama-3-8B-shaped Q4_K file with SmolLM2's tokenizer, written there by
 # random_quant_gguf --vocab-from), then waits for the build and runs llama-bench (-ngl 99 -fa 1
 # -p 512,4096 -n 128) and llama-batched-bench (-npl 1,8,32,64) on the same files. A call that
@@ -119,7 +120,7 @@ run() {
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
   commit=${FN_COMMIT:-unknown}
   date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  start_build
+  if [[ ! -d $P/llama_out ]]; then start_build; fi
   # flashnorm's bundle and the models
   python3 -c "import tarfile; tarfile.open('$P/bundle/fn_bundle.tar.xz').extractall('/tmp')"
   export LD_LIBRARY_PATH="/tmp/fn/lib:${LD_LIBRARY_PATH:-}"
@@ -135,15 +136,33 @@ run() {
   local m name
   for m in "$W/models/$smol" "$W/models/$gemma" "$big"; do
     name=$(basename "$m" .gguf)
+    # flashnorm mode on bf16 and native weights (--configs flashnorm: the bf16 engine and its
+    # native twins; every configuration at once held 70 GB of KV cache slots on the 8B shape):
+    # prompts and batch-1 decode, then the batched decode after a 128-token prompt (as
+    # llama-batched-bench -npp 128), whose 64 slots then stay small
     if [[ ! -f $W/out/fn_$name.json ]]; then
-      "$fn" bench --model "$m" --weights native --quick --prompt-tokens 512,4096 \
-        --batch 8,32,64 --runs 3 --commit "$commit" --driver "$driver" \
+      "$fn" bench --model "$m" --weights native --quick --configs flashnorm \
+        --prompt-tokens 512,4096 --runs 3 --commit "$commit" --driver "$driver" \
         --out "$W/out/fn_$name.json.tmp" > "$W/out/fn_$name.log" 2>&1 &&
         mv "$W/out/fn_$name.json.tmp" "$W/out/fn_$name.json"
     fi
+    if [[ ! -f $W/out/fnb_$name.json ]]; then
+      "$fn" bench --model "$m" --weights native --quick --configs flashnorm \
+        --prompt-tokens 128 --decode-tokens 128 --batch 8,32,64 --runs 3 --commit "$commit" \
+        --driver "$driver" --out "$W/out/fnb_$name.json.tmp" > "$W/out/fnb_$name.log" 2>&1 &&
+        mv "$W/out/fnb_$name.json.tmp" "$W/out/fnb_$name.json"
+    fi
   done
-  # llama.cpp, once built (at most the rest of this call; repeat the call to wait longer)
-  while [[ ! -f $W/llama/built ]]; do
+  # llama.cpp, once built (at most the rest of this call; repeat the call to wait longer); not
+  # needed when its results came in the carried folder .cache/peers/llama_out (an earlier run's)
+  if [[ -d $P/llama_out ]]; then cp -n "$P"/llama_out/llama_* "$W/out/"; fi
+  have_llama() {
+    local n
+    for n in "$smol" "$gemma" "$big"; do
+      [[ -f $W/out/llama_batched_$(basename "$n" .gguf).jsonl ]] || return 1
+    done
+  }
+  while [[ ! -f $W/llama/built ]] && ! have_llama; do
     if [[ ! -f $W/llama/building ]]; then
       echo "gpu_peers.sh: the llama.cpp build failed:" >&2
       tail -20 "$W/llama/build.log" "$W/llama/configure.log" >&2 || true
@@ -164,7 +183,8 @@ run() {
   done
   python3 bench/peers_table.py --out "$OUT/peers.json" --gpu "$gpu" --driver "$driver" \
     --commit "$commit" --date "$date" \
-    --llama-commit "$(cat "$W/llama/src/llama.cpp-commit")" \
+    --llama-commit "$(cat "$W/llama/src/llama.cpp-commit" 2> /dev/null ||
+      tar -xJOf "$P/src/llama_src.tar.xz" ./llama.cpp-commit)" \
     --llama-cpp-python "$LLAMA_CPP_PYTHON" "$W/out" | tee "$OUT/peers.md"
   # the device tool returns at most 8 files: the raw results and logs in one archive
   tar -C "$W/out" -czf "$OUT/peers_raw.tar.gz" .
