@@ -42,14 +42,17 @@ void register_serve(CLI::App& app) {
     std::vector<std::string> models;
     std::string host = "127.0.0.1", api_key;
     int port = 8080, max_concurrent = 8, max_queued = 64, ctx = 0;
+    std::string prefix_cache = "on";
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("-m,--model", a->models,
-                  "NAME=PATH[,norm=flashnorm|standard][,weights=auto|f32|native][,device=cpu|cuda]"
-                  "[,ctx=N][,max-concurrent=N][,max-queued=N][,chat-format=F] (repeat for several "
-                  "models, which may share a GPU; PATH: GGUF file or Hugging Face directory; "
-                  "device: cpu by default, cuda for the CUDA engine with one KV cache slot of ctx "
-                  "positions per max-concurrent sequence)")
+  cmd->add_option(
+         "-m,--model", a->models,
+         "NAME=PATH[,norm=flashnorm|standard][,weights=auto|f32|native][,device=cpu|cuda]"
+         "[,ctx=N][,max-concurrent=N][,max-queued=N][,prefix-cache=on|off][,chat-format=F] "
+         "(repeat for several "
+         "models, which may share a GPU; PATH: GGUF file or Hugging Face directory; "
+         "device: cpu by default, cuda for the CUDA engine with one KV cache slot of ctx "
+         "positions per max-concurrent sequence)")
       ->required();
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port (0: any free port, printed at start)")
@@ -61,6 +64,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queued", a->max_queued,
                   "requests waiting per model beyond those (more: HTTP 429)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--prefix-cache", a->prefix_cache,
+                  "keep finished prompts' KV caches in idle sequence slots and reuse a shared "
+                  "prefix (CPU engine; docs/serve.md)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--ctx", a->ctx,
                   "KV cache positions per sequence (0: model context, at most 8192)")
       ->check(CLI::Range(0, 1 << 20));
@@ -79,6 +86,7 @@ void register_serve(CLI::App& app) {
     defaults.ctx = a->ctx;
     defaults.limits.max_concurrent = a->max_concurrent;
     defaults.limits.max_queued = a->max_queued;
+    defaults.limits.prefix_cache = a->prefix_cache == "on";
     serve::ModelMap models;
     int64_t threads = 8;  // summed in 64 bits: models may be many
     for (const std::string& v : a->models) {

@@ -222,6 +222,23 @@ int CpuEngine::kv_blocks_in_use() const {
   return n;
 }
 
+int CpuEngine::sequence_kv_blocks(int seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) throw Error(fmt::format("sequence {} is not open", seq));
+  return it->second.cap / kKvBlock + (it->second.cap % kKvBlock != 0);
+}
+
+void CpuEngine::rewind_sequence(int seq, int length) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) throw Error(fmt::format("sequence {} is not open", seq));
+  Sequence& s = it->second;
+  if (length < 0 || length > s.pos) {
+    throw Error(
+        fmt::format("cannot rewind sequence {} to {} of its {} positions", seq, length, s.pos));
+  }
+  s.pos = length;  // the allocation is kept (reallocating it fragmented a server's heap)
+}
+
 std::vector<float> CpuEngine::forward_batch(std::span<const SequenceChunk> chunks) {
   std::vector<Sequence*> seqs;
   for (const SequenceChunk& ch : chunks) {

@@ -34,6 +34,13 @@ int Engine::open_sequence() { no_batching(device()); }
 void Engine::close_sequence(int) { no_batching(device()); }
 int Engine::sequence_position(int) const { no_batching(device()); }
 std::vector<float> Engine::forward_batch(std::span<const SequenceChunk>) { no_batching(device()); }
+void Engine::rewind_sequence(int, int) {
+  throw Error(fmt::format("the {} engine does not rewind sequences", device()));
+}
+int Engine::sequence_kv_blocks(int seq) const {
+  sequence_position(seq);  // Error for an id that is not open
+  return 0;
+}
 void Engine::forward_batch_into(std::span<const SequenceChunk> chunks, std::vector<float>& logits) {
   logits = forward_batch(chunks);
 }

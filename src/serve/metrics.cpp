@@ -54,6 +54,9 @@ std::string render_metrics(const std::vector<std::string>& names,
          });
   scalar("flashnorm_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
          [](const ModelMetrics& m) { return m.prompt_tokens.load(); });
+  scalar("flashnorm_prompt_tokens_cached_total", "counter",
+         "Prompt tokens taken from a cached prefix instead of prefilled.",
+         [](const ModelMetrics& m) { return m.prompt_tokens_cached.load(); });
   scalar("flashnorm_completion_tokens_total", "counter", "Tokens generated.",
          [](const ModelMetrics& m) { return m.completion_tokens.load(); });
   scalar("flashnorm_steps_total", "counter", "Batched forward passes.",
@@ -62,8 +65,15 @@ std::string render_metrics(const std::vector<std::string>& names,
          [](const ModelMetrics& m) { return m.queue_depth.load(); });
   scalar("flashnorm_active_sequences", "gauge", "Sequences in the running batch.",
          [](const ModelMetrics& m) { return m.active.load(); });
-  scalar("flashnorm_kv_blocks_in_use", "gauge", "KV cache blocks (16 positions) held.",
+  scalar("flashnorm_kv_blocks_in_use", "gauge",
+         "KV cache blocks (16 positions) held by running sequences.",
          [](const ModelMetrics& m) { return m.kv_blocks.load(); });
+  scalar("flashnorm_kv_blocks_cached", "gauge",
+         "KV cache blocks (16 positions) held by cached prompts (prefix reuse).",
+         [](const ModelMetrics& m) { return m.kv_blocks_cached.load(); });
+  scalar("flashnorm_prefix_cache_sequences", "gauge",
+         "Finished requests' prompts kept for prefix reuse.",
+         [](const ModelMetrics& m) { return m.prefix_cache_sequences.load(); });
   scalar("flashnorm_batch_size", "gauge", "Sequences in the last forward pass.",
          [](const ModelMetrics& m) { return m.batch.load(); });
   scalar("flashnorm_batch_size_max", "gauge", "Most sequences in one forward pass so far.",

@@ -31,6 +31,11 @@ struct Scheduler::Active {
   Sampler sampler;
   TextStream text;
   clk::time_point last_token{};
+  // The prompt's last row, kept for prefix reuse: its logits (a sampled request) or top-1 (a
+  // greedy one; -1 when not known).
+  std::vector<float> prompt_logits;
+  int32_t prompt_top1 = -1;
+  bool whole_prompt_cached = false;  // admitted with its whole prompt in the cache
 };
 
 Scheduler::Scheduler(std::unique_ptr<Engine> engine, const Tokenizer& tok, Limits limits,
@@ -76,9 +81,23 @@ void Scheduler::shutdown() {
   if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
 }
 
-// Ends a generation: its last text, reason ("" = cancelled; error set = failed), its cache freed.
+// Ends a generation: its last text, reason ("" = cancelled; error set = failed), its cache freed
+// or, with prefix reuse, its prompt's cache kept.
 void Scheduler::finish(Active& a, const std::string& reason) {
-  engine_->close_sequence(a.seq);
+  const bool keep = limits_.prefix_cache && engine_->rewinds() && !reason.empty() &&
+                    a.g->error.empty() && a.fed == a.g->prompt.size() &&
+                    (a.prompt_top1 >= 0 || !a.prompt_logits.empty());
+  bool kept = false;
+  if (keep) {
+    try {
+      engine_->rewind_sequence(a.seq, int(a.g->prompt.size()));
+      cache_.push_back(
+          Cached{a.seq, a.g->prompt, std::move(a.prompt_logits), a.prompt_top1, ++cache_clock_});
+      kept = true;
+    } catch (const std::exception&) {  // then freed as without reuse
+    }
+  }
+  if (!kept) engine_->close_sequence(a.seq);
   {
     // Before the client hears of the end: its next request must find the slot free.
     std::lock_guard lock(mu_);
@@ -131,10 +150,24 @@ void Scheduler::loop() {
           continue;
         }
         ++running_;
-        active.push_back(Active{
-            g, engine_->open_sequence(), 0, -1, 0, Sampler(g->sampling), TextStream(g->stop), {}});
+        active.push_back(admit(std::move(g), active.size()));
       }
       metrics_.queue_depth = int(waiting_.size());
+    }
+    // Requests whose whole prompt was cached: their first token from the kept row, no pass.
+    for (size_t i = 0; i < active.size();) {
+      Active& a = active[i];
+      if (a.whole_prompt_cached) {
+        a.whole_prompt_cached = false;
+        const int32_t next = a.g->sampling.temperature == 0.0f
+                                 ? (a.prompt_top1 >= 0 ? a.prompt_top1 : argmax(a.prompt_logits))
+                                 : a.sampler.sample(a.prompt_logits);
+        if (emit(a, next, clk::now())) {
+          active.erase(active.begin() + i);
+          continue;
+        }
+      }
+      ++i;
     }
     // Cancelled sequences leave before the step (their cache freed now).
     for (size_t i = 0; i < active.size();) {
@@ -146,7 +179,7 @@ void Scheduler::loop() {
       }
     }
     metrics_.active = int(active.size());
-    metrics_.kv_blocks = engine_->kv_blocks_in_use();
+    publish_kv();
     if (active.empty()) {
       metrics_.batch = 0;
       continue;
@@ -196,6 +229,7 @@ void Scheduler::loop() {
     const size_t V = engine_->config().vocab;
     const clk::time_point now = clk::now();
     std::vector<bool> ended(active.size(), false);
+    const bool keep_rows = limits_.prefix_cache && engine_->rewinds();
     for (size_t i = 0; i < active.size(); ++i) {
       Active& a = active[i];
       if (failed[i]) {
@@ -207,48 +241,107 @@ void Scheduler::loop() {
         a.fed += toks[i].size();
         metrics_.prompt_tokens += toks[i].size();
         if (a.fed < a.g->prompt.size()) continue;  // mid-prompt
+        if (keep_rows && greedy[i]) a.prompt_top1 = top1_[i];
+        if (keep_rows && !greedy[i]) a.prompt_logits.assign(&logits[i * V], &logits[i * V] + V);
       }
       const int32_t next = greedy[i] ? top1_[i] : a.sampler.sample(std::span(&logits[i * V], V));
-      if (a.produced == 0) {
-        metrics_.ttft.observe(std::chrono::duration<double>(now - a.g->arrived).count());
-      } else {
-        metrics_.tpot.observe(std::chrono::duration<double>(now - a.last_token).count());
-      }
-      a.last_token = now;
-      std::string reason;
-      if (tok_.is_eog(next)) {
-        reason = "stop";
-      } else {
-        ++a.produced;
-        ++metrics_.completion_tokens;
-        a.last = next;
-        std::string t = a.text.push(tok_.piece(next));
-        {
-          std::lock_guard lock(a.g->mu_);
-          a.g->text_ += t;
-          a.g->completion_tokens = a.produced;
-        }
-        a.g->cv_.notify_all();
-        if (a.text.stopped()) {
-          reason = "stop";
-        } else if (a.produced >= a.g->max_tokens || engine_->sequence_position(a.seq) >= max_ctx_) {
-          reason = "length";
-        }
-      }
-      if (!reason.empty()) {
-        finish(a, reason);
-        ended[i] = true;
-      }
+      ended[i] = emit(a, next, now);
     }
     for (size_t i = active.size(); i-- > 0;) {
       if (ended[i]) active.erase(active.begin() + i);
     }
     metrics_.active = int(active.size());
-    metrics_.kv_blocks = engine_->kv_blocks_in_use();
+    publish_kv();
   }
+  for (const Cached& c : cache_) engine_->close_sequence(c.seq);
+  cache_.clear();
   metrics_.active = 0;
   metrics_.batch = 0;
-  metrics_.kv_blocks = engine_->kv_blocks_in_use();
+  publish_kv();
+}
+
+Scheduler::Active Scheduler::admit(std::shared_ptr<Generation> g, size_t running) {
+  Active a{g, 0, 0, -1, 0, Sampler(g->sampling), TextStream(g->stop), {}, {}, -1, false};
+  const std::vector<int32_t>& p = a.g->prompt;
+  const bool greedy = a.g->sampling.temperature == 0.0f;
+  const size_t chunk = size_t(std::max(1, limits_.prefill_chunk));
+  // the cached sequence that saves the most prompt (the most recent on a tie)
+  int best = -1;
+  size_t best_len = 0;
+  bool best_whole = false;
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    const Cached& c = cache_[i];
+    size_t lcp = 0;
+    while (lcp < c.prompt.size() && lcp < p.size() && c.prompt[lcp] == p[lcp]) ++lcp;
+    const bool whole =
+        lcp == p.size() && lcp == c.prompt.size() && (!c.logits.empty() || (greedy && c.top1 >= 0));
+    const size_t len = whole ? p.size() : std::min(lcp, p.size() - 1) / chunk * chunk;
+    if (len > best_len || (len == best_len && len > 0 && c.used > cache_[best].used)) {
+      best = int(i), best_len = len, best_whole = whole;
+    }
+  }
+  if (best >= 0) {
+    Cached c = std::move(cache_[best]);
+    cache_.erase(cache_.begin() + best);
+    engine_->rewind_sequence(c.seq, int(best_len));
+    a.seq = c.seq;
+    a.fed = best_len;
+    metrics_.prompt_tokens_cached += best_len;
+    if (best_whole) {
+      a.whole_prompt_cached = true;
+      a.prompt_logits = std::move(c.logits);
+      a.prompt_top1 = c.top1;
+    }
+    return a;
+  }
+  if (running + cache_.size() >= size_t(limits_.max_concurrent) && !cache_.empty()) {
+    auto lru = std::min_element(cache_.begin(), cache_.end(),
+                                [](const Cached& x, const Cached& y) { return x.used < y.used; });
+    engine_->close_sequence(lru->seq);
+    cache_.erase(lru);
+  }
+  a.seq = engine_->open_sequence();
+  return a;
+}
+
+bool Scheduler::emit(Active& a, int32_t next, clk::time_point now) {
+  if (a.produced == 0) {
+    metrics_.ttft.observe(std::chrono::duration<double>(now - a.g->arrived).count());
+  } else {
+    metrics_.tpot.observe(std::chrono::duration<double>(now - a.last_token).count());
+  }
+  a.last_token = now;
+  std::string reason;
+  if (tok_.is_eog(next)) {
+    reason = "stop";
+  } else {
+    ++a.produced;
+    ++metrics_.completion_tokens;
+    a.last = next;
+    std::string t = a.text.push(tok_.piece(next));
+    {
+      std::lock_guard lock(a.g->mu_);
+      a.g->text_ += t;
+      a.g->completion_tokens = a.produced;
+    }
+    a.g->cv_.notify_all();
+    if (a.text.stopped()) {
+      reason = "stop";
+    } else if (a.produced >= a.g->max_tokens || engine_->sequence_position(a.seq) >= max_ctx_) {
+      reason = "length";
+    }
+  }
+  if (reason.empty()) return false;
+  finish(a, reason);
+  return true;
+}
+
+void Scheduler::publish_kv() {
+  int cached = 0;
+  for (const Cached& c : cache_) cached += engine_->sequence_kv_blocks(c.seq);
+  metrics_.kv_blocks = engine_->kv_blocks_in_use() - cached;
+  metrics_.kv_blocks_cached = cached;
+  metrics_.prefix_cache_sequences = int(cache_.size());
 }
 
 }  // namespace flashnorm::serve

@@ -8,6 +8,14 @@
 // end-of-generation token or a stop string (finish_reason "stop"), at max_tokens ("length"), or
 // when cancelled (its client went away), and its sequence's KV cache is freed at that step. A
 // request the engine fails on fails alone.
+// Prefix reuse (Limits::prefix_cache, engines that rewind): a sequence whose request ended keeps
+// the KV cache of its prompt (and the logits or top-1 of the prompt's last row) while its slot is
+// idle, until a new request needs the slot (least recently used first; running and cached
+// sequences together at most max_concurrent). A new request takes the cached sequence that saves
+// it the most prompt: its whole prompt when it equals the cached one (the first token then comes
+// from the kept row, no pass), else the longest common prefix rounded down to whole prefill chunks
+// (at least one token left to feed), so that the rest is fed in the same chunks at the same
+// positions as without reuse: logits bit for bit those of a fresh sequence run alone.
 #pragma once
 
 #include <atomic>
@@ -59,9 +67,10 @@ struct Generation {
 class Scheduler {
  public:
   struct Limits {
-    int max_concurrent = 8;  // sequences in the batch
-    int max_queued = 64;     // requests waiting beyond those
-    int prefill_chunk = 64;  // prompt tokens per sequence per step
+    int max_concurrent = 8;    // sequences in the batch
+    int max_queued = 64;       // requests waiting beyond those
+    int prefill_chunk = 64;    // prompt tokens per sequence per step
+    bool prefix_cache = true;  // keep finished prompts' caches for reuse (engines that rewind)
   };
   // Starts the scheduling thread. `engine` must batch (Engine::batches); `tok` must outlive this.
   // Errors: Error when the engine does not batch.
@@ -80,8 +89,27 @@ class Scheduler {
 
  private:
   struct Active;
+  // A finished request's sequence kept for prefix reuse.
+  struct Cached {
+    int seq = 0;
+    std::vector<int32_t> prompt;  // the sequence holds its KV cache, positions [0, prompt.size())
+    std::vector<float> logits;    // the prompt's last-row logits, or empty
+    int32_t top1 = -1;            // or its top-1 (-1: not known)
+    uint64_t used = 0;            // least recently used goes first
+  };
   void loop();
   void finish(Active& a, const std::string& reason);
+  // Handles the next token of a request whose prompt is in the cache: text out, and the end
+  // (finish) at an end-of-generation token, a stop string, max_tokens or the context. Returns
+  // true when the request ended.
+  bool emit(Active& a, int32_t next, std::chrono::steady_clock::time_point now);
+  // A sequence for `g` (called under mu_): a cached one rewound to the prefix it reuses, or a new
+  // one (the least recently used cached sequence closed first when the slots are full).
+  Active admit(std::shared_ptr<Generation> g, size_t running);
+  void publish_kv();  // the KV gauges
+
+  std::vector<Cached> cache_;  // finished prompts' sequences (scheduling thread only)
+  uint64_t cache_clock_ = 0;
 
   std::unique_ptr<Engine> engine_;
   const Tokenizer& tok_;

@@ -58,6 +58,8 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
       s.limits.max_queued = positive(key, v, 0);
       if (s.limits.max_queued > (1 << 20))  // as --max-queued (and no int overflow beside it)
         throw Error(fmt::format("--model {}: max-queued={} is above 1048576", s.name, v));
+    } else if (key == "prefix-cache" && (v == "on" || v == "off")) {
+      s.limits.prefix_cache = v == "on";
     } else if (key == "chat-format") {
       chat_style_from_name(v);  // refuses an unknown family
       s.chat_format = v;
@@ -65,15 +67,16 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
       s.device = v;
     } else if (key == "weights" && (v == "auto" || v == "f32" || v == "native")) {
       s.weights = v;
-    } else if (key == "norm" || key == "device" || key == "weights") {
+    } else if (key == "norm" || key == "device" || key == "weights" || key == "prefix-cache") {
       throw Error(fmt::format("--model {}: {}={} is not one of {}", s.name, key, v,
-                              key == "norm"     ? "flashnorm, standard"
-                              : key == "device" ? "cpu, cuda"
-                                                : "auto, f32, native"));
+                              key == "norm"      ? "flashnorm, standard"
+                              : key == "device"  ? "cpu, cuda"
+                              : key == "weights" ? "auto, f32, native"
+                                                 : "on, off"));
     } else {
       throw Error(
           fmt::format("--model {}: unknown key '{}' (norm, ctx, max-concurrent, "
-                      "max-queued, chat-format, device, weights)",
+                      "max-queued, prefix-cache, chat-format, device, weights)",
                       s.name, key));
     }
   }

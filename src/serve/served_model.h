@@ -4,7 +4,7 @@
 // max-queued=N (default the flags of the same name), chat-format=chatml|gemma|llama3 (default:
 // recognised from the model's template), device=cpu|cuda (cuda: the CUDA engine, one KV cache slot
 // of ctx positions per max-concurrent sequence allocated at load; several models may share a GPU),
-// weights=auto|f32|native.
+// weights=auto|f32|native, prefix-cache=on|off (default --prefix-cache: Scheduler::Limits).
 #pragma once
 
 #include <ctime>

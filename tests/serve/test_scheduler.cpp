@@ -1,7 +1,10 @@
 // serve::Scheduler on a scripted engine (greedy next token = last token + 1 mod 9; any chunk
 // holding token 9 makes forward_batch throw): a request the engine fails on fails alone while the
 // others finish; a cancelled request ends with its sequence closed; a full queue answers 429;
-// every finished request's sequence is closed.
+// every finished request's sequence is closed. Prefix reuse (an engine that rewinds): a shared
+// prefix is reused in whole prefill chunks and the rest fed in the chunks a fresh sequence gets;
+// an equal prompt is answered from the kept row without a pass; the least recently used cached
+// sequence gives its slot up; with prefix_cache off nothing is kept.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -18,7 +21,21 @@ constexpr int kVocab = 11;  // "t0".."t9", eos 10
 
 class ScriptedEngine final : public Engine {
  public:
-  explicit ScriptedEngine(int step_ms) : step_ms_(step_ms) { cfg_.vocab = kVocab; }
+  explicit ScriptedEngine(int step_ms, bool rewinds = false)
+      : step_ms_(step_ms), rewinds_(rewinds) {
+    cfg_.vocab = kVocab;
+  }
+  bool rewinds() const override { return rewinds_; }
+  void rewind_sequence(int seq, int length) override {
+    if (!rewinds_ || !open_.count(seq) || length < 0 || length > pos_.at(seq)) {
+      throw Error("bad rewind");
+    }
+    pos_[seq] = length;
+    rewound.push_back({seq, length});
+  }
+  int sequence_kv_blocks(int seq) const override { return open_.count(seq) ? 1 : 0; }
+  std::vector<std::vector<int32_t>> fed;     // every chunk, in order
+  std::vector<std::pair<int, int>> rewound;  // (sequence, length) of every rewind
   void reset() override {}
   int position() const override { return 0; }
   int max_context() const override { return 4096; }
@@ -47,6 +64,7 @@ class ScriptedEngine final : public Engine {
       }
     }
     std::vector<float> logits(chunks.size() * kVocab, 0.0f);
+    for (const auto& c : chunks) fed.emplace_back(c.tokens.begin(), c.tokens.end());
     for (size_t i = 0; i < chunks.size(); ++i) {
       pos_[chunks[i].seq] += static_cast<int>(chunks[i].tokens.size());
       logits[i * kVocab + (chunks[i].tokens.back() + 1) % 9] = 1.0f;
@@ -57,6 +75,7 @@ class ScriptedEngine final : public Engine {
 
  private:
   int step_ms_, next_ = 1;
+  bool rewinds_ = false;
   ModelConfig cfg_;
   std::set<int> open_;
   std::map<int, int> pos_;
@@ -99,8 +118,8 @@ std::string wait_text(Generation& g) {
 // A scheduler on a ScriptedEngine (e) with metrics m; the tokenizer and metrics outlive it.
 class SchedulerTest : public ::testing::Test {
  protected:
-  Scheduler& start(int step_ms, Scheduler::Limits limits) {
-    auto engine = std::make_unique<ScriptedEngine>(step_ms);
+  Scheduler& start(int step_ms, Scheduler::Limits limits, bool rewinds = false) {
+    auto engine = std::make_unique<ScriptedEngine>(step_ms, rewinds);
     e = engine.get();
     sched = std::make_unique<Scheduler>(std::move(engine), tok, limits, m);
     return *sched;
@@ -149,6 +168,74 @@ TEST_F(SchedulerTest, CancelClosesTheSequenceAndFullQueueAnswers429) {
   EXPECT_EQ(e->open(), 0u);
   EXPECT_EQ(m.requests[int(Outcome::kCancelled)], 1u);
   EXPECT_EQ(submit_status(s, extra), 503) << "accepted after shutdown";
+}
+
+TEST_F(SchedulerTest, PrefixReuseTakesWholeChunksOfTheSharedPrefix) {
+  Scheduler& s = start(0, {.max_concurrent = 2, .max_queued = 8, .prefill_chunk = 4}, true);
+  auto a = request({1, 2, 3, 4, 5, 6, 7}, 2);
+  s.submit(a);
+  EXPECT_EQ(wait_text(*a), "t8t0");
+  EXPECT_EQ(e->open(), 1u) << "the finished prompt's sequence is kept";
+  // 5 tokens shared: one whole chunk of 4 reused, the rest fed from position 4 as fresh.
+  auto b = request({1, 2, 3, 4, 5, 8, 8}, 2);
+  s.submit(b);
+  EXPECT_EQ(wait_text(*b), "t0t1");
+  s.shutdown();
+  // a kept at its prompt's end, a's sequence rewound for b, b kept at its prompt's end
+  const std::vector<std::pair<int, int>> rewinds = {{1, 7}, {1, 4}, {1, 7}};
+  EXPECT_EQ(e->rewound, rewinds);
+  const std::vector<std::vector<int32_t>> want = {{1, 2, 3, 4}, {5, 6, 7}, {8}, {5, 8, 8}, {0}};
+  EXPECT_EQ(e->fed, want) << "b's rest is not fed in a fresh sequence's chunks";
+  EXPECT_EQ(m.prompt_tokens, 7u + 3u);
+  EXPECT_EQ(m.prompt_tokens_cached, 4u);
+  EXPECT_EQ(e->open(), 0u) << "shutdown closes the cached sequences";
+}
+
+TEST_F(SchedulerTest, AnEqualPromptIsAnsweredFromTheKeptRow) {
+  Scheduler& s = start(0, {.max_concurrent = 2, .max_queued = 8, .prefill_chunk = 4}, true);
+  auto a = request({1, 2, 3}, 3), again = request({1, 2, 3}, 3);
+  s.submit(a);
+  EXPECT_EQ(wait_text(*a), "t4t5t6");
+  s.submit(again);
+  EXPECT_EQ(wait_text(*again), "t4t5t6");
+  s.shutdown();
+  // a: its prompt and two decode tokens; again: no prompt pass, its first token from the kept row
+  const std::vector<std::vector<int32_t>> want = {{1, 2, 3}, {4}, {5}, {4}, {5}};
+  EXPECT_EQ(e->fed, want);
+  EXPECT_EQ(m.prompt_tokens_cached, 3u);
+}
+
+TEST_F(SchedulerTest, TheLeastRecentlyUsedCachedSequenceGivesItsSlotUp) {
+  Scheduler& s = start(0, {.max_concurrent = 2, .max_queued = 8, .prefill_chunk = 4}, true);
+  for (int32_t first : {1, 3, 5}) {
+    auto g = request({first, 2}, 1);
+    s.submit(g);
+    wait_text(*g);
+    EXPECT_LE(e->open(), 2u) << "running and cached sequences past max_concurrent";
+  }
+  auto again = request({1, 2}, 1);  // evicted: fed again
+  s.submit(again);
+  wait_text(*again);
+  auto last = request({5, 2}, 1);  // still cached
+  s.submit(last);
+  wait_text(*last);
+  s.shutdown();
+  EXPECT_EQ(m.prompt_tokens, 8u);
+  EXPECT_EQ(m.prompt_tokens_cached, 2u);
+}
+
+TEST_F(SchedulerTest, PrefixCacheOffKeepsNothing) {
+  Scheduler& s = start(
+      0, {.max_concurrent = 2, .max_queued = 8, .prefill_chunk = 4, .prefix_cache = false}, true);
+  auto a = request({1, 2, 3}, 2), again = request({1, 2, 3}, 2);
+  s.submit(a);
+  wait_text(*a);
+  EXPECT_EQ(e->open(), 0u);
+  s.submit(again);
+  EXPECT_EQ(wait_text(*again), "t4t5");
+  s.shutdown();
+  EXPECT_TRUE(e->rewound.empty());
+  EXPECT_EQ(m.prompt_tokens_cached, 0u);
 }
 
 }  // namespace

@@ -16,7 +16,9 @@ TEST(ModelSpec, Keys) {
   ModelSpec defaults;
   defaults.limits.max_concurrent = 5;
   const ModelSpec s = parse_model_spec(
-      "smol=/m.gguf,norm=standard,weights=native,ctx=64,max-queued=0,chat-format=chatml", defaults);
+      "smol=/m.gguf,norm=standard,weights=native,ctx=64,max-queued=0,prefix-cache=off,"
+      "chat-format=chatml",
+      defaults);
   EXPECT_EQ(s.name, "smol");
   EXPECT_EQ(s.path, "/m.gguf");
   EXPECT_EQ(s.norm, "standard");
@@ -25,7 +27,9 @@ TEST(ModelSpec, Keys) {
   EXPECT_EQ(s.limits.max_queued, 0);
   EXPECT_EQ(s.limits.max_concurrent, 5);  // from the flags' defaults
   EXPECT_EQ(s.chat_format, "chatml");
+  EXPECT_FALSE(s.limits.prefix_cache);
   const ModelSpec d = parse_model_spec("a=b", defaults);
+  EXPECT_TRUE(d.limits.prefix_cache);
   EXPECT_EQ(d.norm, "flashnorm");
   EXPECT_EQ(d.weights, "auto");
   EXPECT_EQ(d.device, "cpu");
@@ -46,6 +50,7 @@ TEST(ModelSpec, Refusals) {
       {"a=p,max-concurrent=4097", "max-concurrent=4097 is above 4096"},
       {"a=p,max-queued=2147483647", "max-queued=2147483647 is above 1048576"},
       {"a=p,device=gpu", "device=gpu"},
+      {"a=p,prefix-cache=maybe", "prefix-cache=maybe"},
   };
   for (const auto& [value, want] : cases) {
     try {

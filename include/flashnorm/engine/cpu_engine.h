@@ -83,6 +83,9 @@ class CpuEngine final : public Engine {
   int sequence_position(int seq) const override;
   std::vector<float> forward_batch(std::span<const SequenceChunk> chunks) override;
   int kv_blocks_in_use() const override;
+  bool rewinds() const override { return true; }
+  void rewind_sequence(int seq, int length) override;
+  int sequence_kv_blocks(int seq) const override;
 
  private:
   // One sequence's KV cache, grown in whole kKvBlock blocks up to max_ctx_ positions.

@@ -119,6 +119,15 @@ class Engine {
                                   std::vector<int32_t>& top1);
   // KV cache blocks (kKvBlock positions of every layer's K and V) held by open sequences.
   virtual int kv_blocks_in_use() const { return 0; }
+  // Prefix reuse (serve's prompt cache): true when rewind_sequence works (the CPU engine).
+  virtual bool rewinds() const { return false; }
+  // Keeps the first `length` positions of the sequence's cache, bit for bit (its allocation
+  // unchanged): the next chunk is appended at position `length`. Errors: Error for an id that is
+  // not open, a length outside [0, sequence_position(seq)], or an engine that does not rewind.
+  virtual void rewind_sequence(int seq, int length);
+  // KV cache blocks held by one open sequence (0 where the engine does not count them). Errors:
+  // Error for an id that is not open.
+  virtual int sequence_kv_blocks(int seq) const;
 };
 
 }  // namespace flashnorm
