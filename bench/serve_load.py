@@ -11,8 +11,10 @@ runs on the same GGUF, cores (--threads) and prompts with as many parallel slots
 concurrency, measured the same way (its own counter, llamacpp:tokens_predicted_total) while
 flashnorm's server is idle. Writes JSON to bench/results/serve_load-cpu-<commit>-<date>.json and
 prints a Markdown table.
+The JSON records the CPU's SIMD flags and the engine line each flashnorm model printed (its
+instruction set); --isa avx2 runs flashnorm's kernels on AVX2 on an AVX-512 machine.
 Usage: bench/serve_load.py --cli build/release/src/cli/flashnorm [--model GGUF] [--seconds 20]
-       [--weights f32,native] [--llama-server ~/.cache/flashnorm/llama.cpp-*/build/bin/llama-server]
+       [--weights f32,native] [--isa avx2] [--llama-server ~/.cache/flashnorm/llama.cpp-*/build/bin/llama-server]
 """
 import argparse
 import concurrent.futures as cf
@@ -124,6 +126,9 @@ def main():
     ap.add_argument("--weights", default="f32", help="f32 and/or native, comma-separated")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--llama-server", default=None, help="llama.cpp's llama-server binary")
+    ap.add_argument("--isa", default=None, choices=["scalar", "avx2", "avx512"],
+                    help="flashnorm's CPU kernels on this instruction set (FLASHNORM_CPU_ISA; "
+                         "default: the widest the CPU has)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if not a.model:
@@ -134,13 +139,20 @@ def main():
     for w, mode in configs:
         cmd += ["--model", f"{mode}-{w}={a.model},norm={mode},weights={w}"]
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(a.threads))
+    env.pop("FLASHNORM_CPU_ISA", None)
+    if a.isa:
+        env["FLASHNORM_CPU_ISA"] = a.isa
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     port = None
+    engines = {}  # "NAME: cpu, native weights (avx512, 2 threads), norm ...": the path that ran
     for line in proc.stderr:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
         if m:
             port = int(m.group(1))
             break
+        m = re.match(r"([\w-]+): (cpu.*)$", line.strip())
+        if m:
+            engines[m.group(1)] = m.group(2)
     if port is None:
         sys.exit("the server did not start")
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
@@ -183,22 +195,26 @@ def main():
                    "tokens/s at N concurrent streaming chat clients (greedy, max_tokens fixed)",
            "model": Path(a.model).name, "max_tokens": a.max_tokens, "seconds_per_level": a.seconds,
            "threads": a.threads, "cpus": os.cpu_count(), "cpu": cpu_model(),
+           "cpu_simd_flags": cpu_simd_flags(), "flashnorm_isa": a.isa or "widest available",
+           "flashnorm_engines": engines,
            "load_average_at_end": os.getloadavg(), "commit": commit, "date": date,
            "llama_server": llama_version, "rows": rows}
     path = Path(a.out) if a.out else ROOT / "bench/results" / f"serve_load-cpu-{commit}-{date}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path}")
     names = [f"{m} {w}" for w, m in configs] + (["llama-server"] if llama else [])
-    print("| streams | " + " | ".join(f"{n} tokens/s" for n in names) + " |")
-    print("|---" * (len(names) + 1) + "|")
-    for c in levels:
-        cells = [next(r["output_tokens_per_s"] for r in rows if r["streams"] == c and
-                      r["server"] == "flashnorm" and r["mode"] == m and r["weights"] == w)
-                 for w, m in configs]
-        if llama:
-            cells.append(next(r["output_tokens_per_s"] for r in rows
-                              if r["streams"] == c and r["server"] == "llama-server"))
-        print(f"| {c} | " + " | ".join(str(x) for x in cells) + " |")
+    for key, unit in (("output_tokens_per_s", "tokens/s"), ("ttft_p50_s", "TTFT p50 s")):
+        print("| streams | " + " | ".join(f"{n} {unit}" for n in names) + " |")
+        print("|---" * (len(names) + 1) + "|")
+        for c in levels:
+            cells = [next(r[key] for r in rows if r["streams"] == c and
+                          r["server"] == "flashnorm" and r["mode"] == m and r["weights"] == w)
+                     for w, m in configs]
+            if llama:
+                cells.append(next(r[key] for r in rows
+                                  if r["streams"] == c and r["server"] == "llama-server"))
+            print(f"| {c} | " + " | ".join(str(x) for x in cells) + " |")
+        print()
 
 
 def cpu_model():
@@ -206,6 +222,19 @@ def cpu_model():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return "unknown"
+
+
+SIMD = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+        "avx_vnni")
+
+
+def cpu_simd_flags():
+    """The SIMD extensions /proc/cpuinfo lists that the CPU kernels (or llama.cpp's) can use."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in SIMD if f in have]
+    return []
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
   }
   native_ = m_.has(a.tied_source) && !m_.get(a.tied_source).raw.empty();
   if (native_) {
-    isa_ = kernels::cpu::best_quant_isa();
+    isa_ = kernels::cpu::chosen_quant_isa();
     pool_ = std::make_unique<kernels::cpu::ThreadPool>();
     one_blas_thread_ = pool_->size() > 1 && kernels::cpu::BlasThreads::available();
   }

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -392,6 +393,36 @@ TEST(QuantIsaTest, BestIsTheWidestAvailable) {
   EXPECT_STREQ(fc::quant_isa_name(fc::QuantIsa::kAvx512), "avx512");
   std::printf("best_quant_isa: %s (avx2 %s, avx512 %s)\n", fc::quant_isa_name(fc::best_quant_isa()),
               avx2 ? "yes" : "no", avx512 ? "yes" : "no");
+}
+
+// FLASHNORM_CPU_ISA picks a narrower available set; unset or empty, the widest; an unknown name is
+// refused with one line naming the variable (and, where AVX-512 is absent, so is avx512).
+TEST(QuantIsaTest, EnvironmentPicksTheSet) {
+  struct Restore {
+    ~Restore() { unsetenv("FLASHNORM_CPU_ISA"); }
+  } restore;
+  unsetenv("FLASHNORM_CPU_ISA");
+  EXPECT_EQ(fc::chosen_quant_isa(), fc::best_quant_isa());
+  setenv("FLASHNORM_CPU_ISA", "", 1);
+  EXPECT_EQ(fc::chosen_quant_isa(), fc::best_quant_isa());
+  setenv("FLASHNORM_CPU_ISA", "scalar", 1);
+  EXPECT_EQ(fc::chosen_quant_isa(), fc::QuantIsa::kScalar);
+  if (fc::quant_isa_available(fc::QuantIsa::kAvx2)) {
+    setenv("FLASHNORM_CPU_ISA", "avx2", 1);
+    EXPECT_EQ(fc::chosen_quant_isa(), fc::QuantIsa::kAvx2);
+  }
+  std::vector<std::string> refused = {"sse4", "AVX2"};
+  if (!fc::quant_isa_available(fc::QuantIsa::kAvx512)) refused.push_back("avx512");
+  for (const std::string& v : refused) {
+    setenv("FLASHNORM_CPU_ISA", v.c_str(), 1);
+    try {
+      fc::chosen_quant_isa();
+      ADD_FAILURE() << v << ": accepted";
+    } catch (const flashnorm::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("FLASHNORM_CPU_ISA=" + v), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // quant_matmul_parts: parts of different types and odd row counts (4-row groups and their

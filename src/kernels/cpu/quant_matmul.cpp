@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -162,6 +164,19 @@ QuantIsa best_quant_isa() {
     if (quant_isa_available(isa)) return isa;
   }
   return QuantIsa::kScalar;
+}
+
+QuantIsa chosen_quant_isa() {
+  const char* env = std::getenv("FLASHNORM_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best_quant_isa();
+  for (QuantIsa isa : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512}) {
+    if (std::strcmp(env, quant_isa_name(isa)) != 0) continue;
+    if (!quant_isa_available(isa)) {
+      throw Error(fmt::format("FLASHNORM_CPU_ISA={}: this build or CPU cannot run it", env));
+    }
+    return isa;
+  }
+  throw Error(fmt::format("FLASHNORM_CPU_ISA={} is not one of scalar, avx2, avx512", env));
 }
 
 const char* quant_isa_name(QuantIsa isa) {

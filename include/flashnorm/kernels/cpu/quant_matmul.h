@@ -38,6 +38,11 @@ bool quant_isa_available(QuantIsa isa);
 QuantIsa best_quant_isa();
 // "scalar" / "avx2" / "avx512".
 const char* quant_isa_name(QuantIsa isa);
+// The instruction set the engines use: the one the environment variable FLASHNORM_CPU_ISA names
+// (scalar, avx2 or avx512: a benchmark measures a narrower path on a wider machine), else
+// best_quant_isa(). Errors: Error naming FLASHNORM_CPU_ISA for another value or one this build and
+// CPU cannot run.
+QuantIsa chosen_quant_isa();
 
 // Whether quant_matmul computes from weights of `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0, Q4_K, Q5_K, Q6_K).
