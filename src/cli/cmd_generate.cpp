@@ -14,6 +14,7 @@
 #include "flashnorm/model/check.h"
 #include "flashnorm/model/model.h"
 #include "flashnorm/tokenizer/model_tokenizer.h"
+#include "flashnorm/tokenizer/utf8_text.h"
 #include "model_args.h"
 
 namespace flashnorm::cli {

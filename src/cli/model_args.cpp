@@ -17,6 +17,7 @@
 #include "flashnorm/engine/make_engine.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/json_strict.h"
+#include "flashnorm/tokenizer/utf8_text.h"
 
 namespace flashnorm::cli {
 
@@ -59,20 +60,12 @@ void add_device_options(CLI::App* cmd, DeviceArgs& d) {
 }
 
 WeightStorage weight_storage(const DeviceArgs& d, const std::string& path) {
-  if (d.weights == "native") return WeightStorage::kNative;
-  if (d.weights == "f32" || resolve_device(d.device) == "cuda") return WeightStorage::kF32;
-  return cpu_default_storage(path);
+  return flashnorm::weight_storage(parse_weights(d.weights), parse_device(d.device), path);
 }
 
 Model load_model_for(const std::string& path, const DeviceArgs& d) {
   return load_model(path, /*with_data=*/true, weight_storage(d, path));
 }
-
-namespace {
-Device parse_device(const std::string& device) {
-  return device == "cuda" ? Device::kCuda : device == "cpu" ? Device::kCpu : Device::kAuto;
-}
-}  // namespace
 
 std::string resolve_device(const std::string& device) {
   return flashnorm::resolve_device(parse_device(device)) == Device::kCuda ? "cuda" : "cpu";
@@ -106,76 +99,6 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
   o.decode = d.eager ? DecodeLaunch::kEager : DecodeLaunch::kGraph;
   o.tied_head = d.fold_tied_head ? TiedHead::kFoldCopy : TiedHead::kKeepGain;
   return flashnorm::make_engine(std::move(model), mode, o);
-}
-
-std::string describe_engine(const Engine& e) {
-  return fmt::format("{}, {}", e.device(), e.describe());
-}
-
-NormMode parse_norm_mode(const std::string& s) {
-  if (s == "standard") return NormMode::Standard;
-  if (s == "flashnorm") return NormMode::FlashNorm;
-  throw Error(fmt::format("--norm must be standard or flashnorm, not '{}'", s));
-}
-
-size_t complete_utf8_prefix(const std::string& s) {
-  // Walk back over at most 3 continuation bytes to the last lead byte; keep it only if its
-  // sequence is complete.
-  size_t n = s.size();
-  size_t i = n;
-  int cont = 0;
-  while (i > 0 && cont < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) {
-    --i;
-    ++cont;
-  }
-  if (i == 0) return cont >= 4 ? n : 0;
-  const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
-  const int need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-  if (need == 0) return n;  // ASCII or stray continuation bytes: emit as is
-  return cont >= need ? n : i - 1;
-}
-
-std::optional<size_t> first_invalid_utf8(std::string_view s) {
-  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = b[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;  // overlong
-      if (c == 0xED) hi = 0x9F;  // surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;  // overlong
-      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-    } else {
-      return i;  // 0x80-0xC1 (stray continuation, overlong lead) or 0xF5-0xFF
-    }
-    if (i + len > n) return i;  // truncated
-    if (b[i + 1] < lo || b[i + 1] > hi) return i;
-    for (int k = 2; k < len; ++k) {
-      if ((b[i + k] & 0xC0) != 0x80) return i;
-    }
-    i += len;
-  }
-  return std::nullopt;
-}
-
-void require_utf8(std::string_view s, const std::string& what) {
-  if (auto at = first_invalid_utf8(s)) {
-    throw Error(fmt::format(
-        "{} is not valid UTF-8: the sequence at byte offset {} (byte 0x{:02X}) is ill-formed", what,
-        *at, static_cast<unsigned char>(s[*at])));
-  }
 }
 
 std::string read_prompt_file(const std::string& path, std::string_view option) {

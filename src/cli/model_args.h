@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashnorm/engine/cpu_engine.h"
+#include "flashnorm/engine/make_engine.h"
 #include "flashnorm/io/gguf.h"
 #include "flashnorm/tokenizer/chat.h"
 #include "flashnorm/tokenizer/tokenizer.h"
@@ -31,10 +32,8 @@ struct DeviceArgs {
 void add_device_options(CLI::App* cmd, DeviceArgs& d);
 // "auto" -> "cuda" or "cpu"; "cuda" without a usable GPU (or a build without CUDA) throws Error.
 std::string resolve_device(const std::string& device);
-// WeightStorage for --weights and the model at `path`: native computes from the GGUF file's
-// blocks, f32 dequantizes at load; auto is native on the CPU for a quantized GGUF
-// (cpu_default_storage), f32 otherwise (on cuda: bf16 weights, measured faster than the native
-// blocks on the small real models, docs/quantized.md).
+// WeightStorage for --weights and --device on the model at `path` (engine/make_engine.h's
+// weight_storage: auto is native on the CPU for a quantized GGUF, f32 otherwise).
 WeightStorage weight_storage(const DeviceArgs& d, const std::string& path);
 // load_model(path, true, weight_storage(d, path)).
 Model load_model_for(const std::string& path, const DeviceArgs& d);
@@ -43,25 +42,6 @@ Model load_model_for(const std::string& path, const DeviceArgs& d);
 // (CUDA-only flags on the CPU, --deferred in standard mode) get a one-line note on stderr.
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs& d, int ctx,
                                     bool cancel, bool track = false);
-// One line describing the engine: "<device>, <Engine::describe()>" (e.g. "cpu, fp32, norm
-// flashnorm").
-std::string describe_engine(const Engine& e);
-
-// "standard" / "flashnorm" -> NormMode. Throws Error otherwise.
-NormMode parse_norm_mode(const std::string& s);
-
-// Number of bytes at the start of `s` that form complete UTF-8 sequences (for streaming output).
-size_t complete_utf8_prefix(const std::string& s);
-
-// Byte offset of the first ill-formed UTF-8 sequence in `s` (Unicode table 3-7: no 0xC0/0xC1 or
-// 0xF5-0xFF, no overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequence);
-// nullopt when all of `s` is well-formed.
-std::optional<size_t> first_invalid_utf8(std::string_view s);
-
-// Throws Error naming `what` (e.g. "the prompt"), the byte offset and the byte's value when `s`
-// is not well-formed UTF-8: text is refused rather than silently losing bytes in the tokenizer.
-void require_utf8(std::string_view s, const std::string& what);
-
 // The bytes of a prompt file; "-" reads standard input. Throws Error (one line naming `option`
 // and the file) for a missing, unreadable or directory path.
 std::string read_prompt_file(const std::string& path, std::string_view option = "--file");

@@ -8,6 +8,12 @@
 
 namespace flashnorm {
 
+NormMode parse_norm_mode(std::string_view s) {
+  if (s == "standard") return NormMode::Standard;
+  if (s == "flashnorm") return NormMode::FlashNorm;
+  throw Error(fmt::format("--norm must be standard or flashnorm, not '{}'", s));
+}
+
 std::vector<int32_t> Engine::generate(std::span<const int32_t>, int, float, uint64_t,
                                       const std::function<bool(int32_t)>&) {
   throw Error(fmt::format("the {} engine does not sample on the device", device()));

@@ -2,11 +2,37 @@
 // module (engine/cuda_module.h), which is loaded only when the GPU is asked for.
 #include "flashnorm/engine/make_engine.h"
 
+#include <fmt/format.h>
+
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/cuda_module.h"
 #include "flashnorm/error.h"
 
 namespace flashnorm {
+
+Device parse_device(std::string_view s) {
+  if (s == "auto") return Device::kAuto;
+  if (s == "cpu") return Device::kCpu;
+  if (s == "cuda") return Device::kCuda;
+  throw Error(fmt::format("device '{}' is not one of auto, cpu, cuda", s));
+}
+
+Weights parse_weights(std::string_view s) {
+  if (s == "auto") return Weights::kAuto;
+  if (s == "f32") return Weights::kF32;
+  if (s == "native") return Weights::kNative;
+  throw Error(fmt::format("weights '{}' is not one of auto, f32, native", s));
+}
+
+WeightStorage weight_storage(Weights w, Device d, const std::string& path) {
+  if (w == Weights::kNative) return WeightStorage::kNative;
+  if (w == Weights::kF32 || resolve_device(d) == Device::kCuda) return WeightStorage::kF32;
+  return cpu_default_storage(path);
+}
+
+std::string describe_engine(const Engine& e) {
+  return fmt::format("{}, {}", e.device(), e.describe());
+}
 
 bool cuda_available(std::string* why) {
 #if !defined(FLASHNORM_HAVE_CUDA_MODULE)

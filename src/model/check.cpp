@@ -12,23 +12,6 @@
 namespace flashnorm {
 namespace fs = std::filesystem;
 
-bool has_gguf_vocabulary(const io::GgufFile& f) {
-  for (const auto& kv : f.kvs()) {
-    if (kv.key.starts_with("tokenizer.ggml.")) return true;
-  }
-  return false;
-}
-
-void check_vocab_fits(const Tokenizer& tok, int model_vocab, const std::string& vocab_source,
-                      const std::string& model) {
-  if (tok.vocab_size() != static_cast<size_t>(model_vocab)) {
-    throw Error(fmt::format(
-        "{}: the vocabulary has {} tokens but {} has {} embedding rows: this tokenizer does not "
-        "fit the model",
-        vocab_source, tok.vocab_size(), model, model_vocab));
-  }
-}
-
 Model check_model_file(const fs::path& path) {
   std::optional<Tokenizer> tok;
   if (!fs::is_directory(path)) {

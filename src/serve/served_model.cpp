@@ -5,7 +5,6 @@
 #include <charconv>
 #include <set>
 
-#include "../cli/model_args.h"
 #include "flashnorm/engine/make_engine.h"
 #include "flashnorm/error.h"
 #include "flashnorm/model/check.h"
@@ -88,16 +87,16 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   m->spec = spec;
   m->created = std::time(nullptr);
   // the CLI's --weights rule (auto: native on the CPU for a quantized GGUF)
-  Model model = cli::load_model_for(
-      spec.path, cli::DeviceArgs{.device = spec.device, .weights = spec.weights});
+  Model model =
+      load_model(spec.path, /*with_data=*/true,
+                 weight_storage(parse_weights(spec.weights), parse_device(spec.device), spec.path));
   m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
   EngineOptions o;
   o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;
   o.max_context = spec.ctx;
   o.max_sequences = spec.limits.max_concurrent;  // the CUDA engine's cache slots
-  std::unique_ptr<Engine> engine =
-      make_engine(std::move(model), cli::parse_norm_mode(spec.norm), o);
-  m->engine = cli::describe_engine(*engine);
+  std::unique_ptr<Engine> engine = make_engine(std::move(model), parse_norm_mode(spec.norm), o);
+  m->engine = describe_engine(*engine);
   m->scheduler =
       std::make_unique<Scheduler>(std::move(engine), m->vocab->tok, spec.limits, m->metrics);
   return m;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "../cli/model_args.h"
+#include "flashnorm/tokenizer/utf8_text.h"
 
 namespace flashnorm::serve {
 
@@ -30,7 +30,7 @@ std::string TextStream::push(const std::string& piece) {
       }
     }
   }
-  size_t n = cli::complete_utf8_prefix(held_.substr(0, held_.size() - keep));
+  size_t n = complete_utf8_prefix(held_.substr(0, held_.size() - keep));
   std::string out = held_.substr(0, n);
   held_.erase(0, n);
   sent_ += out;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flashnorm/model/model.h"
@@ -20,6 +21,9 @@ namespace flashnorm {
 //   Standard:  z = (x * rstd(x) * g) W^T   — RMSNorm with gain, then the projection.
 //   FlashNorm: z = rstd(x) * (x W*^T)       — folded weights W* = W diag(g), rstd beside the GEMM.
 enum class NormMode { Standard, FlashNorm };
+// "standard" / "flashnorm" -> NormMode. Errors: Error ("--norm must be standard or flashnorm, not
+// 'X'") otherwise.
+NormMode parse_norm_mode(std::string_view s);
 
 // Per-step time by kernel class from an eager, event-bracketed decode step (median of reps).
 struct StepProfile {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "flashnorm/engine/cuda_options.h"
 #include "flashnorm/engine/engine.h"
@@ -51,6 +52,25 @@ Device resolve_device(Device d);
 // An engine for `model` in `mode` on resolve_device(o.device). Errors: as resolve_device, and the
 // engines' constructors' (engine/cpu_engine.h, engine/cuda_engine.h).
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o);
+
+// "auto" / "cpu" / "cuda" -> Device. Errors: Error naming the value otherwise.
+Device parse_device(std::string_view s);
+
+// The weights a command asks for (`--weights`, serve's `weights=`).
+enum class Weights {
+  kAuto,    // native on the CPU for a quantized GGUF (cpu_default_storage), fp32 on the GPU
+  kF32,     // every matrix dequantized to fp32 at load
+  kNative,  // a GGUF file's own blocks
+};
+// "auto" / "f32" / "native" -> Weights. Errors: Error naming the value otherwise.
+Weights parse_weights(std::string_view s);
+// How load_model holds the model at `path` for `w` on `d` (resolved with resolve_device only for
+// kAuto; the GPU's bf16 weights were measured faster than its native blocks on the small real
+// models, docs/quantized.md). Errors: as resolve_device, for kAuto.
+WeightStorage weight_storage(Weights w, Device d, const std::string& path);
+
+// "<device>, <Engine::describe()>" (e.g. "cpu, fp32, norm flashnorm"): the line commands print.
+std::string describe_engine(const Engine& e);
 
 // The current CUDA device's name, or "none" (no CUDA in this build, no device, or the CUDA module
 // not loaded: a CUDA engine or a device check loads it; this never does).

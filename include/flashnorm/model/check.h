@@ -11,21 +11,6 @@
 
 namespace flashnorm {
 
-class Tokenizer;
-namespace io {
-class GgufFile;
-}
-
-// True when a GGUF file carries a vocabulary (any "tokenizer.ggml.*" key). A file without one can
-// still be run with another file's vocabulary (`generate --tokenizer`), as a HF directory is.
-bool has_gguf_vocabulary(const io::GgufFile& f);
-
-// Refuses a tokenizer whose vocabulary size differs from the model's embedding rows (token ids
-// would fall outside the embedding or the tokenizer). `vocab_source` names the file the
-// vocabulary came from, `model` the model. Errors: Error naming both and both sizes.
-void check_vocab_fits(const Tokenizer& tok, int model_vocab, const std::string& vocab_source,
-                      const std::string& model);
-
 // Checks a model file exactly as `generate` does at load, in the same order, and returns the
 // model's hyperparameters and shapes (tensors without data):
 //  1. GGUF with a vocabulary: the tokenizer built from it (Tokenizer::from_gguf: every
@@ -34,7 +19,8 @@ void check_vocab_fits(const Tokenizer& tok, int model_vocab, const std::string& 
 //     forward pass does not use (extra layers, biases), HF config strictness;
 //  3. check_finite_weights: every weight finite, dequantized tensor by tensor (a chunk of rows at
 //     a time: the model is never held in fp32);
-//  4. GGUF with a vocabulary: check_vocab_fits against the embedding's rows.
+//  4. GGUF with a vocabulary: check_vocab_fits (tokenizer/model_tokenizer.h) against the
+//     embedding's rows.
 // A HF directory has no GGUF vocabulary: steps 1 and 4 are skipped; instead, when it holds a
 // tokenizer.json, load_model_tokenizer reads it and fits it to the embedding's rows.
 // Errors: the Error / FormatError that step throws (the line `generate` prints).

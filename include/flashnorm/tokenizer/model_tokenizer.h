@@ -14,6 +14,20 @@
 
 namespace flashnorm {
 
+namespace io {
+class GgufFile;
+}
+
+// True when a GGUF file carries a vocabulary (any "tokenizer.ggml.*" key). A file without one can
+// still be run with another file's vocabulary (`generate --tokenizer`), as a HF directory is.
+bool has_gguf_vocabulary(const io::GgufFile& f);
+
+// Refuses a tokenizer whose vocabulary size differs from the model's embedding rows (token ids
+// would fall outside the embedding or the tokenizer). `vocab_source` names the file the
+// vocabulary came from, `model` the model. Errors: Error naming both and both sizes.
+void check_vocab_fits(const Tokenizer& tok, int model_vocab, const std::string& vocab_source,
+                      const std::string& model);
+
 struct ModelTokenizer {
   Tokenizer tok;
   std::string source;                         // file or directory the vocabulary came from
