@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "flashnorm/engine/layer_plan.h"
@@ -263,7 +264,7 @@ std::string CpuEngine::describe() const {
 
 void CpuEngine::native_matmul(const float* x, int T, const QuantMatrix& w, float* y) {
   acts_.prepare(x, T, w.cols);
-  kernels::cpu::quant_matmul(w, acts_, y, w.rows, isa_, pool_.get(), gemm_rows_);
+  kernels::cpu::quant_matmul(w, acts_, y, w.rows, isa_, pool_.get(), pass_gemm_rows_);
 }
 
 // Standard: y = (x * rstd * g) W^T + b. FlashNorm: y = rstd * (x W*^T) + b with W* folded at
@@ -284,7 +285,7 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
       for (int t = 0; t < T; ++t) r[t] = rstd(x + size_t(t) * k, k, eps);
     }
     acts_.prepare(x, T, k, gain, r.empty() ? nullptr : r.data());
-    kernels::cpu::quant_matmul_parts(q, acts_, y, n, isa_, pool_.get(), gemm_rows_);
+    kernels::cpu::quant_matmul_parts(q, acts_, y, n, isa_, pool_.get(), pass_gemm_rows_);
     if (mode_ == NormMode::Standard) {
       add_bias(y, T, n, bias);
       return;
@@ -442,6 +443,10 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
   for (size_t i = 0; i < chunks.size(); ++i) {
     reserve(*seqs[i], seqs[i]->pos + static_cast<int>(chunks[i].tokens.size()));
   }
+  // Native weights: a pass of decode rows only (one token per sequence) stays on the integer path
+  // whatever its row count; a pass with a prompt chunk takes the tiled sgemm from gemm_rows_ rows.
+  const bool decode_rows_only = size_t(T) == chunks.size();
+  pass_gemm_rows_ = decode_rows_only ? std::numeric_limits<int>::max() : gemm_rows_;
   const int H = c.hidden, F = c.ffn, nq = c.n_head * c.head_dim;
   const int nkv = c.n_head_kv * c.head_dim, nqkv = nq + 2 * nkv;
   const Tensor& emb = m_.get(m_.arch->tied_source);

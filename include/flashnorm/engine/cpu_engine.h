@@ -64,9 +64,11 @@ class CpuEngine final : public Engine {
   // Largest relative change a cancelled rstd made to any renormalized row so far (the exact
   // factor of model/audit.h's bound); 0 unless track_cancellation.
   double max_cancellation_error() const { return max_cancel_err_; }
-  // Native weights: passes of this many tokens or more take quant_matmul's tiled sgemm path
-  // (kernels::cpu::kQuantGemmRows by default); INT_MAX: every pass the integer path decode
-  // takes (verify uses it to measure that path teacher-forced). No effect on fp32 weights.
+  // Native weights: passes of this many tokens or more that hold a prompt chunk take
+  // quant_matmul's tiled sgemm path (kernels::cpu::kQuantGemmRows by default); a pass of decode
+  // rows only (one token per sequence, any number of sequences) always takes the integer path;
+  // INT_MAX: every pass the integer path (verify uses it to measure that path teacher-forced).
+  // No effect on fp32 weights.
   void set_quant_gemm_rows(int rows) { gemm_rows_ = rows; }
   // True when the attention norm's whole rstd reduction is skipped (every consumer cancels).
   bool skips_attn_reduction() const { return skip_attn_rstd_; }
@@ -153,6 +155,7 @@ class CpuEngine final : public Engine {
   kernels::cpu::PreparedActs acts_;
   QuantMatrix head_q_;
   int gemm_rows_ = kernels::cpu::kQuantGemmRows;
+  int pass_gemm_rows_ = kernels::cpu::kQuantGemmRows;  // this pass's (run())
   std::vector<float> rope_cos_, rope_sin_;              // [pos][D/2], global base
   std::vector<float> rope_cos_local_, rope_sin_local_;  // local base (sliding-window layers)
 };
