@@ -311,9 +311,11 @@ void quant_matmul_parts(std::span<const QuantMatrix> parts, PreparedActs& a, flo
     if (isa == QuantIsa::kAvx512) rows = detail::avx512_rows(w.type);
 #endif
     const size_t rb = w.row_bytes();
-    // larger tasks for tall matrices (an LM head): longer contiguous streams, fewer claims
+    // tasks of contiguous rows, doubled while under 1 MiB and at least two per thread remain:
+    // each thread streams long runs of the matrix (docs/quantized.md: threads interleaving
+    // short tasks read an LM head at half the speed)
     int rpt = kRowsPerTask;
-    while (size_t(rpt) * rb < 16384 && w.rows / (2 * rpt) >= 16 * threads) rpt *= 2;
+    while (size_t(rpt) * rb < (1u << 20) && w.rows / (2 * rpt) >= 2 * threads) rpt *= 2;
     ps.push_back({&w, dot, rows, rb, col, rpt, tasks});
     tasks += (w.rows + rpt - 1) / rpt;
     col += w.rows;
