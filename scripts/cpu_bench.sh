@@ -29,6 +29,8 @@
 #   env: R=3 (rounds) T=2 (threads) N=128 (decode tokens) PPL_CHUNKS=4 NICE=19 REQUANT=1
 #        LLAMA_CPP_PYTHON=0.3.36 (the pinned source package) FLASHNORM_CACHE (~/.cache/flashnorm)
 #        FLASHNORM_COMMIT (the commit the binary was built from; default: its source tree's HEAD)
+#        FLASHNORM_CPU_ISA=avx2 (flashnorm's kernels on AVX2 on an AVX-512 machine; recorded in the
+#        JSON as flashnorm_isa; llama.cpp stays built for the machine, GGML_NATIVE)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build/release}" && pwd)"
@@ -448,6 +450,7 @@ json.dump({
     "flashnorm_source_head_time": $fn_head_time,
     "llama_cpp_python": "$LLAMA_CPP_PYTHON", "llama_cpp_commit": "$llama_commit",
     "cpu_model": cpu, "cpu_flags": [f for f in flags if f in simd],
+    "flashnorm_isa": os.environ.get("FLASHNORM_CPU_ISA") or "widest available",
     "cpus": os.cpu_count(), "kernel": platform.release(), "threads": $T,
     "flashnorm_threads": "its pool uses std::thread::hardware_concurrency() = os.cpu_count(); "
                          "OPENBLAS_NUM_THREADS=$T",
