@@ -155,7 +155,7 @@ class CpuEngine final : public Engine {
   kernels::cpu::PreparedActs acts_;
   QuantMatrix head_q_;
   int gemm_rows_ = kernels::cpu::kQuantGemmRows;
-  int pass_gemm_rows_ = kernels::cpu::kQuantGemmRows;  // this pass's (run())
+  int pass_gemm_rows_ = kernels::cpu::kQuantGemmRows;   // this pass's (run())
   std::vector<float> rope_cos_, rope_sin_;              // [pos][D/2], global base
   std::vector<float> rope_cos_local_, rope_sin_local_;  // local base (sliding-window layers)
 };
