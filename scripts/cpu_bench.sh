@@ -441,7 +441,7 @@ import json, os, platform, sys, time
 info = open("/proc/cpuinfo").read().splitlines()
 cpu = next((l.split(":", 1)[1].strip() for l in info if l.startswith("model name")), "")
 flags = next((l.split(":", 1)[1].split() for l in info if l.startswith("flags")), [])
-simd = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512vnni", "avx_vnni")
+simd = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx_vnni")
 json.dump({
     "what": "flashnorm CPU engine vs llama.cpp on the same GGUF files, threads and cores",
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -395,16 +395,23 @@ TEST(QuantIsaTest, BestIsTheWidestAvailable) {
               avx2 ? "yes" : "no", avx512 ? "yes" : "no");
 }
 
-// FLASHNORM_CPU_ISA picks a narrower available set; unset or empty, the widest; an unknown name is
-// refused with one line naming the variable (and, where AVX-512 is absent, so is avx512).
+// FLASHNORM_CPU_ISA picks an available set; unset or empty, AVX2 where available (else scalar);
+// an unknown name is refused with one line naming the variable (and, where AVX-512 is absent, so
+// is avx512).
 TEST(QuantIsaTest, EnvironmentPicksTheSet) {
   struct Restore {
     ~Restore() { unsetenv("FLASHNORM_CPU_ISA"); }
   } restore;
+  const fc::QuantIsa by_default =
+      fc::quant_isa_available(fc::QuantIsa::kAvx2) ? fc::QuantIsa::kAvx2 : fc::QuantIsa::kScalar;
   unsetenv("FLASHNORM_CPU_ISA");
-  EXPECT_EQ(fc::chosen_quant_isa(), fc::best_quant_isa());
+  EXPECT_EQ(fc::chosen_quant_isa(), by_default);
   setenv("FLASHNORM_CPU_ISA", "", 1);
-  EXPECT_EQ(fc::chosen_quant_isa(), fc::best_quant_isa());
+  EXPECT_EQ(fc::chosen_quant_isa(), by_default);
+  if (fc::quant_isa_available(fc::QuantIsa::kAvx512)) {
+    setenv("FLASHNORM_CPU_ISA", "avx512", 1);
+    EXPECT_EQ(fc::chosen_quant_isa(), fc::QuantIsa::kAvx512);
+  }
   setenv("FLASHNORM_CPU_ISA", "scalar", 1);
   EXPECT_EQ(fc::chosen_quant_isa(), fc::QuantIsa::kScalar);
   if (fc::quant_isa_available(fc::QuantIsa::kAvx2)) {

@@ -168,7 +168,9 @@ QuantIsa best_quant_isa() {
 
 QuantIsa chosen_quant_isa() {
   const char* env = std::getenv("FLASHNORM_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best_quant_isa();
+  if (env == nullptr || *env == '\0') {
+    return quant_isa_available(QuantIsa::kAvx2) ? QuantIsa::kAvx2 : QuantIsa::kScalar;
+  }
   for (QuantIsa isa : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512}) {
     if (std::strcmp(env, quant_isa_name(isa)) != 0) continue;
     if (!quant_isa_available(isa)) {

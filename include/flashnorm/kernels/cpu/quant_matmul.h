@@ -39,9 +39,9 @@ QuantIsa best_quant_isa();
 // "scalar" / "avx2" / "avx512".
 const char* quant_isa_name(QuantIsa isa);
 // The instruction set the engines use: the one the environment variable FLASHNORM_CPU_ISA names
-// (scalar, avx2 or avx512: a benchmark measures a narrower path on a wider machine), else
-// best_quant_isa(). Errors: Error naming FLASHNORM_CPU_ISA for another value or one this build and
-// CPU cannot run.
+// (scalar, avx2 or avx512), else kAvx2 where available (measured faster than the AVX-512 kernels
+// on an AVX-512 CPU, docs/quantized.md), else kScalar. Errors: Error naming FLASHNORM_CPU_ISA for
+// another value or one this build and CPU cannot run.
 QuantIsa chosen_quant_isa();
 
 // Whether quant_matmul computes from weights of `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
