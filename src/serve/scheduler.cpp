@@ -127,7 +127,9 @@ void Scheduler::loop() {
       g->done_ = true;
     }
     g->cv_.notify_all();
-    metrics_.count(status == 503 ? Outcome::kRejected : Outcome::kCancelled);
+    metrics_.count(status == 503   ? Outcome::kRejected
+                   : status == 500 ? Outcome::kError
+                                   : Outcome::kCancelled);
   };
   for (;;) {
     {
@@ -149,10 +151,23 @@ void Scheduler::loop() {
           fail_waiting(g, 499, "cancelled");
           continue;
         }
-        ++running_;
-        active.push_back(admit(std::move(g), active.size()));
+        try {
+          active.push_back(admit(g, active.size()));
+          ++running_;
+        } catch (const std::exception& e) {  // no sequence for it: it fails alone
+          fail_waiting(g, 500, e.what());
+        }
       }
       metrics_.queue_depth = int(waiting_.size());
+    }
+    // Cancelled sequences leave before the step (their cache freed now).
+    for (size_t i = 0; i < active.size();) {
+      if (active[i].g->cancel) {
+        finish(active[i], "");
+        active.erase(active.begin() + i);
+      } else {
+        ++i;
+      }
     }
     // Requests whose whole prompt was cached: their first token from the kept row, no pass.
     for (size_t i = 0; i < active.size();) {
@@ -168,15 +183,6 @@ void Scheduler::loop() {
         }
       }
       ++i;
-    }
-    // Cancelled sequences leave before the step (their cache freed now).
-    for (size_t i = 0; i < active.size();) {
-      if (active[i].g->cancel) {
-        finish(active[i], "");
-        active.erase(active.begin() + i);
-      } else {
-        ++i;
-      }
     }
     metrics_.active = int(active.size());
     publish_kv();
@@ -281,9 +287,9 @@ Scheduler::Active Scheduler::admit(std::shared_ptr<Generation> g, size_t running
     }
   }
   if (best >= 0) {
+    engine_->rewind_sequence(cache_[best].seq, int(best_len));  // an Error leaves the entry cached
     Cached c = std::move(cache_[best]);
     cache_.erase(cache_.begin() + best);
-    engine_->rewind_sequence(c.seq, int(best_len));
     a.seq = c.seq;
     a.fed = best_len;
     metrics_.prompt_tokens_cached += best_len;

@@ -15,7 +15,10 @@
 // it the most prompt: its whole prompt when it equals the cached one (the first token then comes
 // from the kept row, no pass), else the longest common prefix rounded down to whole prefill chunks
 // (at least one token left to feed), so that the rest is fed in the same chunks at the same
-// positions as without reuse: logits bit for bit those of a fresh sequence run alone.
+// positions as without reuse. Run alone, the logits are bit for bit those of a fresh sequence
+// (tests/engine/test_prefix_reuse.cpp); beside other sequences, as batching already makes them
+// (native weights choose a matmul path by a pass's rows). A request whose admission fails (the
+// engine has no sequence for it) fails alone with 500.
 #pragma once
 
 #include <atomic>

@@ -3,10 +3,13 @@
 // others finish; a cancelled request ends with its sequence closed; a full queue answers 429;
 // every finished request's sequence is closed. Prefix reuse (an engine that rewinds): a shared
 // prefix is reused in whole prefill chunks and the rest fed in the chunks a fresh sequence gets;
-// an equal prompt is answered from the kept row without a pass; the least recently used cached
-// sequence gives its slot up; with prefix_cache off nothing is kept.
+// an equal prompt is answered from the kept row without a pass (a sampled one only from kept
+// logits); the least recently used cached sequence gives its slot up; with prefix_cache off
+// nothing is kept; a request the engine has no sequence for fails alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <set>
 #include <thread>
 
@@ -34,6 +37,7 @@ class ScriptedEngine final : public Engine {
     rewound.push_back({seq, length});
   }
   int sequence_kv_blocks(int seq) const override { return open_.count(seq) ? 1 : 0; }
+  std::atomic<bool> fail_open{false};        // open_sequence throws
   std::vector<std::vector<int32_t>> fed;     // every chunk, in order
   std::vector<std::pair<int, int>> rewound;  // (sequence, length) of every rewind
   void reset() override {}
@@ -46,6 +50,7 @@ class ScriptedEngine final : public Engine {
   std::string describe() const override { return "scripted"; }
   bool batches() const override { return true; }
   int open_sequence() override {
+    if (fail_open) throw Error("no sequence slot");
     open_.insert(next_);
     pos_[next_] = 0;
     return next_++;
@@ -222,6 +227,48 @@ TEST_F(SchedulerTest, TheLeastRecentlyUsedCachedSequenceGivesItsSlotUp) {
   s.shutdown();
   EXPECT_EQ(m.prompt_tokens, 8u);
   EXPECT_EQ(m.prompt_tokens_cached, 2u);
+}
+
+// A sampled request takes only kept logits: after a greedy run (top-1 kept) its prompt is fed
+// again; after a sampled run with the same seed it gets the same text without a prompt pass.
+TEST_F(SchedulerTest, ASampledRequestReusesKeptLogitsOnly) {
+  Scheduler& s = start(0, {.max_concurrent = 2, .max_queued = 8, .prefill_chunk = 4}, true);
+  auto sampled = [] {
+    auto g = request({1, 2, 3}, 4);
+    g->sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 7};
+    return g;
+  };
+  auto greedy = request({1, 2, 3}, 2), first = sampled(), again = sampled();
+  s.submit(greedy);
+  EXPECT_EQ(wait_text(*greedy), "t4t5");
+  s.submit(first);
+  const std::string text = wait_text(*first);
+  s.submit(again);
+  EXPECT_EQ(wait_text(*again), text) << "the same seed on the kept logits";
+  s.shutdown();
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  EXPECT_EQ(std::count(e->fed.begin(), e->fed.end(), prompt), 2)
+      << "the greedy run's top-1 answered a sampled request, or the last one was fed again";
+  EXPECT_EQ(m.prompt_tokens_cached, 3u);
+}
+
+// An engine that has no sequence for a request fails that request alone (500), and the next one
+// is served.
+TEST_F(SchedulerTest, AdmissionFailureFailsOnlyThatRequest) {
+  Scheduler& s = start(0, {.max_concurrent = 2, .max_queued = 8, .prefill_chunk = 4}, true);
+  e->fail_open = true;
+  auto a = request({1, 2}, 2);
+  s.submit(a);
+  EXPECT_EQ(wait_text(*a), "");
+  EXPECT_EQ(a->error, "no sequence slot");
+  EXPECT_EQ(a->error_status, 500);
+  e->fail_open = false;
+  auto b = request({5}, 2);
+  s.submit(b);
+  EXPECT_EQ(wait_text(*b), "t6t7");
+  s.shutdown();
+  EXPECT_EQ(m.requests[int(Outcome::kError)], 1u);
+  EXPECT_EQ(m.requests[int(Outcome::kOk)], 1u);
 }
 
 TEST_F(SchedulerTest, PrefixCacheOffKeepsNothing) {
