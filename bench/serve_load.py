@@ -195,7 +195,7 @@ def main():
                    "tokens/s at N concurrent streaming chat clients (greedy, max_tokens fixed)",
            "model": Path(a.model).name, "max_tokens": a.max_tokens, "seconds_per_level": a.seconds,
            "threads": a.threads, "cpus": os.cpu_count(), "cpu": cpu_model(),
-           "cpu_simd_flags": cpu_simd_flags(), "flashnorm_isa": a.isa or "widest available",
+           "cpu_simd_flags": cpu_simd_flags(), "flashnorm_isa": a.isa or "default (avx2 where available)",
            "flashnorm_engines": engines,
            "load_average_at_end": os.getloadavg(), "commit": commit, "date": date,
            "llama_server": llama_version, "rows": rows}

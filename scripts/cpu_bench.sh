@@ -450,7 +450,7 @@ json.dump({
     "flashnorm_source_head_time": $fn_head_time,
     "llama_cpp_python": "$LLAMA_CPP_PYTHON", "llama_cpp_commit": "$llama_commit",
     "cpu_model": cpu, "cpu_flags": [f for f in flags if f in simd],
-    "flashnorm_isa": os.environ.get("FLASHNORM_CPU_ISA") or "widest available",
+    "flashnorm_isa": os.environ.get("FLASHNORM_CPU_ISA") or "default (avx2 where available)",
     "cpus": os.cpu_count(), "kernel": platform.release(), "threads": $T,
     "flashnorm_threads": "its pool uses std::thread::hardware_concurrency() = os.cpu_count(); "
                          "OPENBLAS_NUM_THREADS=$T",
