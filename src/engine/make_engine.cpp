@@ -3,6 +3,9 @@
 #include "flashnorm/engine/make_engine.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
 
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/cuda_module.h"
@@ -10,18 +13,24 @@
 
 namespace flashnorm {
 
+namespace {
+// The enumerator whose name `s` is (`names` in enumerator order); Error "WHAT 'S' is not one of
+// ..." otherwise.
+template <class E, size_t N>
+E parse_named(std::string_view s, const char* what, const std::array<std::string_view, N>& names) {
+  for (size_t i = 0; i < N; ++i) {
+    if (s == names[i]) return static_cast<E>(i);
+  }
+  throw Error(fmt::format("{} '{}' is not one of {}", what, s, fmt::join(names, ", ")));
+}
+}  // namespace
+
 Device parse_device(std::string_view s) {
-  if (s == "auto") return Device::kAuto;
-  if (s == "cpu") return Device::kCpu;
-  if (s == "cuda") return Device::kCuda;
-  throw Error(fmt::format("device '{}' is not one of auto, cpu, cuda", s));
+  return parse_named<Device, 3>(s, "device", {"auto", "cpu", "cuda"});
 }
 
 Weights parse_weights(std::string_view s) {
-  if (s == "auto") return Weights::kAuto;
-  if (s == "f32") return Weights::kF32;
-  if (s == "native") return Weights::kNative;
-  throw Error(fmt::format("weights '{}' is not one of auto, f32, native", s));
+  return parse_named<Weights, 3>(s, "weights", {"auto", "f32", "native"});
 }
 
 WeightStorage weight_storage(Weights w, Device d, const std::string& path) {

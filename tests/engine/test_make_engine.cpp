@@ -43,6 +43,32 @@ TEST(MakeEngine, CpuEngineThroughTheInterface) {
   }
 }
 
+// The names commands and serve's model keys give: each enumerator by name, anything else refused
+// in one line naming the value and the choices.
+TEST(MakeEngine, ParsesDeviceAndWeightsNames) {
+  EXPECT_EQ(parse_device("auto"), Device::kAuto);
+  EXPECT_EQ(parse_device("cpu"), Device::kCpu);
+  EXPECT_EQ(parse_device("cuda"), Device::kCuda);
+  EXPECT_EQ(parse_weights("auto"), Weights::kAuto);
+  EXPECT_EQ(parse_weights("f32"), Weights::kF32);
+  EXPECT_EQ(parse_weights("native"), Weights::kNative);
+  EXPECT_EQ(parse_norm_mode("standard"), NormMode::Standard);
+  EXPECT_EQ(parse_norm_mode("flashnorm"), NormMode::FlashNorm);
+  try {
+    parse_device("gpu");
+    ADD_FAILURE() << "gpu accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "device 'gpu' is not one of auto, cpu, cuda");
+  }
+  try {
+    parse_weights("q4");
+    ADD_FAILURE() << "q4 accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "weights 'q4' is not one of auto, f32, native");
+  }
+  EXPECT_THROW(parse_norm_mode("rms"), Error);
+}
+
 TEST(MakeEngine, CudaRefusedWithoutAGpu) {
   std::string why;
   if (cuda_available(&why)) GTEST_SKIP() << "a usable GPU is present";

@@ -207,6 +207,10 @@ def main():
     try:
         run(args.cli, srv, client, smol, gemma)
     finally:
+        if srv.proc.poll() is not None:  # it died under the test: say how, with its last words
+            time.sleep(0.5)  # the reader thread drains its stderr
+            print(f"the server exited by itself with status {srv.proc.returncode}; its log:\n"
+                  + "".join(srv.log[-40:]), flush=True)
         if srv.proc.poll() is None:
             srv.proc.send_signal(signal.SIGTERM)
         try:
