@@ -40,6 +40,8 @@ struct ThreadPool::State {
   std::exception_ptr error;
 
   static uint32_t gen_of(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
+  // The index of a closed generation: past any task count.
+  static constexpr uint64_t kClosed = 0x7fffffffu;
 
   // Takes task indices of generation `g` until none is left.
   void drain(uint32_t g) {
@@ -47,8 +49,8 @@ struct ThreadPool::State {
     for (;;) {
       if (gen_of(c) != g) return;
       const int i = static_cast<int>(c & 0xffffffffu);
-      if (i >= n.load(std::memory_order_relaxed)) return;
-      if (!cursor.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+      if (i >= n.load(std::memory_order_seq_cst)) return;
+      if (!cursor.compare_exchange_weak(c, c + 1, std::memory_order_seq_cst,
                                         std::memory_order_acquire)) {
         continue;
       }
@@ -119,12 +121,19 @@ void ThreadPool::run(int n, const std::function<void(int)>& task) {
     for (int i = 0; i < n; ++i) task(i);
     return;
   }
+  // Closes the last loop first: a worker that read the cursor at that loop's end and reads the new
+  // task count below must not claim an index of the last generation (with a larger count it
+  // would run a task of this loop early, count it done twice, and this call could return while
+  // the task still runs); its compare-exchange fails on the closed value, whose index no count
+  // reaches.
+  const uint32_t last = State::gen_of(s.cursor.load(std::memory_order_relaxed));
+  s.cursor.store((uint64_t(last) << 32) | State::kClosed, std::memory_order_seq_cst);
   s.task = &task;
   s.resting.store(false, std::memory_order_relaxed);
-  s.n.store(n, std::memory_order_relaxed);
+  s.n.store(n, std::memory_order_seq_cst);
   s.done.store(0, std::memory_order_relaxed);
   s.error = nullptr;
-  const uint32_t g = State::gen_of(s.cursor.load(std::memory_order_relaxed)) + 1;
+  const uint32_t g = last + 1;
   // publishes task, n and done (release) with the new generation at index 0
   s.cursor.store(uint64_t(g) << 32, std::memory_order_seq_cst);
   if (s.sleepers.load(std::memory_order_seq_cst) > 0) {
