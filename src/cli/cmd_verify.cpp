@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -59,6 +60,10 @@ void write_json(std::optional<io::AtomicFile>& f, const nlohmann::json& j) {
   f->commit();
 }
 
+const char* chunks_name(ChunkLayout l) {
+  return l == ChunkLayout::kLlamaPerplexity ? "llama-perplexity" : "every";
+}
+
 // The CUDA engine's equivalence run: GPU engines (standard; flashnorm fused and two-stream on the
 // original, folded at load; flashnorm fused with the other --prefill-norm; for a tied head,
 // flashnorm fused with the other fold_tied_head choice; flashnorm fused on each folded file)
@@ -68,9 +73,12 @@ void write_json(std::optional<io::AtomicFile>& f, const nlohmann::json& j) {
 // (WeightStorage::kNative): the CUDA engine's quantized projections against the CPU engine's native
 // path; no folded files, no head-fold variant (a native head is applied in its blocks).
 nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std::string>& folded,
-                             const DeviceArgs& dev, const std::vector<int32_t>& text, int ctx,
+                             const DeviceArgs& dev, const std::vector<int32_t>& text,
+                             const TextChunks& chunks,
                              const std::vector<std::vector<int32_t>>& prompts, int n_greedy,
-                             std::optional<int32_t> bos, bool cancel, const Tokenizer& tok) {
+                             bool cancel, const Tokenizer& tok) {
+  const int ctx = chunks.ctx;
+  const std::optional<int32_t> bos = chunks.bos;
   int max_ctx = ctx;
   for (const auto& p : prompts) max_ctx = std::max<int>(max_ctx, p.size() + n_greedy);
   struct Named {
@@ -118,17 +126,22 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
   std::vector<ComparisonStats> vs_cpu, vs_std;
   {
     Progress pr("teacher-forced vs CPU fp32 (chunks)");
-    vs_cpu = compare_teacher_forced(cpu, ptrs, text, ctx, std::ref(pr), bos);
+    vs_cpu = compare_teacher_forced(cpu, ptrs, text, chunks, std::ref(pr));
   }
   std::vector<Engine*> rest(ptrs.begin() + 1, ptrs.end());
   {
     Progress pr("teacher-forced vs GPU standard (chunks)");
-    vs_std = compare_teacher_forced(*ptrs[0], rest, text, ctx, std::ref(pr), bos);
+    vs_std = compare_teacher_forced(*ptrs[0], rest, text, chunks, std::ref(pr));
   }
-  nlohmann::json out = {{"original", original},        {"weights", native ? "native" : "f32"},
-                        {"reference", cpu.describe()}, {"device", describe_engine(*ptrs[0])},
-                        {"text_tokens", text.size()},  {"ctx", ctx},
-                        {"greedy_tokens", n_greedy},   {"results", nlohmann::json::array()}};
+  nlohmann::json out = {{"original", original},
+                        {"weights", native ? "native" : "f32"},
+                        {"reference", cpu.describe()},
+                        {"device", describe_engine(*ptrs[0])},
+                        {"text_tokens", text.size()},
+                        {"ctx", ctx},
+                        {"chunks", chunks_name(chunks.layout)},
+                        {"greedy_tokens", n_greedy},
+                        {"results", nlohmann::json::array()}};
   fmt::print("text: {} tokens (chunks of {}); reference: CPU engine ({}), standard mode, {}\n",
              text.size(), ctx, native ? "native weights" : "fp32", original);
   fmt::print("{:<44} {:>10} {:>10} {:>11} | {:>10} {:>11} | {:>8}\n", "GPU engine", "ppl",
@@ -185,8 +198,8 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
 // decode takes (16-bit activations; CpuEngine::set_quant_gemm_rows): prefill's tiled sgemm path
 // computes in fp32 and would only measure itself. Prints a table; returns the JSON results.
 nlohmann::json verify_native(const std::string& original, CpuEngine& ref,
-                             const std::vector<int32_t>& text, int ctx, int max_ctx,
-                             std::optional<int32_t> bos, bool cancel) {
+                             const std::vector<int32_t>& text, const TextChunks& chunks,
+                             int max_ctx, bool cancel) {
   DeviceArgs d;
   d.device = "cpu";
   d.weights = "native";
@@ -201,12 +214,13 @@ nlohmann::json verify_native(const std::string& original, CpuEngine& ref,
   std::vector<ComparisonStats> vs_ref;
   {
     Progress pr("teacher-forced vs fp32 standard (chunks)");
-    vs_ref = compare_teacher_forced(ref, engines, text, ctx, std::ref(pr), bos);
+    vs_ref = compare_teacher_forced(ref, engines, text, chunks, std::ref(pr));
   }
   ComparisonStats modes;
   {
     Progress pr("teacher-forced native flashnorm vs native standard (chunks)");
-    modes = compare_teacher_forced(nstd, &nfn, text, ctx, std::ref(pr), bos);
+    Engine* const fn_native[] = {&nfn};
+    modes = compare_teacher_forced(nstd, fn_native, text, chunks, std::ref(pr))[0];
   }
   fmt::print("\nreference: {} ({}), {} positions\n", original, ref.describe(), vs_ref[0].positions);
   fmt::print("{:<24} {:>10} {:>10} {:>10} {:>12}\n", "engine", "ppl", "ppl/ref-1", "top-1/ref",
@@ -249,6 +263,7 @@ void register_verify(CLI::App& app) {
                           driver;
     std::vector<std::string> folded, prompts;
     int tokens = 256, ctx = 512, max_text_tokens = 0;
+    ChunkLayout layout = ChunkLayout::kEveryPosition;
     bool no_cancel = false;
     DeviceArgs dev;
   };
@@ -268,6 +283,14 @@ void register_verify(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--prompt", a->prompts, "prompt for the greedy comparison (repeatable)");
   cmd->add_option("--ctx", a->ctx, "chunk length for perplexity")->check(CLI::Range(2, 8192));
+  cmd->add_option("--chunks", a->layout,
+                  "every: score every prediction of chunks of --ctx; llama-perplexity: "
+                  "llama.cpp's chunks and positions (BOS in place of each chunk's first token, "
+                  "the second half of each scored)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, ChunkLayout>{{"every", ChunkLayout::kEveryPosition},
+                                             {"llama-perplexity", ChunkLayout::kLlamaPerplexity}},
+          CLI::ignore_case));
   cmd->add_option("--max-text-tokens", a->max_text_tokens,
                   "use only the first N tokens of text (0: all)")
       ->check(CLI::Range(0, INT32_MAX));
@@ -330,6 +353,7 @@ void register_verify(CLI::App& app) {
     std::vector<std::vector<int32_t>> prompt_ids;
     // Models that expect BOS (Gemma) get it before every prompt and every text chunk.
     const std::optional<int32_t> bos = tok.add_bos() ? tok.bos() : std::nullopt;
+    const TextChunks chunks{.ctx = a->ctx, .bos = bos, .layout = a->layout};
     for (const auto& p : prompts) {
       prompt_ids.push_back(tok.encode(p, false));
       if (bos) prompt_ids.back().insert(prompt_ids.back().begin(), *bos);
@@ -337,8 +361,8 @@ void register_verify(CLI::App& app) {
       max_ctx = std::max<int>(max_ctx, prompt_ids.back().size() + a->tokens);
     }
     if (device == "cuda") {
-      nlohmann::json out = verify_on_gpu(a->original, a->folded, a->dev, text, a->ctx, prompt_ids,
-                                         a->tokens, bos, !a->no_cancel, tok);
+      nlohmann::json out = verify_on_gpu(a->original, a->folded, a->dev, text, chunks, prompt_ids,
+                                         a->tokens, !a->no_cancel, tok);
       out["text"] = a->text;
       out.update(gpu_run_stamp(std::time(nullptr), a->commit, a->driver));
       write_json(json_out, out);
@@ -346,11 +370,11 @@ void register_verify(CLI::App& app) {
     }
     CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
     if (native) {
-      nlohmann::json out =
-          verify_native(a->original, orig, text, a->ctx, max_ctx, bos, !a->no_cancel);
+      nlohmann::json out = verify_native(a->original, orig, text, chunks, max_ctx, !a->no_cancel);
       out["text"] = a->text;
       out["original"] = a->original;
       out["ctx"] = a->ctx;
+      out["chunks"] = chunks_name(a->layout);
       write_json(json_out, out);
       return;
     }
@@ -390,14 +414,15 @@ void register_verify(CLI::App& app) {
       }
     }
     nlohmann::json out = {
-        {"original", a->original},    {"text", a->text}, {"text_tokens", text.size()},
-        {"greedy_tokens", a->tokens}, {"ctx", a->ctx},   {"results", nlohmann::json::array()}};
+        {"original", a->original},         {"text", a->text}, {"text_tokens", text.size()},
+        {"greedy_tokens", a->tokens},      {"ctx", a->ctx},   {"results", nlohmann::json::array()},
+        {"chunks", chunks_name(a->layout)}};
     fmt::print("text: {} ({} tokens, chunks of {}), greedy: {} tokens x {} prompts\n", a->text,
                text.size(), a->ctx, a->tokens, prompts.size());
     std::vector<ComparisonStats> stats;
     {
       Progress pr("perplexity (chunks)");
-      stats = compare_teacher_forced(orig, ptrs, text, a->ctx, std::ref(pr), bos);
+      stats = compare_teacher_forced(orig, ptrs, text, chunks, std::ref(pr));
     }
     for (size_t k = 0; k < a->folded.size(); ++k) {
       const std::string& folded = a->folded[k];

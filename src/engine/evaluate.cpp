@@ -1,5 +1,7 @@
 #include "flashnorm/engine/evaluate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -33,49 +35,91 @@ double max_rel_diff(std::span<const float> ref, std::span<const float> got) {
   return diff / std::max(scale, 1e-30);
 }
 
+namespace {
+
+// One chunk of a text: its tokens and the first position whose prediction is scored.
+struct Chunk {
+  std::vector<int32_t> seq;
+  size_t first_scored = 0;
+};
+
+std::vector<Chunk> cut(std::span<const int32_t> tokens, const TextChunks& c) {
+  std::vector<Chunk> out;
+  const size_t ctx = c.ctx;
+  if (c.layout == ChunkLayout::kLlamaPerplexity) {
+    std::vector<int32_t> s;
+    if (c.bos) s.push_back(*c.bos);
+    s.insert(s.end(), tokens.begin(), tokens.end());
+    for (size_t start = 0; start + ctx <= s.size(); start += ctx) {
+      Chunk ch{{s.begin() + start, s.begin() + start + ctx}, ctx / 2};
+      if (c.bos) ch.seq[0] = *c.bos;
+      out.push_back(std::move(ch));
+    }
+    if (out.empty()) {
+      throw Error(fmt::format("compare: {} tokens make no whole chunk of {}", s.size(), ctx));
+    }
+    return out;
+  }
+  const size_t step = c.bos ? ctx - 1 : ctx;  // text tokens per chunk
+  for (size_t start = 0; start < tokens.size(); start += step) {
+    Chunk ch;
+    if (c.bos) ch.seq.push_back(*c.bos);
+    const size_t take = std::min(step, tokens.size() - start);
+    ch.seq.insert(ch.seq.end(), tokens.begin() + start, tokens.begin() + start + take);
+    if (ch.seq.size() < 2) break;
+    out.push_back(std::move(ch));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<ComparisonStats> compare_teacher_forced(
-    Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens, int ctx,
-    const std::function<void(size_t, size_t)>& progress, std::optional<int32_t> bos) {
-  if (ctx < 2 || tokens.size() < 2) throw Error("compare: need ctx >= 2 and at least 2 tokens");
+    Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens,
+    const TextChunks& chunks, const std::function<void(size_t, size_t)>& progress) {
+  if (chunks.ctx < 2 || tokens.size() < 2) {
+    throw Error("compare: need ctx >= 2 and at least 2 tokens");
+  }
   for (Engine* b : bs) {
     if (b->config().vocab != a.config().vocab) throw Error("compare: vocabularies differ");
   }
   std::vector<ComparisonStats> st(std::max<size_t>(bs.size(), 1));
   const size_t V = a.config().vocab;
-  const size_t step = bos ? ctx - 1 : ctx;  // text tokens per chunk
-  const size_t n_chunks = (tokens.size() + step - 1) / step;
-  size_t chunk = 0;
-  std::vector<int32_t> seq;
-  for (size_t start = 0; start < tokens.size(); start += step) {
-    seq.clear();
-    if (bos) seq.push_back(*bos);
-    const size_t take = std::min(step, tokens.size() - start);
-    seq.insert(seq.end(), tokens.begin() + start, tokens.begin() + start + take);
-    const size_t len = seq.size();
-    if (len < 2) break;
-    std::span<const int32_t> span(seq);
+  const std::vector<Chunk> all = cut(tokens, chunks);
+  size_t done = 0;
+  for (const Chunk& ch : all) {
+    std::span<const int32_t> span(ch.seq);
+    const size_t len = span.size();
     a.reset();
     const std::vector<float> la = a.forward(span, true);
     double nll_a = 0;
-    for (size_t t = 0; t + 1 < len; ++t) nll_a -= log_prob({&la[t * V], V}, span[t + 1]);
+    for (size_t t = ch.first_scored; t + 1 < len; ++t) {
+      nll_a -= log_prob({&la[t * V], V}, span[t + 1]);
+    }
     for (auto& s : st) {
       s.nll_a += nll_a;
-      s.positions += len - 1;
+      s.positions += len - 1 - ch.first_scored;
     }
     for (size_t k = 0; k < bs.size(); ++k) {
       bs[k]->reset();
       const std::vector<float> lb = bs[k]->forward(span, true);
       ComparisonStats& s = st[k];
-      for (size_t t = 0; t + 1 < len; ++t) {
+      for (size_t t = ch.first_scored; t + 1 < len; ++t) {
         std::span<const float> ra(&la[t * V], V), rb(&lb[t * V], V);
         s.nll_b -= log_prob(rb, span[t + 1]);
         s.max_rel_logit_diff = std::max(s.max_rel_logit_diff, max_rel_diff(ra, rb));
         s.top1_agree += argmax(ra) == argmax(rb);
       }
     }
-    if (progress) progress(++chunk, n_chunks);
+    if (progress) progress(++done, all.size());
   }
   return st;
+}
+
+std::vector<ComparisonStats> compare_teacher_forced(
+    Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens, int ctx,
+    const std::function<void(size_t, size_t)>& progress, std::optional<int32_t> bos) {
+  return compare_teacher_forced(a, bs, tokens, TextChunks{.ctx = ctx, .bos = bos}, progress);
 }
 
 ComparisonStats compare_teacher_forced(Engine& a, Engine* b, std::span<const int32_t> tokens,

@@ -26,6 +26,31 @@ struct ComparisonStats {
   size_t top1_agree = 0;  // positions where argmax(a) == argmax(b)
 };
 
+// How a text is cut into chunks, each run from an empty KV cache, and which predictions count.
+enum class ChunkLayout {
+  // chunks of ctx positions ([bos] + ctx-1 text tokens with bos, ctx text tokens without), the
+  // last one possibly shorter; every prediction scored (ctx - 1 per whole chunk)
+  kEveryPosition,
+  // llama.cpp's llama-perplexity: s = [bos] + tokens (tokens alone without bos) cut into
+  // floor(|s| / ctx) whole chunks, each chunk's first token replaced by bos; the predictions from
+  // chunk position ctx / 2 on scored (ctx - 1 - ctx / 2 per chunk)
+  kLlamaPerplexity,
+};
+struct TextChunks {
+  int ctx = 512;               // positions per chunk (>= 2)
+  std::optional<int32_t> bos;  // models that expect a BOS token, e.g. Gemma
+  ChunkLayout layout = ChunkLayout::kEveryPosition;
+};
+
+// Runs `a` against every engine of `bs` (the reference runs once) over `tokens` cut as `chunks`
+// says; one result per engine in `bs` (one with a's perplexity alone when `bs` is empty), each
+// with the reference's figures in its `a` fields. progress(done, total) is called per chunk.
+// Errors: Error if ctx < 2, fewer than 2 tokens, no whole chunk (kLlamaPerplexity) or
+// vocabularies that differ.
+std::vector<ComparisonStats> compare_teacher_forced(
+    Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens,
+    const TextChunks& chunks, const std::function<void(size_t, size_t)>& progress = {});
+
 // Runs `a` and `b` side by side (b may be null: only a's perplexity). progress(done, total)
 // is called per chunk. Errors: Error if ctx < 2 or fewer than 2 tokens.
 ComparisonStats compare_teacher_forced(Engine& a, Engine* b, std::span<const int32_t> tokens,
