@@ -3,7 +3,8 @@
 # one invocation (issue 21, item 4). llama.cpp is an outside reference: its source comes from the
 # pinned llama-cpp-python source package (vendor/llama.cpp) into the cache, never the repository,
 # and only its llama-bench, llama-perplexity and llama-server tools are built (Release, CPU only,
-# GGML_NATIVE; llama-server for bench/serve_load.py --llama-server).
+# GGML_NATIVE, or AVX2 only with LLAMA_ISA=avx2; llama-server for bench/serve_load.py
+# --llama-server).
 #
 # For each model (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M) and each flashnorm
 # configuration (--weights native/f32 x --norm standard/flashnorm), R rounds of, back to back:
@@ -13,7 +14,8 @@
 #      128, decode tok/s), then on a prefix of exactly 512 tokens, -n 1 (prompt tok/s at 512).
 # Every run goes under /usr/bin/time -v (peak RSS) with the 1-minute load average read before it.
 # Then once per model (both are deterministic): llama-perplexity and `flashnorm verify
-# --weights native` on the first PPL_CHUNKS chunks of 512 tokens of the GPL-3 text.
+# --weights native --chunks llama-perplexity` on the first PPL_CHUNKS chunks of 512 tokens of the
+# GPL-3 text: the same chunks and scored positions (the second half of each chunk).
 # Writes JSON (every run) and prints a Markdown table of medians with flashnorm/llama.cpp ratios,
 # then each configuration's peak RSS against issue 21's budget (the GGUF file's size + the KV cache
 # at --ctx CTX, from the file's metadata read by the script itself, + 150 MB; in the JSON's
@@ -30,7 +32,10 @@
 #        LLAMA_CPP_PYTHON=0.3.36 (the pinned source package) FLASHNORM_CACHE (~/.cache/flashnorm)
 #        FLASHNORM_COMMIT (the commit the binary was built from; default: its source tree's HEAD)
 #        FLASHNORM_CPU_ISA=avx2 (flashnorm's kernels on AVX2 on an AVX-512 machine; recorded in the
-#        JSON as flashnorm_isa; llama.cpp stays built for the machine, GGML_NATIVE)
+#        JSON as flashnorm_isa)
+#        LLAMA_ISA=native|avx2 (llama.cpp built for the machine, GGML_NATIVE, in build/, or for AVX2
+#        without AVX-512 or VNNI, in build-avx2/; default avx2 when FLASHNORM_CPU_ISA=avx2, so both
+#        engines run the same instruction set; recorded in the JSON as llama_cpp_isa)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build/release}" && pwd)"
@@ -60,8 +65,18 @@ trap 'rm -rf "$tmp"' EXIT
 
 # --- llama.cpp: source from the pinned sdist, its tools built once -------------------------------
 llama="$cache/llama.cpp-$LLAMA_CPP_PYTHON"
-lbench="$llama/build/bin/llama-bench" lppl="$llama/build/bin/llama-perplexity"
-if [ ! -x "$lbench" ] || [ ! -x "$lppl" ] || [ ! -x "$llama/build/bin/llama-server" ]; then
+default_isa=native
+[ "${FLASHNORM_CPU_ISA:-}" = avx2 ] && default_isa=avx2
+LLAMA_ISA="${LLAMA_ISA:-$default_isa}"
+case "$LLAMA_ISA" in
+  native) lbuild="$llama/build" isa_flags=(-DGGML_NATIVE=ON) ;;
+  # AVX2 + FMA + F16C + BMI2, as a machine without AVX-512 has them
+  avx2) lbuild="$llama/build-avx2" isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON
+    -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF) ;;
+  *) echo "error: LLAMA_ISA=$LLAMA_ISA: native or avx2" >&2; exit 1 ;;
+esac
+lbench="$lbuild/bin/llama-bench" lppl="$lbuild/bin/llama-perplexity"
+if [ ! -x "$lbench" ] || [ ! -x "$lppl" ] || [ ! -x "$lbuild/bin/llama-server" ]; then
   sdist="$cache/pip/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz"
   if [ ! -s "$sdist" ]; then
     mkdir -p "$cache/pip"
@@ -76,15 +91,15 @@ if [ ! -x "$lbench" ] || [ ! -x "$lppl" ] || [ ! -x "$llama/build/bin/llama-serv
     tar -xzOf "$sdist" "$top/.git/modules/vendor/llama.cpp/HEAD" > "$llama/llama.cpp-commit"
     mv "$llama/src.part" "$llama/src"
   fi
-  echo "building llama.cpp (llama-cpp-python $LLAMA_CPP_PYTHON) in $llama/build" >&2
+  echo "building llama.cpp (llama-cpp-python $LLAMA_CPP_PYTHON, $LLAMA_ISA) in $lbuild" >&2
   # LLAMA_CURL is deprecated in this llama.cpp (no CURL is used); LLAMA_OPENSSL=OFF: no HTTPS.
-  nice -n 19 cmake -S "$llama/src" -B "$llama/build" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
+  nice -n 19 cmake -S "$llama/src" -B "$lbuild" -DCMAKE_BUILD_TYPE=Release \
+    "${isa_flags[@]}" -DGGML_CUDA=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
-    -DLLAMA_BUILD_APP=OFF > "$llama/configure.log"
+    -DLLAMA_BUILD_APP=OFF > "$lbuild.configure.log"
   # llama-server: the reference of bench/serve_load.py --llama-server
-  nice -n 19 cmake --build "$llama/build" -j 2 --target llama-bench llama-perplexity llama-server \
-    > "$llama/build.log"
+  nice -n 19 cmake --build "$lbuild" -j 2 --target llama-bench llama-perplexity llama-server \
+    > "$lbuild.build.log"
 fi
 llama_commit="$(cat "$llama/llama.cpp-commit" 2> /dev/null || echo unknown)"
 
@@ -430,7 +445,7 @@ for m in "${models[@]}"; do
   b="$(base flashnorm "$name" 0 all all)"
   /usr/bin/time -v -o "$tmp/time.txt" nice -n "$NICE" "$cli" verify "$file" --weights native \
     --text "$text" --ctx 512 --max-text-tokens $((PPL_CHUNKS * 512)) --tokens 0 \
-    --json "$tmp/verify.json" > "$tmp/out.txt" 2> "$tmp/err.txt" ||
+    --chunks llama-perplexity --json "$tmp/verify.json" > "$tmp/out.txt" 2> "$tmp/err.txt" ||
     { tail -20 "$tmp/err.txt" >&2; exit 1; }
   python3 "$py" perplexity "$tmp/verify.json" "$tmp/err.txt" "$tmp/time.txt" "$b" >> "$runs"
 done
@@ -451,6 +466,7 @@ json.dump({
     "llama_cpp_python": "$LLAMA_CPP_PYTHON", "llama_cpp_commit": "$llama_commit",
     "cpu_model": cpu, "cpu_flags": [f for f in flags if f in simd],
     "flashnorm_isa": os.environ.get("FLASHNORM_CPU_ISA") or "default (avx2 where available)",
+    "llama_cpp_isa": "$LLAMA_ISA",
     "cpus": os.cpu_count(), "kernel": platform.release(), "threads": $T,
     "flashnorm_threads": "its pool uses std::thread::hardware_concurrency() = os.cpu_count(); "
                          "OPENBLAS_NUM_THREADS=$T",
