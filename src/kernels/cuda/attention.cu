@@ -81,6 +81,7 @@ Status attention(const AttentionArgs& a, cudaStream_t s) {
   if (!a.pos || !a.q || !a.k_cache || !a.v_cache || !a.out)
     return invalid("attention: null pointer");
   if (a.split_keys > 0 && !a.partials) return invalid("attention: split_keys needs partials");
+  if (a.T >= kAttentionTiledMinT && attention_tiled_supports(a)) return attention_tiled(a, s);
   const int threads = 256, splits = attention_splits(a);
   const int keys = a.split_keys > 0 ? std::min(a.split_keys, a.max_ctx) : a.max_ctx;
   const size_t smem = sizeof(float) * (a.D + 4 * static_cast<size_t>(threads) + keys);

@@ -107,7 +107,16 @@ struct AttentionArgs {
 };
 // Key chunks per (head, query): ceil(max_ctx / split_keys), or 1.
 int attention_splits(const AttentionArgs& a);
+// attention() runs attention_tiled when it supports the arguments and T >= kAttentionTiledMinT
+// (prompt passes), else one CTA per (head, query[, key split]) in fp32.
 Status attention(const AttentionArgs& a, cudaStream_t s);
+// Prompt attention on tensor cores (prompt_attention.cu): what attention() computes, with the
+// scaled queries and the cache's keys and values rounded to fp16 and P to fp16 before P V (fp32
+// accumulation and softmax); one CTA per (head, 64 queries). Supports D 64, 128 or 256 without key
+// splits; q and the caches 16-byte aligned. Errors: kInvalidArgument otherwise.
+constexpr int kAttentionTiledMinT = 32;
+bool attention_tiled_supports(const AttentionArgs& a);
+Status attention_tiled(const AttentionArgs& a, cudaStream_t s);
 
 // Decode attention with the RoPE / QK-norm / KV-cache write fused in (one launch instead of
 // rope_kv + attention + combine): for T <= 16 tokens at positions *pos .. *pos + T - 1 (or, with
