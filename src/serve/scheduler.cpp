@@ -46,6 +46,7 @@ Scheduler::Scheduler(std::unique_ptr<Engine> engine, const Tokenizer& tok, Limit
         fmt::format("this {} engine was made without batched sequences", engine_->device()));
   }
   max_ctx_ = engine_->max_context();
+  reuse_ = limits_.prefix_cache && engine_->rewinds();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -84,9 +85,8 @@ void Scheduler::shutdown() {
 // Ends a generation: its last text, reason ("" = cancelled; error set = failed), its cache freed
 // or, with prefix reuse, its prompt's cache kept.
 void Scheduler::finish(Active& a, const std::string& reason) {
-  const bool keep = limits_.prefix_cache && engine_->rewinds() && !reason.empty() &&
-                    a.g->error.empty() && a.fed == a.g->prompt.size() &&
-                    (a.prompt_top1 >= 0 || !a.prompt_logits.empty());
+  const bool keep = reuse_ && !reason.empty() && a.g->error.empty() &&
+                    a.fed == a.g->prompt.size() && (a.prompt_top1 >= 0 || !a.prompt_logits.empty());
   bool kept = false;
   if (keep) {
     try {
@@ -235,7 +235,7 @@ void Scheduler::loop() {
     const size_t V = engine_->config().vocab;
     const clk::time_point now = clk::now();
     std::vector<bool> ended(active.size(), false);
-    const bool keep_rows = limits_.prefix_cache && engine_->rewinds();
+    const bool keep_rows = reuse_;
     for (size_t i = 0; i < active.size(); ++i) {
       Active& a = active[i];
       if (failed[i]) {

@@ -119,6 +119,7 @@ class Scheduler {
   Limits limits_;
   ModelMetrics& metrics_;
   int max_ctx_ = 0;
+  bool reuse_ = false;  // limits_.prefix_cache on an engine that rewinds
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Generation>> waiting_;
