@@ -39,7 +39,11 @@ struct CudaEngine::Impl {
     }
     slot_pos.assign(d.slots, 0);
     for (int sl = d.slots - 2; sl >= 1; --sl) free_slots.push_back(sl);  // 1 first
-    FN_CUDA_CHECK(cudaDeviceSynchronize());
+    // this engine's streams only: cudaDeviceSynchronize would also wait on, and so invalidate, a
+    // graph another engine's thread is capturing (uploads ran on the legacy stream, work on
+    // `stream`, whose side-stream work is joined back into it)
+    FN_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    FN_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   }
 
   ModelConfig cfg;
