@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     ss << f.rdbuf();
     std::vector<int32_t> ids = tok.encode(ss.str(), false);
     if (ids.size() < 1026) throw Error("the text has fewer than 1026 tokens");
-    CpuEngine e(load_model(argv[1]), NormMode::Standard, 513);
+    CpuEngine e(load_model(argv[1]), NormMode::Standard, {.max_context = 513});
     const size_t V = e.config().vocab;
     size_t agree_bf16 = 0, agree_fp16 = 0, n = 0;
     std::vector<float> b(V), h(V);

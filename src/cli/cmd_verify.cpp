@@ -120,7 +120,7 @@ nlohmann::json verify_on_gpu(const std::string& original, const std::vector<std:
     gpu.push_back({"flashnorm (fused), " + f,
                    make_engine(load_model(f), NormMode::FlashNorm, d, max_ctx, cancel)});
   }
-  CpuEngine cpu(load(), NormMode::Standard, max_ctx);
+  CpuEngine cpu(load(), NormMode::Standard, {.max_context = max_ctx});
   std::vector<Engine*> ptrs;
   for (auto& g : gpu) ptrs.push_back(g.e.get());
   std::vector<ComparisonStats> vs_cpu, vs_std;
@@ -203,9 +203,11 @@ nlohmann::json verify_native(const std::string& original, CpuEngine& ref,
   DeviceArgs d;
   d.device = "cpu";
   d.weights = "native";
-  CpuEngine nstd(load_model_for(original, d), NormMode::Standard, max_ctx);
-  CpuEngine nfn(load_model_for(original, d), NormMode::FlashNorm, max_ctx, cancel);
-  CpuEngine ffn(load_model(original), NormMode::FlashNorm, max_ctx, cancel);
+  CpuEngine nstd(load_model_for(original, d), NormMode::Standard, {.max_context = max_ctx});
+  CpuEngine nfn(load_model_for(original, d), NormMode::FlashNorm,
+                {.max_context = max_ctx, .cancel = cancel});
+  CpuEngine ffn(load_model(original), NormMode::FlashNorm,
+                {.max_context = max_ctx, .cancel = cancel});
   nstd.set_quant_gemm_rows(std::numeric_limits<int>::max());
   nfn.set_quant_gemm_rows(std::numeric_limits<int>::max());
   std::vector<Engine*> engines = {&nstd, &nfn, &ffn};
@@ -368,7 +370,7 @@ void register_verify(CLI::App& app) {
       write_json(json_out, out);
       return;
     }
-    CpuEngine orig(load_model(a->original), NormMode::Standard, max_ctx);
+    CpuEngine orig(load_model(a->original), NormMode::Standard, {.max_context = max_ctx});
     if (native) {
       nlohmann::json out = verify_native(a->original, orig, text, chunks, max_ctx, !a->no_cancel);
       out["text"] = a->text;
@@ -400,9 +402,11 @@ void register_verify(CLI::App& app) {
                         folded, fc.arch, fc.vocab, fc.hidden, fc.n_layer, a->original, oc.arch,
                         oc.vocab, oc.hidden, oc.n_layer));
       }
-      engines.push_back(std::make_unique<CpuEngine>(std::move(fm), NormMode::FlashNorm, max_ctx,
-                                                    !a->no_cancel,
-                                                    /*track_cancellation=*/!a->no_cancel));
+      engines.push_back(
+          std::make_unique<CpuEngine>(std::move(fm), NormMode::FlashNorm,
+                                      CpuEngineOptions{.max_context = max_ctx,
+                                                       .cancel = !a->no_cancel,
+                                                       .track_cancellation = !a->no_cancel}));
       ptrs.push_back(engines.back().get());
     }
     std::vector<std::vector<int32_t>> ref;
@@ -452,7 +456,8 @@ void register_verify(CLI::App& app) {
       if (fe.max_cancellation_error() > 0) {
         // What dropping the cancelled rstd alone changes: the same folded model with and without
         // cancellation, teacher-forced over the first 1024 tokens of the text.
-        CpuEngine exact(load_model(folded), NormMode::FlashNorm, max_ctx, /*cancel=*/false);
+        CpuEngine exact(load_model(folded), NormMode::FlashNorm,
+                        {.max_context = max_ctx, .cancel = false});
         const size_t n = std::min<size_t>(text.size(), 1024);
         cancel_logit_diff =
             compare_teacher_forced(exact, &fe, std::span<const int32_t>(text.data(), n), a->ctx,

@@ -84,15 +84,14 @@ kernels::cpu::QuantMatrix native_view(const Tensor& t) {
 
 }  // namespace
 
-CpuEngine::CpuEngine(Model model, NormMode mode, int max_context, bool cancel,
-                     bool track_cancellation)
+CpuEngine::CpuEngine(Model model, NormMode mode, const CpuEngineOptions& o)
     : m_(std::move(model)),
       mode_(mode),
-      cancel_(cancel && mode == NormMode::FlashNorm),
-      track_(track_cancellation) {
+      cancel_(o.cancel && mode == NormMode::FlashNorm),
+      track_(o.track_cancellation) {
   const ModelConfig& c = m_.cfg;
   const ArchDescription& a = *m_.arch;
-  max_ctx_ = max_context > 0 ? max_context : std::min(c.context, 8192);
+  max_ctx_ = o.max_context > 0 ? o.max_context : std::min(c.context, 8192);
   if (max_ctx_ > c.context) {
     throw Error(fmt::format("a KV cache of {} positions exceeds the model's context length {}",
                             max_ctx_, c.context));

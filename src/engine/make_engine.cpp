@@ -84,8 +84,10 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOpti
   if (resolve_device(o.device) == Device::kCuda) {
     return cuda_module().make_engine(model, mode, o);
   }
-  return std::make_unique<CpuEngine>(std::move(model), mode, o.max_context, o.cancel,
-                                     o.track_cancellation);
+  return std::make_unique<CpuEngine>(std::move(model), mode,
+                                     CpuEngineOptions{.max_context = o.max_context,
+                                                      .cancel = o.cancel,
+                                                      .track_cancellation = o.track_cancellation});
 }
 
 std::string gpu_name() {

@@ -125,7 +125,7 @@ TEST(CudaBatchedDecode, ContinuousBatchingMatchesCpuFp32) {
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {  // Standard first
       SCOPED_TRACE(std::string(gemma ? "gemma3 " : "llama ") + mode_name(mode));
       const std::string dir = batch_model(gemma);
-      CpuEngine cpu(load_model(dir), NormMode::Standard, 256);
+      CpuEngine cpu(load_model(dir), NormMode::Standard, {.max_context = 256});
       CudaEngineOptions o;
       o.capacity.max_context = 256, o.capacity.max_sequences = 8;
       CudaEngine gpu(load_model(dir), mode, o);
@@ -150,7 +150,7 @@ TEST(CudaBatchedDecode, FortyRowsMatchCpuFp32) {
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {  // Standard first
       SCOPED_TRACE(std::string(mode_name(mode)) + " decode_max_rows " + std::to_string(rows));
       const std::string dir = batch_model(false);
-      CpuEngine cpu(load_model(dir), NormMode::Standard, 64);
+      CpuEngine cpu(load_model(dir), NormMode::Standard, {.max_context = 64});
       CudaEngineOptions o;
       o.capacity.max_context = 64, o.capacity.max_sequences = 40;
       o.launch.decode_max_rows = rows;

@@ -73,7 +73,7 @@ class CudaEngineVsCpu : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
   const Case c = GetParam();
   const std::string dir = model_dir(c.gemma, c.tied, c.biases, c.softcap);
-  CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
+  CpuEngine cpu(load_model(dir), NormMode::Standard, {.max_context = 128});
   CudaEngine gpu(load_model(dir), c.mode, case_options(c));
   const std::vector<int32_t> seq = random_ids(96, cpu.config().vocab, 3);
   double tol = dtype_tol(c.dt);
@@ -82,7 +82,8 @@ TEST_P(CudaEngineVsCpu, TeacherForcedLogitsMatchCpuFp32) {
     // while the bf16 error it is measured against cannot grow through tanh (1-Lipschitz): the
     // bar is scaled by the smallest r of the rows (from the same weights without the cap, on the
     // CPU), which must also show that the cap bites.
-    CpuEngine raw(load_model(model_dir(c.gemma, c.tied, c.biases, 0)), NormMode::Standard, 128);
+    CpuEngine raw(load_model(model_dir(c.gemma, c.tied, c.biases, 0)), NormMode::Standard,
+                  {.max_context = 128});
     const std::span<const int32_t> first(seq.data(), 48);
     const std::vector<float> lr = raw.forward(first, true), lc = cpu.forward(first, true);
     cpu.reset();
@@ -221,7 +222,7 @@ TEST(CudaEngine, LongPromptPassesMatchCpuFp32AsStandardDoes) {
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     const std::string dir = model_dir(v.gemma, v.tied, v.biases, v.softcap);
-    CpuEngine cpu(load_model(dir), NormMode::Standard, 128);
+    CpuEngine cpu(load_model(dir), NormMode::Standard, {.max_context = 128});
     CudaEngineOptions o;
     o.capacity.max_context = 128, o.dtype = v.dt, o.flashnorm.tied_head = v.head;
     CudaEngine std_e(load_model(dir), NormMode::Standard, o);

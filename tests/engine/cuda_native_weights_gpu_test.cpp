@@ -81,7 +81,8 @@ class CudaNativeWeights : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaNativeWeights, MatchCpuFp32OfTheSameBlocks) {
   const Case c = GetParam();
   const std::string path = quantized_gguf(c.gemma);
-  CpuEngine cpu(load_model(path, true, WeightStorage::kF32), NormMode::Standard, 128);
+  CpuEngine cpu(load_model(path, true, WeightStorage::kF32), NormMode::Standard,
+                {.max_context = 128});
   CudaEngine gpu(load_model(path, true, WeightStorage::kNative), c.mode);
   const std::string desc = gpu.describe();
   std::printf("[%s] %s\n", c.name, desc.c_str());
@@ -140,7 +141,8 @@ TEST_P(CudaNativeWeights, MatchCpuFp32OfTheSameBlocks) {
 TEST(CudaNativeWeightsWide, ShortPassesOfAWideFfn) {
   const std::string path = quantized_gguf(false, 14336);
   for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
-    CpuEngine cpu(load_model(path, true, WeightStorage::kF32), NormMode::Standard, 128);
+    CpuEngine cpu(load_model(path, true, WeightStorage::kF32), NormMode::Standard,
+                  {.max_context = 128});
     CudaEngine gpu(load_model(path, true, WeightStorage::kNative), mode);
     const int V = cpu.config().vocab;
     std::vector<int32_t> seq;

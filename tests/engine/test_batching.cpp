@@ -100,7 +100,7 @@ std::vector<std::vector<int32_t>> run_together(Engine& e, const std::vector<Requ
 void expect_batch_invariant(const Model& model, NormMode mode, int count, const char* what,
                             std::vector<int> chunks = {1, 4}, bool control = true) {
   SCOPED_TRACE(std::string(what) + (mode == NormMode::Standard ? " standard" : " flashnorm"));
-  CpuEngine e(model, mode, 64);
+  CpuEngine e(model, mode, {.max_context = 64});
   const std::vector<Request> reqs = make_requests(count, e.config().vocab, 7);
   // Alone: the single-sequence forward() path, whole prompt in one pass.
   std::vector<std::vector<int32_t>> alone;
@@ -159,7 +159,7 @@ TEST_F(Batching, SmolLM2GreedyTokensAloneEqualBatched) {
 
 TEST_F(Batching, RefusalsAppendNothing) {
   const Model m = load_model(write({}, "refuse.gguf"));
-  CpuEngine e(m, NormMode::FlashNorm, 32);
+  CpuEngine e(m, NormMode::FlashNorm, {.max_context = 32});
   const int a = e.open_sequence(), b = e.open_sequence();
   EXPECT_NE(a, b);
   const std::vector<int32_t> three{1, 2, 3}, bad{1, 300}, many(31, 5), none;

@@ -33,7 +33,7 @@ TEST(MakeEngine, CpuEngineThroughTheInterface) {
   EXPECT_THROW(e->generate(ids, 2, 0.0f, 0), Error);
   EXPECT_THROW(e->time_decode_steps(2), Error);
   EXPECT_THROW(e->profile_decode_step(2), Error);
-  CpuEngine direct(load_model(model_dir()), NormMode::FlashNorm, 32);
+  CpuEngine direct(load_model(model_dir()), NormMode::FlashNorm, {.max_context = 32});
   EXPECT_EQ(e->forward(ids), direct.forward(ids));
   o.device = Device::kAuto;
   if (!cuda_available()) {

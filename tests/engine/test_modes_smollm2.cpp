@@ -23,12 +23,12 @@ TEST(ModesSmolLM2, SameGreedyTokensInEveryModeAndFile) {
   Tokenizer tok = Tokenizer::from_gguf(vocab);
   std::vector<int32_t> prompt = tok.encode("The three primary colors are", false);
   const int n = 48;
-  CpuEngine ref_engine(load_model(src), NormMode::Standard, 128);
+  CpuEngine ref_engine(load_model(src), NormMode::Standard, {.max_context = 128});
   const std::vector<int32_t> ref = greedy_tokens(ref_engine, prompt, n);
   for (const auto& file : {fs::path(src), folded}) {
     for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
       if (file == src && mode == NormMode::Standard) continue;
-      CpuEngine e(load_model(file), mode, 128);
+      CpuEngine e(load_model(file), mode, {.max_context = 128});
       EXPECT_EQ(greedy_tokens(e, prompt, n), ref)
           << file << " in " << (mode == NormMode::Standard ? "standard" : "flashnorm") << " mode";
     }

@@ -85,9 +85,10 @@ TEST(NativeWeightsSmolLM2, AgreesWithFp32EngineInBothModes) {
   EXPECT_EQ(q.type, io::GgmlType::Q4_1);
   EXPECT_EQ(q.raw.size(), q.rows() * q.cols() / 32 * 20);  // the file's Q4_1 blocks
 
-  CpuEngine ref(load_model(src), NormMode::Standard, 256);
-  CpuEngine nstd(std::move(native), NormMode::Standard, 256);
-  CpuEngine nfn(load_model(src, true, WeightStorage::kNative), NormMode::FlashNorm, 256);
+  CpuEngine ref(load_model(src), NormMode::Standard, {.max_context = 256});
+  CpuEngine nstd(std::move(native), NormMode::Standard, {.max_context = 256});
+  CpuEngine nfn(load_model(src, true, WeightStorage::kNative), NormMode::FlashNorm,
+                {.max_context = 256});
   EXPECT_NE(nstd.describe().find("native"), std::string::npos) << nstd.describe();
   // the reference in one prefill pass (cheaper than fp32 decode; the same function)
   std::vector<std::vector<float>> lr;

@@ -44,7 +44,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 void expect_exact_reuse(const Model& model, NormMode mode, const char* what) {
   SCOPED_TRACE(std::string(what) + (mode == NormMode::Standard ? " standard" : " flashnorm"));
-  CpuEngine e(model, mode, 128);
+  CpuEngine e(model, mode, {.max_context = 128});
   std::mt19937 rng(3);
   const int V = e.config().vocab;
   // A and B share their first 37 tokens; reuse takes floor(37 / 16) * 16 = 32 of them.
@@ -129,7 +129,8 @@ TEST(PrefixReuse, SmolLM2NativeBitExact) {
 }
 
 TEST(PrefixReuse, Refusals) {
-  CpuEngine e(load_model(write({}, "llama_refusals.gguf")), NormMode::FlashNorm, 64);
+  CpuEngine e(load_model(write({}, "llama_refusals.gguf")), NormMode::FlashNorm,
+              {.max_context = 64});
   const int s = e.open_sequence();
   const std::vector<int32_t> t = {1, 2, 3};
   feed(e, s, t);

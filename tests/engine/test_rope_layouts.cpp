@@ -72,9 +72,9 @@ TEST(RopeLayouts, HfAndConvertedGgufAgree) {
   std::vector<int32_t> seq;
   for (int i = 0; i < 96; ++i) seq.push_back((i * 31 + 7) % opt.vocab);
   for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
-    CpuEngine a(load_model(dir / "hf"), mode, 128);
-    CpuEngine b(load_model(dir / "converted.gguf"), mode, 128);
-    CpuEngine c(load_model(dir / "unpermuted.gguf"), mode, 128);
+    CpuEngine a(load_model(dir / "hf"), mode, {.max_context = 128});
+    CpuEngine b(load_model(dir / "converted.gguf"), mode, {.max_context = 128});
+    CpuEngine c(load_model(dir / "unpermuted.gguf"), mode, {.max_context = 128});
     ComparisonStats same = compare_teacher_forced(a, &b, seq, 96);
     EXPECT_LE(same.max_rel_logit_diff, 1e-5);
     ComparisonStats wrong = compare_teacher_forced(a, &c, seq, 96);

@@ -40,8 +40,9 @@ TEST_F(FoldGemmaHf, OnePlusGainsFoldToTheSameFunction) {
   EXPECT_EQ(f.load_fp32("model.layers.0.self_attn.q_norm.weight"),
             o.load_fp32("model.layers.0.self_attn.q_norm.weight"));
   for (bool cancel : {false, true}) {
-    CpuEngine a(load_model(dir_ / "hf"), NormMode::Standard, 64);
-    CpuEngine b(load_model(dir_ / "folded"), NormMode::FlashNorm, 64, cancel);
+    CpuEngine a(load_model(dir_ / "hf"), NormMode::Standard, {.max_context = 64});
+    CpuEngine b(load_model(dir_ / "folded"), NormMode::FlashNorm,
+                {.max_context = 64, .cancel = cancel});
     ComparisonStats st = compare_teacher_forced(a, &b, seq_, 48);
     EXPECT_LE(st.max_rel_logit_diff, 1e-5) << "cancel " << cancel;
     EXPECT_EQ(st.top1_agree, st.positions);
@@ -54,8 +55,8 @@ TEST_F(FoldGemmaHf, TreatingWAsAPlainGainIsCaught) {
   FoldOptions wrong;
   wrong.assume_gains = GainConvention::Plain;
   fold_hf(dir_ / "hf", dir_ / "wrong", wrong);
-  CpuEngine a(load_model(dir_ / "hf"), NormMode::Standard, 64);
-  CpuEngine b(load_model(dir_ / "wrong"), NormMode::FlashNorm, 64);
+  CpuEngine a(load_model(dir_ / "hf"), NormMode::Standard, {.max_context = 64});
+  CpuEngine b(load_model(dir_ / "wrong"), NormMode::FlashNorm, {.max_context = 64});
   ComparisonStats st = compare_teacher_forced(a, &b, seq_, 48);
   EXPECT_GT(st.max_rel_logit_diff, 1e-2);
 }
@@ -63,8 +64,8 @@ TEST_F(FoldGemmaHf, TreatingWAsAPlainGainIsCaught) {
 TEST_F(FoldGemmaHf, HfAndGgufFormsAreTheSameModel) {
   testing::write_random_gguf(dir_ / "g.gguf", opt_);
   for (NormMode mode : {NormMode::Standard, NormMode::FlashNorm}) {
-    CpuEngine a(load_model(dir_ / "hf"), mode, 64);
-    CpuEngine b(load_model(dir_ / "g.gguf"), mode, 64);
+    CpuEngine a(load_model(dir_ / "hf"), mode, {.max_context = 64});
+    CpuEngine b(load_model(dir_ / "g.gguf"), mode, {.max_context = 64});
     ComparisonStats st = compare_teacher_forced(a, &b, seq_, 48);
     EXPECT_LE(st.max_rel_logit_diff, 1e-5);
   }

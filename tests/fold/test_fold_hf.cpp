@@ -45,8 +45,8 @@ TEST_F(FoldHf, FoldedMatchesOriginalInEngine) {
   EXPECT_EQ(r.tensors.size(), 2u * 5 + 1);
   EXPECT_TRUE(r.untied_head);
 
-  CpuEngine orig(load_model(in_), NormMode::Standard, 256);
-  CpuEngine folded(load_model(out_), NormMode::FlashNorm, 256);
+  CpuEngine orig(load_model(in_), NormMode::Standard, {.max_context = 256});
+  CpuEngine folded(load_model(out_), NormMode::FlashNorm, {.max_context = 256});
   std::vector<int32_t> prompt = {5, 17, 42, 99, 3, 250, 7};
   // Teacher-forced logits over a longer random sequence: relative difference within 1e-5.
   std::vector<int32_t> seq;
@@ -69,8 +69,8 @@ TEST_F(FoldHf, FoldedWithoutDeferralIsDifferentFunction) {
   for (auto& [name, t] : bad.tensors) {
     if (name.find("norm") != std::string::npos) t.data = orig.get(name).data;
   }
-  CpuEngine a(std::move(orig), NormMode::Standard, 64);
-  CpuEngine b(std::move(bad), NormMode::Standard, 64);
+  CpuEngine a(std::move(orig), NormMode::Standard, {.max_context = 64});
+  CpuEngine b(std::move(bad), NormMode::Standard, {.max_context = 64});
   std::vector<int32_t> seq = {1, 2, 3, 4, 5, 6, 7, 8};
   ComparisonStats st = compare_teacher_forced(a, &b, seq, 8);
   EXPECT_GT(st.max_rel_logit_diff, 1e-3);

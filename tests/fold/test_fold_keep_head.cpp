@@ -84,9 +84,9 @@ TEST_F(KeepTiedHead, CpuEngineComputesTheUnfoldedFunctionInBothModes) {
   std::vector<int32_t> ids = tok.tok.encode(text.substr(0, 4000), false);
   ASSERT_GE(ids.size(), 256u);
   ids.resize(256);
-  CpuEngine ref(load_model(src_), NormMode::Standard, 256);
-  CpuEngine std_mode(load_model(dir_ / "kept_f32.gguf"), NormMode::Standard, 256);
-  CpuEngine fn_mode(load_model(dir_ / "kept_f32.gguf"), NormMode::FlashNorm, 256);
+  CpuEngine ref(load_model(src_), NormMode::Standard, {.max_context = 256});
+  CpuEngine std_mode(load_model(dir_ / "kept_f32.gguf"), NormMode::Standard, {.max_context = 256});
+  CpuEngine fn_mode(load_model(dir_ / "kept_f32.gguf"), NormMode::FlashNorm, {.max_context = 256});
   Engine* bs[] = {&std_mode, &fn_mode};
   const auto stats = compare_teacher_forced(ref, bs, ids, 128);
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 16);

@@ -175,9 +175,10 @@ class SyntheticGemma : public ::testing::Test {
 
 TEST_F(SyntheticGemma, Gemma4StyleWholeRstdCancels) {
   static const ArchDescription g4 = gemma4_style();
-  CpuEngine ref(load(&g4), NormMode::Standard, 64);
-  CpuEngine exact(load(&g4), NormMode::FlashNorm, 64, /*cancel=*/false);
-  CpuEngine cancel(load(&g4), NormMode::FlashNorm, 64, /*cancel=*/true, /*track=*/true);
+  CpuEngine ref(load(&g4), NormMode::Standard, {.max_context = 64});
+  CpuEngine exact(load(&g4), NormMode::FlashNorm, {.max_context = 64, .cancel = false});
+  CpuEngine cancel(load(&g4), NormMode::FlashNorm,
+                   {.max_context = 64, .cancel = true, .track_cancellation = true});
   EXPECT_TRUE(cancel.skips_attn_reduction());
   EXPECT_FALSE(exact.skips_attn_reduction());
   ComparisonStats e = compare_teacher_forced(ref, &exact, seq_, 40);
@@ -192,8 +193,9 @@ TEST_F(SyntheticGemma, Gemma4StyleWholeRstdCancels) {
 }
 
 TEST_F(SyntheticGemma, Gemma3QkCancellationMatchesStandard) {
-  CpuEngine ref(load(nullptr), NormMode::Standard, 64);
-  CpuEngine cancel(load(nullptr), NormMode::FlashNorm, 64, true, true);
+  CpuEngine ref(load(nullptr), NormMode::Standard, {.max_context = 64});
+  CpuEngine cancel(load(nullptr), NormMode::FlashNorm,
+                   {.max_context = 64, .cancel = true, .track_cancellation = true});
   EXPECT_FALSE(cancel.skips_attn_reduction());
   ComparisonStats c = compare_teacher_forced(ref, &cancel, seq_, 40);
   EXPECT_LE(c.max_rel_logit_diff, 1e-5 + 10 * cancel.max_cancellation_error());
@@ -201,7 +203,7 @@ TEST_F(SyntheticGemma, Gemma3QkCancellationMatchesStandard) {
   // Dropping the rstd of v (not renormalized in Gemma 3) would be wrong: the Gemma-4 graph on
   // Gemma-3 weights gives a different function, so the audit's answer matters.
   static const ArchDescription g4 = gemma4_style();
-  CpuEngine wrong(load(&g4), NormMode::FlashNorm, 64, true);
+  CpuEngine wrong(load(&g4), NormMode::FlashNorm, {.max_context = 64, .cancel = true});
   ComparisonStats w = compare_teacher_forced(ref, &wrong, seq_, 40);
   EXPECT_GT(w.max_rel_logit_diff, 1e-2);
 }

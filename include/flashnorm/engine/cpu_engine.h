@@ -40,16 +40,23 @@
 
 namespace flashnorm {
 
+// How a CpuEngine runs its model (designated initialisers at call sites).
+struct CpuEngineOptions {
+  // Caps each sequence's KV cache, allocated as it fills (0: the model's context length, at most
+  // 8192).
+  int max_context = 0;
+  // FlashNorm mode only: drop the rstd that renormalization cancels.
+  bool cancel = true;
+  // Also compute, for every cancelled row, the eps bound of model/audit.h (costs the reduction the
+  // cancellation saves; for measurements only).
+  bool track_cancellation = false;
+};
+
 class CpuEngine final : public Engine {
  public:
-  // Takes the model's weights. `max_context` caps each sequence's KV cache, allocated as it fills
-  // (0: the model's context length, at most 8192). `cancel` (FlashNorm mode only): drop the rstd
-  // that renormalization cancels. `track_cancellation`: also compute, for every cancelled row, the
-  // eps bound of model/audit.h (costs the reduction the cancellation saves; for measurements only).
-  // Errors: throws Error if the model lacks a tensor its architecture needs, or max_context
-  // exceeds the model's context length.
-  CpuEngine(Model model, NormMode mode, int max_context = 0, bool cancel = true,
-            bool track_cancellation = false);
+  // Takes the model's weights. Errors: throws Error if the model lacks a tensor its architecture
+  // needs, or max_context exceeds the model's context length.
+  CpuEngine(Model model, NormMode mode, const CpuEngineOptions& options = {});
 
   // Clears the KV cache (position back to 0).
   void reset() override;
