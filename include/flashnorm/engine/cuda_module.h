@@ -81,5 +81,5 @@ bool cuda_driver_present(std::string* why = nullptr);
 
 }  // namespace flashnorm
 
-// The module's factory (defined in src/engine/cuda/module.cpp, exported by libflashnorm_cuda.so).
+// The module's factory (defined in src/cli/cuda_module.cpp, exported by libflashnorm_cuda.so).
 extern "C" const flashnorm::CudaModule* flashnorm_cuda_module();

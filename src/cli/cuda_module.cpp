@@ -1,11 +1,12 @@
 // The CUDA module's factory (engine/cuda_module.h): the table of entry points that
 // libflashnorm_cuda.so exports to the executable that loads it.
+#include "flashnorm/engine/cuda_module.h"
+
 #include <cuda_runtime.h>
 
 #include <nlohmann/json.hpp>
 
 #include "flashnorm/engine/cuda_engine.h"
-#include "flashnorm/engine/cuda_module.h"
 #include "kernel_bench.h"  // bench/kernel_bench
 #include "model_bench.h"   // src/cli
 
