@@ -47,6 +47,7 @@ std::vector<Chunk> cut(std::span<const int32_t> tokens, const TextChunks& c) {
   std::vector<Chunk> out;
   const size_t ctx = c.ctx;
   if (c.layout == ChunkLayout::kLlamaPerplexity) {
+    if (ctx < 3) throw Error("compare: llama-perplexity chunks need ctx >= 3 (a scored position)");
     std::vector<int32_t> s;
     if (c.bos) s.push_back(*c.bos);
     s.insert(s.end(), tokens.begin(), tokens.end());

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashnorm/engine/evaluate.h"
@@ -37,8 +38,9 @@ TEST(MaxRelDiff, NanOrInfinityOnEitherSideIsInfinite) {
   }
 }
 
-// Logits j * 0.1 at every position whatever the tokens: a scored target t costs
-// logsumexp - 0.1 t nats. Records every sequence it is given.
+// Logits 0.1 * ((j + t) % V) at chunk position t whatever the tokens (each row a rotation of the
+// same values, so one logsumexp): a target j scored at position t costs logsumexp - 0.1 ((j + t) %
+// V) nats, so reading another position's row shows. Records every sequence it is given.
 class Recorder final : public Engine {
  public:
   Recorder() { cfg_.vocab = kVocab; }
@@ -52,7 +54,7 @@ class Recorder final : public Engine {
     seen.emplace_back(tokens.begin(), tokens.end());
     pos_ += tokens.size();
     std::vector<float> l((all_logits ? tokens.size() : 1) * kVocab);
-    for (size_t i = 0; i < l.size(); ++i) l[i] = 0.1f * (i % kVocab);
+    for (size_t i = 0; i < l.size(); ++i) l[i] = 0.1f * ((i % kVocab + i / kVocab) % kVocab);
     return l;
   }
   const char* device() const override { return "cpu"; }
@@ -64,12 +66,12 @@ class Recorder final : public Engine {
   int pos_ = 0;
 };
 
-// The summed NLL of `targets` under Recorder's logits, in fp64.
-double nll_of(const std::vector<int32_t>& targets) {
+// The summed NLL of (position, target) pairs under Recorder's logits, in fp64.
+double nll_of(const std::vector<std::pair<int, int32_t>>& scored) {
   double lse = 0;
   for (int j = 0; j < Recorder::kVocab; ++j) lse += std::exp(double(0.1f * j));
   double nll = 0;
-  for (int32_t t : targets) nll += std::log(lse) - double(0.1f * t);
+  for (auto [t, j] : scored) nll += std::log(lse) - double(0.1f * ((j + t) % Recorder::kVocab));
   return nll;
 }
 
@@ -88,7 +90,7 @@ TEST(TeacherForcedChunks, LlamaPerplexityWithBos) {
   EXPECT_EQ(a.seen, want);
   ASSERT_EQ(st.size(), 1u);
   EXPECT_EQ(st[0].positions, 3u);  // position 2 of each chunk predicts position 3
-  EXPECT_NEAR(st[0].nll_a, nll_of({2, 6, 10}), 1e-9);
+  EXPECT_NEAR(st[0].nll_a, nll_of({{2, 2}, {2, 6}, {2, 10}}), 1e-9);
 }
 
 TEST(TeacherForcedChunks, LlamaPerplexityWithoutBosDropsThePartialChunk) {
@@ -98,7 +100,7 @@ TEST(TeacherForcedChunks, LlamaPerplexityWithoutBosDropsThePartialChunk) {
   const std::vector<std::vector<int32_t>> want = {{0, 1, 2, 3}, {4, 5, 6, 7}};
   EXPECT_EQ(a.seen, want);
   EXPECT_EQ(st[0].positions, 2u);
-  EXPECT_NEAR(st[0].nll_a, nll_of({3, 7}), 1e-9);
+  EXPECT_NEAR(st[0].nll_a, nll_of({{2, 3}, {2, 7}}), 1e-9);
 }
 
 TEST(TeacherForcedChunks, EveryPositionPrependsBosAndScoresAll) {
@@ -107,7 +109,7 @@ TEST(TeacherForcedChunks, EveryPositionPrependsBosAndScoresAll) {
   const std::vector<std::vector<int32_t>> want = {{99, 0, 1}, {99, 2, 3}, {99, 4}};
   EXPECT_EQ(a.seen, want);
   EXPECT_EQ(st[0].positions, 5u);
-  EXPECT_NEAR(st[0].nll_a, nll_of({0, 1, 2, 3, 4}), 1e-9);
+  EXPECT_NEAR(st[0].nll_a, nll_of({{0, 0}, {1, 1}, {0, 2}, {1, 3}, {0, 4}}), 1e-9);
   // the layouts differ: the same text and ctx scored as llama-perplexity gives other figures
   Recorder b;
   const auto sl = compare_teacher_forced(
@@ -115,8 +117,11 @@ TEST(TeacherForcedChunks, EveryPositionPrependsBosAndScoresAll) {
   EXPECT_NE(sl[0].positions, st[0].positions);
 }
 
-TEST(TeacherForcedChunks, NoWholeChunkIsAnError) {
+TEST(TeacherForcedChunks, NoWholeChunkOrNoScoredPositionIsAnError) {
   Recorder a;
+  EXPECT_THROW(compare_teacher_forced(
+                   a, {}, iota(8), TextChunks{.ctx = 2, .layout = ChunkLayout::kLlamaPerplexity}),
+               Error);
   EXPECT_THROW(compare_teacher_forced(
                    a, {}, iota(2), TextChunks{.ctx = 4, .layout = ChunkLayout::kLlamaPerplexity}),
                Error);

@@ -45,8 +45,8 @@ struct TextChunks {
 // Runs `a` against every engine of `bs` (the reference runs once) over `tokens` cut as `chunks`
 // says; one result per engine in `bs` (one with a's perplexity alone when `bs` is empty), each
 // with the reference's figures in its `a` fields. progress(done, total) is called per chunk.
-// Errors: Error if ctx < 2, fewer than 2 tokens, no whole chunk (kLlamaPerplexity) or
-// vocabularies that differ.
+// Errors: Error if ctx < 2 (kLlamaPerplexity: < 3), fewer than 2 tokens, no whole chunk
+// (kLlamaPerplexity) or vocabularies that differ.
 std::vector<ComparisonStats> compare_teacher_forced(
     Engine& a, std::span<Engine* const> bs, std::span<const int32_t> tokens,
     const TextChunks& chunks, const std::function<void(size_t, size_t)>& progress = {});
