@@ -5,6 +5,7 @@
 // Outputs fp16, compared to 6e-3 of each row's largest reference value (fp16 operands: about
 // 2^-11 relative each). Negative control: the same comparison against the reference without the
 // window must fail. attention() must dispatch to it for T >= kAttentionTiledMinT (same bits).
+// Cache rows past the last visible key and below the first query's window hold NaN.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -84,8 +85,11 @@ void run(const Case& c, Outputs& r) {
   fill(r.q, size_t(c.T) * nq, 2.f);
   fill(r.kc, size_t(max_ctx) * nkv, 2.f);
   fill(r.vc, size_t(max_ctx) * nkv, 1.f);
-  // rows past the last visible key hold NaN: a read of them would show
+  // rows past the last visible key, and below the first query's window, hold NaN: a read of
+  // them would show
   for (size_t i = size_t(c.p0 + c.T) * nkv; i < r.kc.size(); ++i) r.kc[i] = r.vc[i] = NAN;
+  const int below = c.window > 0 ? std::max(0, c.p0 + 1 - c.window) : 0;
+  for (size_t i = 0; i < size_t(below) * nkv; ++i) r.kc[i] = r.vc[i] = NAN;
   r.scale = 1.f / std::sqrt(float(c.D));
   const int32_t pos = c.p0;
   DevMem dq(r.q.size() * 4), dk(r.kc.size() * 4), dv(r.vc.size() * 4), dpos(4),
@@ -112,9 +116,24 @@ void run(const Case& c, Outputs& r) {
 
 TEST(PromptAttention, MatchesFp64Reference) {
   const Case cases[] = {
-      {64, 32, 0, 0},         {64, 100, 37, 0},  {128, 257, 0, 0},   {128, 130, 300, 0},
-      {128, 200, 5, 50},      {256, 65, 19, 0},  {256, 140, 0, 40},  {64, 33, 0, 0, 4, 4},
-      {128, 96, 64, 0, 4, 4}, {64, 500, 0, 128}, {128, 64, 1000, 0}, {256, 31, 3, 0},
+      {64, 32, 0, 0},
+      {64, 100, 37, 0},
+      {128, 257, 0, 0},
+      {128, 130, 300, 0},
+      {128, 200, 5, 50},
+      {256, 65, 19, 0},
+      {256, 140, 0, 40},
+      {64, 33, 0, 0, 4, 4},
+      {128, 96, 64, 0, 4, 4},
+      {64, 500, 0, 128},
+      {128, 64, 1000, 0},
+      {256, 31, 3, 0},
+      // the first key above 0 (pos0 past the window), windows under a warp's 16 rows, with MHA
+      // and T under one tile
+      {128, 100, 300, 64},
+      {64, 80, 20, 7},
+      {128, 40, 10, 12, 4, 4},
+      {256, 70, 90, 33},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message() << "D=" << c.D << " T=" << c.T << " p0=" << c.p0 << " window="
@@ -130,7 +149,9 @@ TEST(PromptAttention, MatchesFp64Reference) {
     } else {  // the fp32 kernel: closer to the reference
       EXPECT_LE(worst_rel(c, r.dispatched, ref), 2e-3);
     }
-    if (c.window > 0 && c.window < c.p0 + c.T) {  // negative control: the mask is checked
+    // negative control: the mask is checked (where no cache row is poisoned below the window,
+    // which the reference without it would read)
+    if (c.window > 0 && c.window < c.p0 + c.T && c.p0 + 1 <= c.window) {
       const std::vector<double> unwindowed = reference(c, r.q, r.kc, r.vc, r.scale, 0);
       EXPECT_GT(worst_rel(c, r.tiled, unwindowed), 0.05) << "the check missed the window";
     }
@@ -140,7 +161,7 @@ TEST(PromptAttention, MatchesFp64Reference) {
 TEST(PromptAttention, RefusesWhatItDoesNotSupport) {
   fk::AttentionArgs a;
   a.T = 64, a.n_head = 2, a.n_head_kv = 1, a.D = 96, a.max_ctx = 64;
-  float dummy[4];
+  alignas(16) float dummy[4];
   int32_t pos = 0;
   a.pos = &pos, a.q = a.k_cache = a.v_cache = dummy, a.out = dummy;
   EXPECT_EQ(fk::attention_tiled(a, nullptr).code, fk::Code::kInvalidArgument);  // D 96

@@ -221,19 +221,19 @@ Status launch_tiled(const AttentionArgs& a, cudaStream_t s) {
 }  // namespace
 
 bool attention_tiled_supports(const AttentionArgs& a) {
-  return a.split_keys == 0 && (a.D == 64 || a.D == 128 || a.D == 256);
+  return a.split_keys == 0 && (a.D == 64 || a.D == 128 || a.D == 256) && aligned16(a.q) &&
+         aligned16(a.k_cache) && aligned16(a.v_cache);
 }
 
 Status attention_tiled(const AttentionArgs& a, cudaStream_t s) {
   if (a.T < 1 || a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv || a.max_ctx < 1 ||
       a.window < 0)
     return invalid("attention_tiled: T, heads and max_ctx >= 1, heads divide, window >= 0");
-  if (!attention_tiled_supports(a))
-    return invalid("attention_tiled: D 64, 128 or 256 and no key splits");
   if (!a.pos || !a.q || !a.k_cache || !a.v_cache || !a.out)
     return invalid("attention_tiled: null pointer");
-  if (!aligned16(a.q) || !aligned16(a.k_cache) || !aligned16(a.v_cache))
-    return invalid("attention_tiled: q and the caches 16-byte aligned");
+  if (!attention_tiled_supports(a))
+    return invalid(
+        "attention_tiled: D 64, 128 or 256, no key splits, q and the caches 16-byte aligned");
   switch (a.D) {
     case 64:
       return launch_tiled<64>(a, s);

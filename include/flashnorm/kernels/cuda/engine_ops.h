@@ -75,12 +75,13 @@ Status rope_kv(const RopeKvArgs& a, cudaStream_t s);
 
 // Causal GQA attention of T queries at positions *pos .. *pos + T - 1 over the KV cache:
 // out[t, h*D:(h+1)*D] = softmax_j(scale * q_t,h . k_j,h/g) v_j,h/g for keys j in
-// [max(0, p_t + 1 - window), p_t] (window = 0: all earlier keys), g = n_head / n_head_kv; fp32
-// arithmetic, out rounded to dt. One CTA per (head, query) — or, with split_keys > 0 (decode),
-// per (head, query, chunk of split_keys keys) over ceil(min(key_bound, max_ctx) / split_keys)
-// chunks (empty ones exit at once), merged by a second kernel from `partials` (flash-decoding).
-// Scores go through shared memory; not a tiled FlashAttention (its cost is reported in the engine
-// profile). Errors: D % 4 == 0, D <= 256, max_ctx <= 32768, partials set when split_keys > 0.
+// [max(0, p_t + 1 - window), p_t] (window = 0: all earlier keys), g = n_head / n_head_kv; out
+// rounded to dt. Prompt passes (T >= kAttentionTiledMinT, no splits, D 64 / 128 / 256, q and the
+// caches 16-byte aligned) run attention_tiled (fp16 operands, below); otherwise fp32 arithmetic,
+// one CTA per (head, query) — or, with split_keys > 0 (decode), per (head, query, chunk of
+// split_keys keys) over ceil(min(key_bound, max_ctx) / split_keys) chunks (empty ones exit at
+// once), merged by a second kernel from `partials` (flash-decoding), scores through shared memory.
+// Errors: D % 4 == 0, D <= 256, max_ctx <= 32768, partials set when split_keys > 0.
 struct AttentionArgs {
   DType dt = DType::kBF16;
   int T = 0, n_head = 0, n_head_kv = 0, D = 0, max_ctx = 0, window = 0;
@@ -113,7 +114,8 @@ Status attention(const AttentionArgs& a, cudaStream_t s);
 // Prompt attention on tensor cores (prompt_attention.cu): what attention() computes, with the
 // scaled queries and the cache's keys and values rounded to fp16 and P to fp16 before P V (fp32
 // accumulation and softmax); one CTA per (head, 64 queries). Supports D 64, 128 or 256 without key
-// splits; q and the caches 16-byte aligned. Errors: kInvalidArgument otherwise.
+// splits; q and the caches 16-byte aligned. A key or value beyond fp16's range (65504) becomes inf
+// and the row's output NaN. Errors: kInvalidArgument otherwise.
 constexpr int kAttentionTiledMinT = 32;
 bool attention_tiled_supports(const AttentionArgs& a);
 Status attention_tiled(const AttentionArgs& a, cudaStream_t s);
