@@ -30,6 +30,9 @@ struct CudaEngine::Impl {
         ctx(std::make_unique<fk::LinearContext>()),
         f{cfg, hooks, mode, this->opt, to_dtype(opt.dtype), d, w, ws, *ctx, prof, stream.get()} {
     ctx->set_race_hooks(opt.debug);
+    // the uploads and memsets above (the legacy stream: the KV cache, the split-K counters) done
+    // before anything runs on `stream`, which does not wait for the legacy stream
+    FN_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     f.gemv_rows = f.head_gemv_rows = opt.launch.decode_max_rows;
     if (!opt.gemv_configs.empty()) {
       use_gemv_configs(f, opt.gemv_configs);
