@@ -485,5 +485,6 @@ python3 "$py" summarize "$runs" "$tmp/meta.json" "$out"
 # --- the requantization table (fold output types), unless REQUANT=0 ------------------------------
 if [ "${REQUANT:-1}" = 1 ]; then
   T="$T" NICE="$NICE" LLAMA_CPP_PYTHON="$LLAMA_CPP_PYTHON" FLASHNORM_COMMIT="$fn_commit" \
+    LLAMA_PERPLEXITY="$lppl" \
     "$root/scripts/requant_bench.sh" "$build" "${out%.json}-requant.json"
 fi

@@ -15,6 +15,7 @@
 #     bench/results/requant-<flashnorm commit>-<date>.json (a markdown table is printed)
 #   env: T=2 PPL_CHUNKS=2 NICE=19 LLAMA_CPP_PYTHON=0.3.36 FLASHNORM_CACHE (~/.cache/flashnorm)
 #        MODELS="smollm2 gemma3" TYPES="Q4_0 Q4_1 Q4_K Q5_K Q6_K Q8_0" FLASHNORM_COMMIT
+#        LLAMA_PERPLEXITY (default: the native build's; scripts/cpu_bench.sh passes the one it ran)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build/release}" && pwd)"
@@ -23,7 +24,7 @@ LLAMA_CPP_PYTHON="${LLAMA_CPP_PYTHON:-0.3.36}"
 MODELS="${MODELS:-smollm2 gemma3}" TYPES="${TYPES:-Q4_0 Q4_1 Q4_K Q5_K Q6_K Q8_0}"
 cache="${FLASHNORM_CACHE:-$HOME/.cache/flashnorm}"
 cli="$build/src/cli/flashnorm"
-lppl="$cache/llama.cpp-$LLAMA_CPP_PYTHON/build/bin/llama-perplexity"
+lppl="${LLAMA_PERPLEXITY:-$cache/llama.cpp-$LLAMA_CPP_PYTHON/build/bin/llama-perplexity}"
 text=/usr/share/common-licenses/GPL-3
 [ -x "$cli" ] || { echo "error: $cli not built" >&2; exit 1; }
 [ -x "$lppl" ] || { echo "error: $lppl missing: run scripts/cpu_bench.sh once" >&2; exit 1; }
