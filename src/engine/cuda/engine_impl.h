@@ -42,10 +42,9 @@ struct CudaEngine::Impl {
     }
     slot_pos.assign(d.slots, 0);
     for (int sl = d.slots - 2; sl >= 1; --sl) free_slots.push_back(sl);  // 1 first
-    // this engine's streams only: cudaDeviceSynchronize would also wait on, and so invalidate, a
-    // graph another engine's thread is capturing (uploads ran on the legacy stream, work on
-    // `stream`, whose side-stream work is joined back into it)
-    FN_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    // this engine's stream only (the legacy stream's uploads were waited for above; side-stream
+    // work is joined back into `stream`): cudaDeviceSynchronize would also wait on, and so
+    // invalidate, a graph another engine's thread is capturing
     FN_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   }
 
