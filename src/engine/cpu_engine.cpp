@@ -417,13 +417,11 @@ std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_
   return run(std::span(&chunk, 1), std::span(&seq, 1), all_logits);
 }
 
-std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
-                                  std::span<Sequence* const> seqs, bool all_logits) {
+std::vector<float> CpuEngine::layers_pass(std::span<const SequenceChunk> chunks,
+                                          std::span<Sequence* const> seqs) {
   const ModelConfig& c = m_.cfg;
   const ArchHooks& hk = m_.arch->hooks;
   if (chunks.empty()) throw Error("forward: no sequences");
-  std::optional<kernels::cpu::BlasThreads> blas_on_one_thread;
-  if (one_blas_thread_) blas_on_one_thread.emplace(1);
   int T = 0;  // rows of all chunks, stacked
   for (size_t i = 0; i < chunks.size(); ++i) {
     const int n = static_cast<int>(chunks[i].tokens.size());
@@ -526,6 +524,17 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
   for (size_t i = 0; i < chunks.size(); ++i) seqs[i]->pos += chunks[i].tokens.size();
+  return x;
+}
+
+std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
+                                  std::span<Sequence* const> seqs, bool all_logits) {
+  const ModelConfig& c = m_.cfg;
+  const int H = c.hidden;
+  std::optional<kernels::cpu::BlasThreads> blas_on_one_thread;
+  if (one_blas_thread_) blas_on_one_thread.emplace(1);
+  std::vector<float> x = layers_pass(chunks, seqs);
+  const int T = static_cast<int>(x.size() / H);
   // The rows whose logits are returned: every row, or each chunk's last (moved together).
   int n = T;
   if (!all_logits) {

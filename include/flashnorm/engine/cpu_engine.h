@@ -138,6 +138,11 @@ class CpuEngine final : public Engine {
   void attention(int layer, Sequence& s, float* qkv, const float* rstd_x, int T, float* out);
   // Grows s's cache to hold `need` positions.
   void reserve(Sequence& s, int need) const;
+  // The decoder layers over chunks (tokens of seqs[i] in chunks[i], appended to their caches):
+  // the residual stream after the last layer, [rows of all chunks, hidden], before the final
+  // norm. Callers hold the BLAS-threads scope (one_blas_thread_).
+  std::vector<float> layers_pass(std::span<const SequenceChunk> chunks,
+                                 std::span<Sequence* const> seqs);
   // The forward pass of chunks (tokens of seqs[i] in chunks[i]); logits of every token when
   // all_logits, else of each chunk's last token.
   std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<Sequence* const> seqs,
