@@ -11,6 +11,7 @@ void register_fold(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_verify(CLI::App& app);
 void register_generate(CLI::App& app);
+void register_embed(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
 

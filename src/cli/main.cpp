@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   flashnorm::cli::register_inspect(app);
   flashnorm::cli::register_verify(app);
   flashnorm::cli::register_generate(app);
+  flashnorm::cli::register_embed(app);
   flashnorm::cli::register_bench(app);
   flashnorm::cli::register_serve(app);
   decimal_integers(app);

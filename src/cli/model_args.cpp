@@ -98,6 +98,7 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const DeviceArgs
   o.prefill = d.prefill_norm == "deferred" ? PrefillNorm::kDeferred : PrefillNorm::kInAdd;
   o.decode = d.eager ? DecodeLaunch::kEager : DecodeLaunch::kGraph;
   o.tied_head = d.fold_tied_head ? TiedHead::kFoldCopy : TiedHead::kKeepGain;
+  require_lm_head(model);
   return flashnorm::make_engine(std::move(model), mode, o);
 }
 

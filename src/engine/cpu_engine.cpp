@@ -155,7 +155,9 @@ CpuEngine::CpuEngine(Model model, NormMode mode, const CpuEngineOptions& o)
                     layers_[0].cancels[2];
   out_gain_ = gains("output_norm.weight");
   // The LM head: in FlashNorm mode a folded copy, so the (tied) embedding lookup stays unfolded.
-  if (native_) {
+  if (c.headless) {
+    // no LM head (encode() only)
+  } else if (native_) {
     head_q_ = native_view(m_.head());  // tied or not, read in place; the gain goes on x
   } else {
     head_ = fold_columns(m_.head(), fold ? out_gain_ : nullptr);
@@ -191,9 +193,10 @@ void CpuEngine::reserve(Sequence& s, int need) const {
   const size_t nkv = size_t(m_.cfg.n_head_kv) * m_.cfg.head_dim;
   const int blocks = (need + kKvBlock - 1) / kKvBlock;
   const int cap = std::min(max_ctx_, std::max(blocks * kKvBlock, 2 * s.cap));
-  s.k.resize(m_.cfg.n_layer);
-  s.v.resize(m_.cfg.n_layer);
-  for (int l = 0; l < m_.cfg.n_layer; ++l) {
+  const int layers = s.scratch ? 1 : m_.cfg.n_layer;
+  s.k.resize(layers);
+  s.v.resize(layers);
+  for (int l = 0; l < layers; ++l) {
     s.k[l].resize(size_t(cap) * nkv);
     s.v[l].resize(size_t(cap) * nkv);
   }
@@ -322,8 +325,9 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
   const Layer& L = layers_[layer];
   const int D = c.head_dim, half = D / 2, nq = c.n_head * D, nkv = c.n_head_kv * D;
   const int row = nq + 2 * nkv, group = c.n_head / c.n_head_kv;
-  float* kc = seq.k[layer].data();
-  float* vc = seq.v[layer].data();
+  float* kc = seq.k[seq.scratch ? 0 : layer].data();
+  float* vc = seq.v[seq.scratch ? 0 : layer].data();
+  const bool causal = !seq.scratch || c.causal;
   const int pos0 = seq.pos;
   const std::vector<float>& cos_t = L.local ? rope_cos_local_ : rope_cos_;
   const std::vector<float>& sin_t = L.local ? rope_sin_local_ : rope_sin_;
@@ -394,8 +398,11 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
                 kc + kh * D, nkv, 0.0f, s.data(), P);
     for (int t = 0; t < T; ++t) {
       float* sr = &s[size_t(t) * P];
-      const int visible = pos0 + t + 1;
-      const int first = L.local ? std::max(0, visible - c.sliding_window) : 0;
+      // causal: keys up to the query's own position; bidirectional: every key, on sliding layers
+      // those less than the window away on either side
+      const int self = pos0 + t + 1;
+      const int visible = causal ? self : (L.local ? std::min(P, pos0 + t + c.sliding_window) : P);
+      const int first = L.local ? std::max(0, self - c.sliding_window) : 0;
       kernels::cpu::softmax_range(sr, first, visible);
       std::fill(sr, sr + first, 0.0f);
       std::fill(sr + visible, sr + P, 0.0f);
@@ -409,6 +416,43 @@ void CpuEngine::attention(int layer, Sequence& seq, float* qkv, const float* rst
   } else {
     for (int h = 0; h < c.n_head; ++h) head(h);
   }
+}
+
+std::vector<float> CpuEngine::encode(std::span<const std::span<const int32_t>> inputs,
+                                     const EncodeOptions& o) {
+  const ModelConfig& c = m_.cfg;
+  const int H = c.hidden;
+  if (inputs.empty()) throw Error("encode: no inputs");
+  std::vector<Sequence> scratch(inputs.size());
+  std::vector<Sequence*> seqs;
+  std::vector<SequenceChunk> chunks;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    scratch[i].scratch = true;
+    seqs.push_back(&scratch[i]);
+    chunks.push_back({.seq = 0, .tokens = inputs[i]});
+  }
+  std::optional<kernels::cpu::BlasThreads> blas_on_one_thread;
+  if (one_blas_thread_) blas_on_one_thread.emplace(1);
+  std::vector<float> x = layers_pass(chunks, seqs);
+  // the rows asked for, moved to the front in order
+  int n = 0;
+  for (size_t i = 0, r = 0; i < inputs.size(); r += inputs[i].size(), ++i) {
+    const size_t len = inputs[i].size();
+    if (o.rows == EncodeRows::kAll) {
+      n += static_cast<int>(len);
+      continue;
+    }
+    const size_t src = o.rows == EncodeRows::kFirst ? r : r + len - 1;
+    if (src != size_t(n)) std::copy_n(&x[src * H], H, &x[size_t(n) * H]);
+    ++n;
+  }
+  x.resize(size_t(n) * H);
+  for (int t = 0; t < n; ++t) {
+    float* row = &x[size_t(t) * H];
+    const float r = o.final_norm.rstd ? rstd(row, H, c.eps) : 1.0f;
+    for (int i = 0; i < H; ++i) row[i] = row[i] * r * (o.final_norm.gain ? out_gain_[i] : 1.0f);
+  }
+  return x;
 }
 
 std::vector<float> CpuEngine::forward(std::span<const int32_t> tokens, bool all_logits) {
@@ -531,6 +575,11 @@ std::vector<float> CpuEngine::run(std::span<const SequenceChunk> chunks,
                                   std::span<Sequence* const> seqs, bool all_logits) {
   const ModelConfig& c = m_.cfg;
   const int H = c.hidden;
+  if (c.headless || !c.causal) {
+    throw Error(fmt::format(
+        "{}: {}: the model computes embeddings only (no logits)", m_.source.string(),
+        c.headless ? "a base model without an LM head" : "bidirectional attention (config.json)"));
+  }
   std::optional<kernels::cpu::BlasThreads> blas_on_one_thread;
   if (one_blas_thread_) blas_on_one_thread.emplace(1);
   std::vector<float> x = layers_pass(chunks, seqs);

@@ -23,6 +23,10 @@ double Engine::time_decode_steps(int) {
   throw Error(fmt::format("the {} engine has no timed decode step", device()));
 }
 
+std::vector<float> Engine::encode(std::span<const std::span<const int32_t>>, const EncodeOptions&) {
+  throw Error(fmt::format("the {} engine does not compute embeddings", device()));
+}
+
 StepProfile Engine::profile_decode_step(int) {
   throw Error(fmt::format("the {} engine has no decode step profile", device()));
 }

@@ -82,12 +82,25 @@ Device resolve_device(Device d) {
 
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o) {
   if (resolve_device(o.device) == Device::kCuda) {
+    if (model.cfg.headless || !model.cfg.causal) {
+      throw Error(fmt::format("{}: the CUDA engine does not compute embeddings yet (--device cpu)",
+                              model.source.string()));
+    }
     return cuda_module().make_engine(model, mode, o);
   }
   return std::make_unique<CpuEngine>(std::move(model), mode,
                                      CpuEngineOptions{.max_context = o.max_context,
                                                       .cancel = o.cancel,
                                                       .track_cancellation = o.track_cancellation});
+}
+
+void require_lm_head(const Model& model) {
+  if (model.cfg.headless || !model.cfg.causal) {
+    throw Error(fmt::format(
+        "{}: {}: the model computes embeddings only (flashnorm embed)", model.source.string(),
+        model.cfg.headless ? "config.json architectures names a base model without an LM head"
+                           : "config.json asks for bidirectional attention"));
+  }
 }
 
 std::string gpu_name() {

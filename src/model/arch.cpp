@@ -212,6 +212,15 @@ const ArchDescription* arch_by_hf_class(std::string_view hf_class) {
   return nullptr;
 }
 
+const ArchDescription* arch_by_hf_base_class(std::string_view hf_class) {
+  if (hf_class == "LlamaModel") return &arch_by_name("llama");
+  if (hf_class == "Gemma3TextModel") return &arch_by_name("gemma3");
+  if (hf_class == "Qwen2Model") return &arch_by_name("qwen2");
+  if (hf_class == "Qwen3Model") return &arch_by_name("qwen3");
+  if (hf_class == "MistralModel") return &arch_by_name("mistral");
+  return nullptr;
+}
+
 std::string bias_name(std::string_view weight) {
   constexpr std::string_view kWeight = ".weight";
   if (!weight.ends_with(kWeight)) return std::string(weight);

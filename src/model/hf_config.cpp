@@ -85,7 +85,6 @@ Schema schema_for(const ArchDescription& a) {
     s.final_softcap = true;
     // attention-score soft-capping (Gemma 2's) is not implemented: only null
     s.neutral["attn_logit_softcapping"] = nullptr;
-    s.neutral["use_bidirectional_attention"] = false;
     // Gemma3TextConfig keeps hidden_activation; a legacy hidden_act beside it is not read
     s.neutral["hidden_act"] = "gelu_pytorch_tanh";
   } else if (a.name == "qwen3") {
@@ -388,6 +387,21 @@ void read_hf_config(const json& c, const ArchDescription& a, const std::string& 
                         "positive number in fp32's normal range)",
                         show(*v)));
       cfg.final_softcap = cap;
+    }
+  }
+  if (a.name != "gemma3") {
+    // gte-Qwen2's spelling (vLLM's hf_overrides too): false makes the attention bidirectional
+    if (const json* v = r.find("is_causal")) {
+      if (!v->is_boolean()) r.refuse("is_causal is not a boolean");
+      cfg.causal = v->get<bool>();
+    }
+  } else {
+    if (const json* v = r.find("use_bidirectional_attention")) {
+      if (!v->is_boolean()) r.refuse("use_bidirectional_attention is not a boolean");
+      cfg.causal = !v->get<bool>();
+      // Gemma3TextConfig.__post_init__: a bidirectional model's window is sliding_window // 2 + 1
+      // (keys less than that away on either side)
+      if (!cfg.causal && cfg.sliding_window > 0) cfg.sliding_window = cfg.sliding_window / 2 + 1;
     }
   }
   // "swish" is transformers' other name for SiLU (ACT2FN)

@@ -75,7 +75,9 @@ std::optional<int> layer_index(std::string_view name, std::string_view prefix) {
 // The name a canonical tensor has in the model's file (the HF name for a directory).
 std::string file_name_of(const Model& m, bool hf, const std::string& canonical) {
   if (!hf) return canonical;
-  return to_hf_name(*m.arch, canonical).value_or(canonical);
+  std::string name = to_hf_name(*m.arch, canonical).value_or(canonical);
+  if (m.cfg.headless && name.starts_with(kHfModelPrefix)) name.erase(0, kHfModelPrefix.size());
+  return name;
 }
 
 // Throws the error for a non-finite element `v` at flat index `i` of a tensor.
@@ -157,6 +159,7 @@ Model load_hf(const fs::path& dir, bool with_data) {
   auto cls = c.value("architectures", nlohmann::json::array());
   std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";
   m.arch = arch_by_hf_class(hf_class);
+  if (!m.arch && (m.arch = arch_by_hf_base_class(hf_class))) m.cfg.headless = true;
   if (!m.arch) {
     throw Error(
         fmt::format("{}/config.json: architectures '{}' is not supported", dir.string(), hf_class));
@@ -184,8 +187,14 @@ Model load_hf(const fs::path& dir, bool with_data) {
   }
   const bool tied_cfg =
       tw != c.end() && tw->is_boolean() ? tw->get<bool>() : hf_default_tied(*m.arch);
-  std::optional<std::string> head_hf = to_hf_name(*m.arch, m.arch->head);
-  std::optional<std::string> emb_hf = to_hf_name(*m.arch, m.arch->tied_source);
+  // a base-model class: no LM head, names without "model."
+  auto file_name = [&](const std::string& canonical) -> std::optional<std::string> {
+    if (!m.cfg.headless) return to_hf_name(*m.arch, canonical);
+    return std::optional<std::string>(file_name_of(m, true, canonical));
+  };
+  std::optional<std::string> head_hf =
+      m.cfg.headless ? std::nullopt : to_hf_name(*m.arch, m.arch->head);
+  std::optional<std::string> emb_hf = file_name(m.arch->tied_source);
   const bool drop_head = tied_cfg && head_hf && emb_hf && d.find(*head_hf) && d.find(*emb_hf);
   if (!tied_cfg && head_hf && !d.find(*head_hf)) {
     // transformers would build the head it lacks from random numbers
@@ -208,15 +217,17 @@ Model load_hf(const fs::path& dir, bool with_data) {
   }
   m.cfg.folded = hf_folded_marker(d);
   for (const auto& hf : d.tensor_names()) {
-    auto canon = from_hf_name(*m.arch, hf);
+    auto canon = from_hf_name(*m.arch, m.cfg.headless ? std::string(kHfModelPrefix) + hf : hf);
     if (!canon) {
       // Rotary inv_freq buffers some exporters keep are recomputed from rope_theta; any other
       // tensor the architecture does not know would be silently left out of the computation.
       if (hf.ends_with("rotary_emb.inv_freq")) continue;
       const io::SafetensorsFile* file = nullptr;
       d.find(hf, &file);
-      refuse_unused(file->name(), hf, m.arch->name, layer_index(hf, "model.layers."), m.cfg.n_layer,
-                    "num_hidden_layers");
+      refuse_unused(
+          file->name(), hf, m.arch->name,
+          layer_index(m.cfg.headless ? std::string(kHfModelPrefix) + hf : hf, "model.layers."),
+          m.cfg.n_layer, "num_hidden_layers");
     }
     if (drop_head && hf == *head_hf) continue;  // tied: the embedding is the head
     const io::SafetensorsFile* file = nullptr;

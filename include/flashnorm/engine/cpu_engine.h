@@ -84,6 +84,10 @@ class CpuEngine final : public Engine {
   // [n, vocab] when all_logits, else [1, vocab] for the last token.
   // Errors: Error if a token id is outside [0, vocab) or the KV cache would overflow.
   std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) override;
+  // Embeddings (engine/engine.h): every input's rows stacked into each projection as
+  // forward_batch stacks sequences, the cache of one layer per input reused by every layer.
+  std::vector<float> encode(std::span<const std::span<const int32_t>> inputs,
+                            const EncodeOptions& o) override;
 
   // Batched sequences (engine/engine.h): forward() is the batch of one chunk of its own sequence.
   bool batches() const override { return true; }
@@ -102,6 +106,9 @@ class CpuEngine final : public Engine {
     int pos = 0;                           // tokens in the cache
     int cap = 0;                           // positions allocated
     std::vector<std::vector<float>> k, v;  // [layer][pos][n_kv * D]
+    // An encode() input: one layer's cache, which every layer overwrites (k, v: [1][pos][...]),
+    // and attention causal or not as the model's config says.
+    bool scratch = false;
   };
   using QuantMatrix = kernels::cpu::QuantMatrix;
   struct Layer {

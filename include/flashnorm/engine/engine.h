@@ -46,6 +46,20 @@ struct SequenceChunk {
   std::span<const int32_t> tokens;
 };
 
+// What Engine::encode applies of the final norm y = x * rstd(x) * g to the rows it returns: the
+// embedding pipeline (engine/embedder.h) drops the rstd where a later L2 normalization cancels it
+// and leaves the gain out where it is folded into the first Dense layer.
+struct FinalNorm {
+  bool rstd = true;
+  bool gain = true;
+};
+// Which rows of each input Engine::encode returns.
+enum class EncodeRows { kAll, kFirst, kLast };
+struct EncodeOptions {
+  FinalNorm final_norm;
+  EncodeRows rows = EncodeRows::kAll;
+};
+
 // Positions per KV cache block: open sequences' caches grow in whole blocks (kv_blocks_in_use).
 inline constexpr int kKvBlock = 16;
 
@@ -64,6 +78,14 @@ class Engine {
   // [n, vocab] when all_logits, else [1, vocab] for the last token.
   // Errors: Error if a token id is outside [0, vocab) or the KV cache would overflow.
   virtual std::vector<float> forward(std::span<const int32_t> tokens, bool all_logits = false) = 0;
+  // The prompt pass of every input without the LM head (embeddings): each input on its own
+  // scratch cache (nothing kept; position() and open sequences unchanged), attention causal or
+  // bidirectional as the model's config says (ModelConfig::causal), the final norm as
+  // o.final_norm says. Returns fp32 rows [n, hidden], inputs in order: every row of each input
+  // (kAll), or one per input. Errors: Error for no inputs, an empty input, a token outside
+  // [0, vocab) or an input longer than max_context(); the default (engines without it) always.
+  virtual std::vector<float> encode(std::span<const std::span<const int32_t>> inputs,
+                                    const EncodeOptions& o);
   // "cpu" or "cuda".
   virtual const char* device() const = 0;
   // What runs, in one line after the device (the CLI prints "<device>, <describe()>"): the

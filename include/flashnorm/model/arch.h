@@ -94,6 +94,12 @@ const ArchDescription& arch_by_name(std::string_view name);
 // HF "architectures"[0] (LlamaForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 // MistralForCausalLM) -> description; nullptr if unknown.
 const ArchDescription* arch_by_hf_class(std::string_view hf_class);
+// The same for the base-model classes without an LM head (LlamaModel, Gemma3TextModel,
+// Qwen2Model, Qwen3Model, MistralModel), whose tensors are named without the "model." prefix;
+// nullptr if unknown.
+const ArchDescription* arch_by_hf_base_class(std::string_view hf_class);
+// The prefix a base-model class's tensor names lack ("model.").
+inline constexpr std::string_view kHfModelPrefix = "model.";
 
 // The bias of a linear layer's weight: "blk.{L}.attn_q.weight" -> "blk.{L}.attn_q.bias" (any
 // name ending in ".weight"; others unchanged).

@@ -85,6 +85,16 @@ struct ModelConfig {
   // flashnorm.final_norm_kept (GGUF, `fold --keep-tied-head`): the final norm keeps its gain and
   // the head is tied; only in a folded file with a tied head (else the file is refused).
   bool final_norm_kept = false;
+  // A Hugging Face base-model class (Qwen3Model, Gemma3TextModel, ...: how sentence-transformers
+  // saves an embedding model's transformer): tensors named without "model.", no LM head; the model
+  // computes hidden states (Engine::encode), never logits.
+  bool headless = false;
+  // false (config.json is_causal false; Gemma 3: use_bidirectional_attention true): every
+  // position attends to every position of its input, on sliding-window layers to
+  // those less than sliding_window away (Gemma 3's use_bidirectional_attention, as transformers'
+  // _bidirectional_window_overlay; sliding_window then holds config.json's value // 2 + 1, as
+  // Gemma3TextConfig sets it); such a model computes hidden states only.
+  bool causal = true;
 };
 
 struct Model {

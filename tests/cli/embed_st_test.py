@@ -1,0 +1,273 @@
+"""`flashnorm embed` against sentence-transformers (the reference outside the product) on random
+checkpoints of the three decoder embedders' shapes, each written by transformers and
+sentence-transformers (seeded, every gain randomized, fp32) beside a tokenizer.json trained by the
+`tokenizers` library:
+  * Qwen3-Embedding: Qwen3Model (causal, QK-norm), last-token pooling, Normalize, a query prompt
+    (--prompt-name query against encode(prompt_name="query"));
+  * EmbeddingGemma: Gemma3TextModel with use_bidirectional_attention (a sliding window shorter
+    than most inputs), mean pooling, Dense h -> 2h -> h/2 without bias, Normalize, Matryoshka
+    (--dimensions 8 against encode(truncate_dim=8, normalize_embeddings=True));
+  * gte-Qwen2: Qwen2Model (q|k|v bias) with is_causal false in config.json, last-token pooling, a
+    Dense with bias and Tanh, Normalize. transformers' Qwen2 is always causal, so the reference
+    runs it bidirectionally as gte-Qwen2's own modeling code does (every attention's is_causal
+    off, create_bidirectional_mask for the mask).
+For 64 texts of 1 to 40 words, in both norm modes: cosine similarity >= 0.99999 against
+SentenceTransformer.encode for every text, and the same top-1 neighbour of every text.
+Negative controls, which must fail the same bar: pooling from the wrong row (cls for lasttoken),
+the Dense layers left out of modules.json, and the causal attention of a bidirectional model
+(is_causal true). Refusals, one line naming the field, exit 1: a combined pooling mode, a Dense
+with use_residual, an unknown module, --dimensions above the model's, a directory without
+modules.json, and `generate` on a model without an LM head.
+Usage: embed_st_test.py --cli FLASHNORM
+"""
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+here = Path(__file__).resolve().parent
+sys.path.insert(0, str(here.parent / "engine"))
+sys.path.insert(0, str(here.parent / "tokenizer"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from sentence_transformers import SentenceTransformer, models  # noqa: E402
+from transformers import Gemma3TextModel, Qwen2Model, Qwen3Model  # noqa: E402
+from transformers import masking_utils  # noqa: E402
+from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
+
+import hf_tokenizer_json_test as htj  # noqa: E402  (trained tokenizer.json files)
+import hf_transformers_test as hft  # noqa: E402  (random checkpoints)
+
+COS_BAR = 0.99999
+WORDS = ("the license grants you freedom to run study share and change program software source "
+         "code copy distribute modified versions under terms of this public general work any "
+         "person receiving gnu free foundation protect users rights warranty notice").split()
+
+
+def texts(n=64, seed=5):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        k = rng.randint(1, 40)
+        out.append(" ".join(rng.choice(WORDS) for _ in range(k)).capitalize() + rng.choice(".?!"))
+    out[3] = "Ünïcode — ça marche, 東京."
+    out[5] = " ".join(WORDS * 8)  # past model_max_length (256): both cut it there
+    return out
+
+
+def tokenizer_files(d):
+    tj = htj.build_byte_level(htj.QWEN_REGEX, True, ["<|endoftext|>"], None, False)
+    (d / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast"}), encoding="utf-8")
+    n_ids = max(max(tj["model"]["vocab"].values()), max(t["id"] for t in tj["added_tokens"])) + 1
+    return (n_ids + 63) // 64 * 64 + 64  # embedding rows, padded past the tokenizer's ids
+
+
+def dense(width, out, bias, act, seed):
+    d = models.Dense(width, out, bias=bias, activation_function=act)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        d.linear.weight.copy_(torch.randn(d.linear.weight.shape, generator=g) * 0.3)
+        if bias:
+            d.linear.bias.copy_(torch.randn(d.linear.bias.shape, generator=g) * 0.1)
+    return d
+
+
+def shapes():
+    """(name, factory, base class, pooling, Dense layers (out, bias, activation), prompts)."""
+    return [
+        ("qwen3_embedding", hft.qwen3, Qwen3Model, "lasttoken", [],
+         {"query": "Instruct: find the passage\nQuery: ", "document": ""}),
+        ("embeddinggemma",
+         lambda **kw: hft.gemma3(use_bidirectional_attention=True, sliding_window=6, **kw),
+         Gemma3TextModel, "mean", [(128, False, torch.nn.Identity()),
+                                   (32, False, torch.nn.Identity())], {}),
+        ("gte_qwen2", lambda **kw: hft.qwen2(is_causal=False, **kw), Qwen2Model, "lasttoken",
+         [(64, True, torch.nn.Tanh())], {}),
+    ]
+
+
+def build(root, name, factory, cls, pooling, dense_specs, prompts, seed):
+    hf_dir = root / f"{name}_transformer"
+    hf_dir.mkdir()
+    rows = tokenizer_files(hf_dir)
+    torch.manual_seed(seed)
+    cfg, _ = factory(vocab_size=rows)
+    model = cls(cfg).eval()
+    hft.randomize_(model, seed + 1)
+    model.save_pretrained(hf_dir)
+    mods = [models.Transformer(str(hf_dir)), models.Pooling(cfg.hidden_size, pooling_mode=pooling)]
+    width = cfg.hidden_size
+    for i, (out, bias, act) in enumerate(dense_specs):
+        mods.append(dense(width, out, bias, act, seed + 10 + i))
+        width = out
+    mods.append(models.Normalize())
+    st = SentenceTransformer(modules=mods, prompts=prompts or None)
+    out = root / name
+    st.save(str(out))
+    return out
+
+
+class Bidirectional:
+    """transformers' Qwen2 run bidirectionally (as gte-Qwen2's modeling code runs it)."""
+
+    def __init__(self, st):
+        self.st = st
+
+    def __enter__(self):
+        self.saved = modeling_qwen2.create_causal_mask
+        modeling_qwen2.create_causal_mask = masking_utils.create_bidirectional_mask
+        for m in self.st.modules():
+            if hasattr(m, "is_causal"):
+                m.is_causal = False
+
+    def __exit__(self, *exc):
+        modeling_qwen2.create_causal_mask = self.saved
+
+
+def reference(path, inputs, bidirectional_qwen2, **kw):
+    st = SentenceTransformer(str(path), device="cpu")
+    if bidirectional_qwen2:
+        with Bidirectional(st):
+            return st.encode(inputs, batch_size=16, convert_to_numpy=True, **kw)
+    return st.encode(inputs, batch_size=16, convert_to_numpy=True, **kw)
+
+
+def run(cli, *args, stdin=None):
+    return subprocess.run([cli, *map(str, args)], input=stdin, capture_output=True, text=True,
+                          timeout=600)
+
+
+def embed(cli, path, inputs, *extra):
+    """flashnorm embed's embeddings of inputs (JSON lines in: any text, newlines included)."""
+    stdin = "".join(json.dumps(t) + "\n" for t in inputs)
+    r = run(cli, "embed", "-m", path, "--jsonl", *extra, stdin=stdin)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["index"] for x in lines] == list(range(len(inputs)))
+    return np.array([x["embedding"] for x in lines], dtype=np.float64), r.stderr.strip()
+
+
+def agreement(got, ref):
+    """(smallest cosine similarity, share of texts with the same top-1 neighbour)."""
+    if got is None or got.shape != ref.shape:
+        return -1.0, 0.0
+    g = got / np.linalg.norm(got, axis=1, keepdims=True)
+    r = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+    cos = float((g * r).sum(1).min())
+
+    def top1(e):
+        s = e @ e.T
+        np.fill_diagonal(s, -np.inf)
+        return s.argmax(1)
+    return cos, float((top1(g) == top1(r)).mean())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    args = ap.parse_args()
+    failures = []
+
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            failures.append(what)
+
+    corpus = texts()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for seed, spec in enumerate(shapes(), start=21):
+            name, factory, cls, pooling, dense_specs, prompts = spec
+            path = build(root, name, factory, cls, pooling, dense_specs, prompts, seed)
+            bidi_qwen2 = name == "gte_qwen2"
+            ref = reference(path, corpus, bidi_qwen2)
+            variants = [("", [], {})]
+            if prompts:
+                variants.append(("prompt query", ["--prompt-name", "query"],
+                                 {"prompt_name": "query"}))
+            if name == "embeddinggemma":
+                variants.append(("dimensions 8", ["--dimensions", "8"],
+                                 {"truncate_dim": 8, "normalize_embeddings": True}))
+            for label, extra, kw in variants:
+                want = ref if not kw else reference(path, corpus, bidi_qwen2, **kw)
+                for mode in ("standard", "flashnorm"):
+                    got, err = embed(args.cli, path, corpus, "--norm", mode, *extra)
+                    cos, top1 = agreement(got, want)
+                    check(cos >= COS_BAR and top1 == 1.0,
+                          f"{name} {mode} {label}: min cosine {cos:.8f}, top-1 {top1:.3f} "
+                          f"({err.splitlines()[0] if err else ''})")
+
+            # Negative controls: each must miss the bar.
+            def control(label, edit):
+                bad = root / f"{name}_{label.replace(' ', '_')}"
+                shutil.copytree(path, bad)
+                edit(bad)
+                got, err = embed(args.cli, bad, corpus, "--norm", "flashnorm")
+                cos, top1 = agreement(got, ref)
+                check(got is not None and (cos < COS_BAR or top1 < 1.0),
+                      f"{name} negative control, {label}: min cosine {cos:.6f}, top-1 {top1:.3f}"
+                      + (f" ({err})" if got is None else ""))
+
+            def set_json(rel, fn):
+                def edit(d):
+                    p = d / rel
+                    j = json.loads(p.read_text())
+                    p.write_text(json.dumps(fn(j)))
+                return edit
+
+            if pooling == "lasttoken":
+                control("pooling from the first row",
+                        set_json("1_Pooling/config.json", lambda j: {**j, "pooling_mode": "cls"}))
+            if dense_specs:
+                control("Dense skipped", set_json(
+                    "modules.json", lambda j: [m for m in j if not m["type"].endswith("Dense")]))
+            if bidi_qwen2:
+                control("causal attention",
+                        set_json("config.json", lambda j: {**j, "is_causal": True}))
+            if name == "embeddinggemma":
+                control("causal attention", set_json(
+                    "config.json", lambda j: {**j, "use_bidirectional_attention": False}))
+
+            # Refusals: one line naming the field, exit 1.
+            def refusal(label, edit, field, *extra):
+                bad = root / f"{name}_refuse_{label.replace(' ', '_')}"
+                shutil.copytree(path, bad)
+                edit(bad)
+                r = run(args.cli, "embed", "-m", bad, *extra, stdin="a text\n")
+                msg = r.stderr.strip()
+                check(r.returncode == 1 and field in msg and len(msg.splitlines()) == 1,
+                      f"{name} refuses {label}: exit {r.returncode}, {msg!r}")
+
+            if name == "qwen3_embedding":
+                refusal("combined pooling", set_json(
+                    "1_Pooling/config.json", lambda j: {**j, "pooling_mode": ["mean", "max"]}),
+                    "pooling_mode")
+                refusal("an unknown module", set_json(
+                    "modules.json", lambda j: j + [{"idx": 9, "name": "9", "path": "",
+                                                    "type": "sentence_transformers.models.LSTM"}]),
+                    "modules[")
+                refusal("no modules.json", lambda d: (d / "modules.json").unlink(),
+                        "modules.json")
+                refusal("dimensions above the model's", lambda d: None, "dimensions",
+                        "--dimensions", "65")
+                r = run(args.cli, "generate", "-m", path, "-p", "hi", "-n", "2")
+                check(r.returncode == 1 and "embeddings only" in r.stderr,
+                      f"generate refuses a model without an LM head: {r.stderr.strip()!r}")
+            if name == "gte_qwen2":
+                refusal("Dense use_residual", set_json(
+                    "2_Dense/config.json", lambda j: {**j, "use_residual": True}), "use_residual")
+
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

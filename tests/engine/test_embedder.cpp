@@ -1,0 +1,122 @@
+// Embedder (engine/embedder.h) on a random Llama checkpoint: FlashNorm mode gives Standard's
+// embeddings where the audit drops the final rstd (last-token pooling, L2) and where it keeps it
+// (mean pooling); batching inputs into one encode pass changes nothing; and the negative control:
+// dropping the rstd under mean pooling (what the audit refuses) changes the embeddings.
+// sentence-transformers itself is the reference in tests/cli/embed_st_test.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "flashnorm/engine/cpu_engine.h"
+#include "flashnorm/engine/embedder.h"
+#include "flashnorm/error.h"
+#include "flashnorm/io/gguf.h"
+#include "support/random_llama.h"
+
+namespace flashnorm {
+namespace {
+
+std::vector<EmbedInput> random_inputs(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<EmbedInput> out(n);
+  for (auto& in : out) {
+    in.is_tokens = true;
+    in.tokens.resize(1 + rng() % 23);
+    for (auto& t : in.tokens) t = static_cast<int32_t>(rng() % vocab);
+  }
+  return out;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
+  return ab / std::sqrt(aa * bb);
+}
+
+struct Fixture {
+  std::filesystem::path dir = testing::fresh_dir("embedder_llama");
+  Fixture() { testing::write_random_llama(dir, {.seed = 17}); }
+  Embedder make(Pooling p, NormMode mode, int batch_tokens = 2048) const {
+    EmbeddingSpec s{.pooling = p, .normalize = true};
+    return Embedder(
+        load_model(dir), Tokenizer::from_gguf(io::GgufFile::open(testing::smollm2_path())), s, mode,
+        EngineOptions{.device = Device::kCpu}, EmbedderOptions{.max_batch_tokens = batch_tokens});
+  }
+};
+
+TEST(Embedder, FlashNormMatchesStandardWhetherTheRstdDropsOrNot) {
+  const Fixture f;
+  const auto inputs = random_inputs(12, 300, 3);
+  for (Pooling p : {Pooling::kLastToken, Pooling::kMean, Pooling::kCls, Pooling::kMax}) {
+    Embedder std_e = f.make(p, NormMode::Standard);
+    Embedder fn_e = f.make(p, NormMode::FlashNorm);
+    EXPECT_EQ(fn_e.audit().rstd_cancels, p == Pooling::kLastToken || p == Pooling::kCls);
+    const auto a = std_e.embed(inputs), b = fn_e.embed(inputs);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_GT(cosine(a[i].values, b[i].values), 1 - 1e-6) << pooling_name(p) << " input " << i;
+    }
+  }
+}
+
+TEST(Embedder, OneInputPerPassGivesTheSameEmbeddings) {
+  const Fixture f;
+  const auto inputs = random_inputs(9, 300, 4);
+  Embedder batched = f.make(Pooling::kMean, NormMode::FlashNorm);
+  Embedder alone = f.make(Pooling::kMean, NormMode::FlashNorm, /*batch_tokens=*/1);
+  const auto a = batched.embed(inputs), b = alone.embed(inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_GT(cosine(a[i].values, b[i].values), 1 - 1e-6) << "input " << i;
+  }
+}
+
+TEST(Embedder, DroppingTheRstdUnderMeanPoolingIsWrong) {
+  const Fixture f;
+  const auto inputs = random_inputs(12, 300, 5);
+  const auto want = f.make(Pooling::kMean, NormMode::Standard).embed(inputs);
+  // The same pipeline by hand from the engine's rows: with the rstd it matches, without it (the
+  // negative control) it must not.
+  CpuEngine engine(load_model(f.dir), NormMode::Standard);
+  std::vector<std::span<const int32_t>> ids;
+  for (const auto& in : inputs) ids.emplace_back(in.tokens);
+  const int H = engine.config().hidden;
+  for (bool rstd : {true, false}) {
+    const std::vector<float> rows =
+        engine.encode(ids, {.final_norm = {.rstd = rstd, .gain = true}, .rows = EncodeRows::kAll});
+    double worst = 1;
+    size_t r = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::vector<float> mean(H);
+      const size_t n = inputs[i].tokens.size();
+      for (size_t t = 0; t < n; ++t, ++r) {
+        for (int k = 0; k < H; ++k) mean[k] += rows[r * H + k] / float(n);
+      }
+      worst = std::min(worst, cosine(mean, want[i].values));
+    }
+    if (rstd) {
+      EXPECT_GT(worst, 1 - 1e-6);
+    } else {
+      EXPECT_LT(worst, 1 - 1e-5) << "dropping the rstd under mean pooling changed nothing";
+    }
+  }
+}
+
+TEST(Embedder, RefusesBadInputsNamingThem) {
+  const Fixture f;
+  Embedder e = f.make(Pooling::kMean, NormMode::FlashNorm);
+  std::vector<EmbedInput> bad = random_inputs(3, 300, 6);
+  bad[1].tokens.clear();
+  EXPECT_THROW(e.embed(bad), Error);
+  bad[1].tokens = {400};
+  try {
+    e.embed(bad);
+    ADD_FAILURE() << "a token outside the vocabulary was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("input 1"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(e.embed(random_inputs(1, 300, 7), e.dimensions() + 1), Error);
+}
+
+}  // namespace
+}  // namespace flashnorm
