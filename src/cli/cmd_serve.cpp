@@ -148,7 +148,7 @@ void register_serve(CLI::App& app) {
     svr.listen_after_bind();
     listening_ended = true;
     draining = true;
-    for (auto& [name, m] : models) m->scheduler->shutdown();
+    for (auto& [name, m] : models) m->shutdown();
     // Wakes the signal thread if the server stopped for another reason.
     if (!got_signal) {
       const unsigned char zero = 0;

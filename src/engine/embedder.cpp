@@ -116,7 +116,6 @@ std::vector<int32_t> Embedder::tokenize(std::string_view text, std::string_view 
   if (tok_.add_bos() && tok_.bos()) ids.push_back(*tok_.bos());
   const std::vector<int32_t> body = tok_.encode(full);
   ids.insert(ids.end(), body.begin(), body.end());
-  if (spec_.max_tokens > 0 && ids.size() > size_t(spec_.max_tokens)) ids.resize(spec_.max_tokens);
   return ids;
 }
 
@@ -130,6 +129,10 @@ std::vector<Embedding> Embedder::embed(std::span<const EmbedInput> inputs, int d
   std::vector<std::vector<int32_t>> ids(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     ids[i] = inputs[i].is_tokens ? inputs[i].tokens : tokenize(inputs[i].text, prompt_name);
+    // texts cut to max_seq_length, as sentence-transformers' tokenizer call cuts them
+    if (!inputs[i].is_tokens && spec_.max_tokens > 0 && ids[i].size() > size_t(spec_.max_tokens)) {
+      ids[i].resize(spec_.max_tokens);
+    }
     if (ids[i].empty()) throw Error(fmt::format("input {} is empty", i));
     if (int(ids[i].size()) > ctx) {
       throw Error(fmt::format("input {} has {} tokens, more than the model's context of {}", i,

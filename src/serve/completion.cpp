@@ -43,6 +43,11 @@ void answer_completion(const ModelMap& models, const httplib::Request& req, http
                    "model", "not_found_error");
   }
   ServedModel& m = *it->second;
+  if (!m.scheduler) {
+    throw ApiError(
+        400, fmt::format("model: model '{}' serves embeddings only (POST /v1/embeddings)", r.model),
+        "model");
+  }
   auto g = std::make_shared<Generation>();
   g->prompt = prompt_ids(m, r);
   const int ctx = m.scheduler->max_context(), n = static_cast<int>(g->prompt.size());

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "api_error.h"
+#include "embeddings.h"
 #include "response.h"
 
 namespace flashnorm::serve {
@@ -50,8 +51,11 @@ void install_routes(httplib::Server& svr, const ModelMap& models, const std::str
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
-      send_error(res, 413, fmt::format("the request body exceeds {} bytes", kMaxBody),
-                 "invalid_request_error");
+      const bool embeddings = req.path == "/v1/embeddings";
+      send_error(
+          res, 413,
+          fmt::format("{}the request body exceeds {} bytes", embeddings ? "input: " : "", kMaxBody),
+          "invalid_request_error", embeddings ? "input" : "");
     } else if (res.status == 404) {
       send_error(res, 404, fmt::format("no route {} {}", req.method, req.path),
                  "invalid_request_error");
@@ -83,6 +87,17 @@ void install_routes(httplib::Server& svr, const ModelMap& models, const std::str
                }
              });
   }
+  svr.Post("/v1/embeddings",
+           [&models, &draining](const httplib::Request& req, httplib::Response& res) {
+             try {
+               if (draining) throw ApiError(503, "the server is shutting down", "", "server_error");
+               answer_embeddings(models, req, res);
+             } catch (const ApiError& e) {
+               send_error(res, e.status, e.what(), e.type, e.param);
+             } catch (const std::exception& e) {
+               send_error(res, 500, e.what(), "server_error");
+             }
+           });
   svr.Get("/v1/models", [&models](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
     for (const auto& [name, m] : models) {

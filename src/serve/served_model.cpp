@@ -8,6 +8,7 @@
 #include "flashnorm/engine/make_engine.h"
 #include "flashnorm/error.h"
 #include "flashnorm/model/check.h"
+#include "flashnorm/model/embedding.h"
 #include "flashnorm/tokenizer/chat.h"
 
 namespace flashnorm::serve {
@@ -34,7 +35,8 @@ ModelSpec parse_model_spec(const std::string& value, const ModelSpec& defaults) 
   std::string rest = value.substr(eq + 1);
   size_t comma = rest.find(',');
   s.path = rest.substr(0, comma);
-  std::set<std::string> seen;
+  std::set<std::string>& seen = s.given;
+  seen.clear();
   if (s.path.empty()) throw Error(fmt::format("--model {}: no PATH after '='", value));
   while (comma != std::string::npos) {
     const size_t next = rest.find(',', comma + 1);
@@ -91,6 +93,30 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
       load_model(spec.path, /*with_data=*/true,
                  weight_storage(parse_weights(spec.weights), parse_device(spec.device), spec.path));
   m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
+  std::optional<EmbeddingSpec> embedding;
+  if (std::filesystem::is_directory(spec.path)) {
+    embedding = read_sentence_transformers(spec.path, model.cfg.hidden);
+  }
+  if (embedding) {
+    for (const char* key : {"chat-format", "prefix-cache", "max-concurrent"}) {
+      if (spec.given.count(key)) {
+        throw Error(
+            fmt::format("--model {}: {} does not apply to an embedding model (its "
+                        "directory has sentence-transformers' modules.json)",
+                        spec.name, key));
+      }
+    }
+    auto e = std::make_unique<Embedder>(
+        std::move(model), std::move(m->vocab->tok), std::move(*embedding),
+        parse_norm_mode(spec.norm),
+        EngineOptions{.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu,
+                      .max_context = spec.ctx});
+    m->vocab.reset();
+    m->engine = e->describe();
+    m->embeddings = std::make_unique<EmbedQueue>(
+        std::move(e), EmbedQueue::Limits{.max_queued = spec.limits.max_queued}, m->metrics);
+    return m;
+  }
   EngineOptions o;
   o.device = spec.device == "cuda" ? Device::kCuda : Device::kCpu;
   o.max_context = spec.ctx;

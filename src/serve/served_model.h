@@ -5,13 +5,18 @@
 // recognised from the model's template), device=cpu|cuda (cuda: the CUDA engine, one KV cache slot
 // of ctx positions per max-concurrent sequence allocated at load; several models may share a GPU),
 // weights=auto|f32|native, prefix-cache=on|off (default --prefix-cache: Scheduler::Limits).
+// A Hugging Face directory with sentence-transformers' modules.json is an embedding model: it
+// serves POST /v1/embeddings only, through an EmbedQueue on the CPU engine (norm, ctx and
+// max-queued apply; chat-format, prefix-cache and max-concurrent are refused by name).
 #pragma once
 
 #include <ctime>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
+#include "embed_queue.h"
 #include "flashnorm/tokenizer/model_tokenizer.h"
 #include "metrics.h"
 #include "scheduler.h"
@@ -25,6 +30,7 @@ struct ModelSpec {
   std::string weights = "auto";
   int ctx = 0;
   Scheduler::Limits limits;
+  std::set<std::string> given;  // the keys the --model value sets
 };
 
 // Parses one --model value; `defaults` gives ctx and limits not set in it.
@@ -38,7 +44,12 @@ struct ServedModel {
   std::optional<ModelTokenizer> vocab;  // set by load_served_model
   std::string engine;                   // the engine that runs it: "cpu, native weights (...), ..."
   ModelMetrics metrics;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Scheduler> scheduler;    // a completion model
+  std::unique_ptr<EmbedQueue> embeddings;  // an embedding model (scheduler unset)
+  void shutdown() {
+    if (scheduler) scheduler->shutdown();
+    if (embeddings) embeddings->shutdown();
+  }
 };
 
 // Loads the model file or directory, its tokenizer and its engine (CPU or CUDA, spec.device), and

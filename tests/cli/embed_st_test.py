@@ -18,15 +18,26 @@ the Dense layers left out of modules.json, and the causal attention of a bidirec
 (is_causal true). Refusals, one line naming the field, exit 1: a combined pooling mode, a Dense
 with use_residual, an unknown module, --dimensions above the model's, a directory without
 modules.json, and `generate` on a model without an LM head.
+`flashnorm serve` with the three models (and SmolLM2 as a completion model): POST /v1/embeddings
+through the `openai` client, float and base64, in both norm modes, against the same reference;
+bad requests (an empty input list, an empty string, a 10 MB input, an input past max_seq_length, dimensions above the model's,
+a completion model, an unknown field; completions from an embedding model) get a 4xx naming
+the field, and the server keeps serving.
 Usage: embed_st_test.py --cli FLASHNORM
 """
 import argparse
+import base64
+import http.client
 import json
+import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 here = Path(__file__).resolve().parent
@@ -170,6 +181,106 @@ def agreement(got, ref):
     return cos, float((top1(g) == top1(r)).mean())
 
 
+class Server:
+    """`flashnorm serve` on a free loopback port (read from its "listening on" line)."""
+
+    def __init__(self, cli, models):
+        args = [cli, "serve", "--port", "0"]
+        for m in models:
+            args += ["--model", m]
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        self.log, self.port = [], None
+        deadline = time.time() + 120
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("server did not start:\n" + "".join(self.log))
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def post(self, body, path="/v1/embeddings"):
+        """(status, parsed JSON) of a POST."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", path, body=body if isinstance(body, bytes) else
+                  json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read().decode("utf-8", "replace")
+        c.close()
+        try:
+            return r.status, json.loads(data)
+        except ValueError:
+            return r.status, data
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def serve_checks(cli, root, built, check):
+    """/v1/embeddings of every built model, both modes, against its reference."""
+    import openai
+    specs = []
+    for name, (path, _) in built.items():
+        specs += [f"{name}={path},norm=flashnorm", f"{name}_std={path},norm=standard"]
+    smol = os.environ.get("FLASHNORM_SMOLLM2_GGUF")
+    if smol and Path(smol).exists():
+        specs.append(f"smol={smol}")
+    server = Server(cli, specs)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none")
+        full = texts()
+        # the API refuses an input past the model's limit (sentence-transformers cuts it)
+        keep = [i for i, t in enumerate(full) if i != 5]
+        corpus = [full[i] for i in keep]
+        for name, (path, ref_full) in built.items():
+            ref = ref_full[keep]
+            for served in (name, name + "_std"):
+                r = client.embeddings.create(model=served, input=corpus)
+                got = np.array([d.embedding for d in r.data])
+                cos, top1 = agreement(got, ref)
+                check(cos >= COS_BAR and top1 == 1.0 and r.usage.prompt_tokens > len(corpus),
+                      f"serve {served}: min cosine {cos:.8f}, top-1 {top1:.3f}, "
+                      f"{r.usage.prompt_tokens} prompt tokens")
+            status, body = server.post({"model": name, "input": corpus[:8],
+                                        "encoding_format": "base64"})
+            ok = status == 200
+            if ok:
+                got = np.array([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4")
+                                for d in body["data"]], dtype=np.float64)
+                cos, top1 = agreement(got, ref[:8])
+                ok = cos >= COS_BAR
+            check(ok, f"serve {name}: base64 embeddings decode to the reference ({status})")
+        name = next(iter(built))
+
+        def refused(body, field, status=400):
+            s, b = server.post(body)
+            ok = s == status and isinstance(b, dict) and b["error"]["param"] == field
+            check(ok, f"serve refuses with {status} naming {field}: {s} {str(b)[:160]}")
+
+        refused({"model": name, "input": full}, "input[5]")
+        refused({"model": name, "input": []}, "input")
+        refused({"model": name, "input": ["fine", ""]}, "input[1]")
+        refused(b'{"model": "' + name.encode() + b'", "input": "' + b"a" * (10 << 20) + b'"}',
+                "input", status=413)
+        refused({"model": name, "input": "x", "dimensions": 100000}, "dimensions")
+        refused({"model": name, "input": "x", "truncate": True}, "truncate")
+        if smol and Path(smol).exists():
+            refused({"model": "smol", "input": "x"}, "model")
+        s, b = server.post({"model": name, "prompt": "hello", "max_tokens": 2}, "/v1/completions")
+        check(s == 400 and b["error"]["param"] == "model",
+              f"serve refuses completions from an embedding model: {s} {str(b)[:160]}")
+        r = client.embeddings.create(model=name, input="still serving")
+        check(len(r.data) == 1, "serve keeps serving after the refusals")
+    finally:
+        server.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
@@ -182,6 +293,7 @@ def main():
             failures.append(what)
 
     corpus = texts()
+    built = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for seed, spec in enumerate(shapes(), start=21):
@@ -189,6 +301,7 @@ def main():
             path = build(root, name, factory, cls, pooling, dense_specs, prompts, seed)
             bidi_qwen2 = name == "gte_qwen2"
             ref = reference(path, corpus, bidi_qwen2)
+            built[name] = (path, ref)
             variants = [("", [], {})]
             if prompts:
                 variants.append(("prompt query", ["--prompt-name", "query"],
@@ -265,6 +378,7 @@ def main():
                 refusal("Dense use_residual", set_json(
                     "2_Dense/config.json", lambda j: {**j, "use_residual": True}), "use_residual")
 
+        serve_checks(args.cli, root, built, check)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
 

@@ -61,13 +61,15 @@ class Embedder {
 
   // The token ids of a text input as sentence-transformers makes them: `prompt_name`'s prompt
   // (spec().prompts; "" picks the default prompt, if any) before the text, the tokenizer's BOS
-  // first where it adds one, cut to spec().max_tokens. Errors: Error naming an unknown prompt.
+  // first where it adds one; not cut (embed() cuts texts to spec().max_tokens). Errors: Error
+  // naming an unknown prompt.
   std::vector<int32_t> tokenize(std::string_view text, std::string_view prompt_name = "") const;
 
-  // One embedding per input, in order. `dimensions`: 0 for dimensions(), else the first that many
-  // values (Matryoshka), L2-normalized again when the model normalizes. Errors (nothing is
-  // computed): Error naming the input index for an empty input, a token outside the vocabulary or
-  // an input longer than the engine's context; for dimensions outside [0, dimensions()].
+  // One embedding per input, in order; texts tokenized by tokenize() and cut to
+  // spec().max_tokens, token inputs used as given. `dimensions`: 0 for dimensions(), else the first
+  // that many values (Matryoshka), L2-normalized again when the model normalizes. Errors (nothing
+  // is computed): Error naming the input index for an empty input, a token outside the vocabulary
+  // or an input longer than the engine's context; for dimensions outside [0, dimensions()].
   std::vector<Embedding> embed(std::span<const EmbedInput> inputs, int dimensions = 0,
                                std::string_view prompt_name = "");
 
