@@ -33,16 +33,19 @@ std::vector<int32_t> prompt_ids(const ServedModel& m, const CompletionRequest& r
 
 }  // namespace
 
+ServedModel& find_model(const ModelMap& models, const std::string& name) {
+  auto it = models.find(name);
+  if (it == models.end()) {
+    throw ApiError(404, fmt::format("model '{}' is not served (GET /v1/models lists them)", name),
+                   "model", "not_found_error");
+  }
+  return *it->second;
+}
+
 void answer_completion(const ModelMap& models, const httplib::Request& req, httplib::Response& res,
                        bool chat) {
   const CompletionRequest r = parse_request(req.body, chat);
-  auto it = models.find(r.model);
-  if (it == models.end()) {
-    throw ApiError(404,
-                   fmt::format("model '{}' is not served (GET /v1/models lists them)", r.model),
-                   "model", "not_found_error");
-  }
-  ServedModel& m = *it->second;
+  ServedModel& m = find_model(models, r.model);
   if (!m.scheduler) {
     throw ApiError(
         400, fmt::format("model: model '{}' serves embeddings only (POST /v1/embeddings)", r.model),

@@ -17,6 +17,9 @@ namespace flashnorm::serve {
 
 using ModelMap = std::map<std::string, std::unique_ptr<ServedModel>, std::less<>>;
 
+// The served model `name`. Errors: ApiError 404 naming `model` when none is served by that name.
+ServedModel& find_model(const ModelMap& models, const std::string& name);
+
 // Fills `res`. Errors: ApiError for a bad request (400), an unknown model (404), a full queue
 // (429) or a server shutting down (503).
 void answer_completion(const ModelMap& models, const httplib::Request& req, httplib::Response& res,

@@ -10,8 +10,8 @@
 #include "api_error.h"
 #include "embed_queue.h"
 #include "flashnorm/error.h"
-#include "flashnorm/io/json_strict.h"
 #include "flashnorm/tokenizer/utf8_text.h"
+#include "request.h"
 #include "response.h"
 
 namespace flashnorm::serve {
@@ -53,13 +53,7 @@ EmbedInput text_input(const json& s, const std::string& at) {
 }
 
 EmbeddingRequest parse(std::string_view body) {
-  json j;
-  try {
-    j = io::parse_json_strict(body, "request body", 0);
-  } catch (const FormatError& e) {
-    throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
-  }
-  if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+  const json j = parse_body(body);
   for (const auto& [key, v] : j.items()) {
     if (key != "model" && key != "input" && key != "encoding_format" && key != "dimensions" &&
         key != "user") {
@@ -126,13 +120,7 @@ std::string base64_floats(const std::vector<float>& v) {
 void answer_embeddings(const ModelMap& models, const httplib::Request& req,
                        httplib::Response& res) {
   const EmbeddingRequest r = parse(req.body);
-  auto it = models.find(r.model);
-  if (it == models.end()) {
-    throw ApiError(404,
-                   fmt::format("model '{}' is not served (GET /v1/models lists them)", r.model),
-                   "model", "not_found_error");
-  }
-  ServedModel& m = *it->second;
+  ServedModel& m = find_model(models, r.model);
   if (!m.embeddings) {
     bad("model", fmt::format("model '{}' does not serve embeddings (its files have no "
                              "sentence-transformers modules.json)",

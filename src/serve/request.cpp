@@ -67,7 +67,7 @@ void parse_messages(const json& m, CompletionRequest& r) {
 
 }  // namespace
 
-CompletionRequest parse_request(std::string_view body, bool chat) {
+json parse_body(std::string_view body) {
   json j;
   try {
     // syntax errors, numbers past double's range (1e400), duplicate keys, nesting past 64 levels
@@ -76,6 +76,11 @@ CompletionRequest parse_request(std::string_view body, bool chat) {
     throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
+  return j;
+}
+
+CompletionRequest parse_request(std::string_view body, bool chat) {
+  json j = parse_body(body);
   CompletionRequest r;
   r.chat = chat;
   r.sampling.temperature = 1.0f;  // OpenAI's defaults

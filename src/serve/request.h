@@ -9,6 +9,7 @@
 // strings), n (1 only), stream (bool). Any other field is refused, naming it.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +30,11 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   bool stream = false;
 };
+
+// A request body as a JSON object (io::parse_json_strict: syntax, numbers past double's range,
+// duplicate keys, nesting past 64 levels). Errors: ApiError 400 for malformed JSON or another
+// value than an object.
+nlohmann::ordered_json parse_body(std::string_view body);
 
 // Errors: ApiError 400 naming the field (param) for malformed JSON (invalid UTF-8 included), a
 // body that is not an object, a missing or mistyped field, a value out of range, or an
