@@ -8,7 +8,10 @@
 // depend on the thread count. Rows are generated and quantized on all cores, one chunk of rows at a
 // time.
 //   random_quant_gguf OUT.gguf [TYPE=q4_k] [--layers L] [--hidden H] [--ffn F] [--heads N]
-//                     [--kv-heads N] [--vocab V] [--distinct N] [--vocab-from FILE.gguf]
+//                     [--kv-heads N] [--head-dim D] [--vocab V] [--distinct N]
+//                     [--vocab-from FILE.gguf] [--arch llama|qwen3] [--pooling mean|cls|last]
+// --arch qwen3: Qwen 3's graph (QK-norm gains, RoPE base 1e6, eps 1e-6). --pooling: an embedding
+// model (<arch>.pooling_type; no output.weight, the head tied as Qwen3-Embedding's is).
 // --vocab-from: every tokenizer.* key of FILE copied, and the vocabulary its token list's length
 // (--vocab refused beside it), so that llama.cpp loads the file (it needs a tokenizer).
 // --distinct N: layers l >= N repeat the bytes of layer l % N (each layer still has its own copy
@@ -75,9 +78,10 @@ int main(int argc, char** argv) {
     if (argc < 2) throw Error("usage: random_quant_gguf OUT.gguf [TYPE] [--layers L] ...");
     const std::string out = argv[1];
     std::string type_name = "q4_k";
-    int L = 32, H = 4096, F = 14336, NH = 32, NKV = 8, V = 128256, distinct = 1 << 30;
+    int L = 32, H = 4096, F = 14336, NH = 32, NKV = 8, V = 128256, distinct = 1 << 30, D = 0;
     bool vocab_given = false;
-    std::string vocab_from;
+    std::string vocab_from, arch = "llama";
+    int pooling = -1;
     for (int i = 2; i < argc; ++i) {
       const std::string k = argv[i];
       auto next = [&] {
@@ -94,7 +98,15 @@ int main(int argc, char** argv) {
         NH = next();
       else if (k == "--kv-heads")
         NKV = next();
-      else if (k == "--vocab")
+      else if (k == "--head-dim")
+        D = next();
+      else if (k == "--arch" && i + 1 < argc)
+        arch = argv[++i];
+      else if (k == "--pooling" && i + 1 < argc) {
+        const std::string p = argv[++i];
+        pooling = p == "mean" ? 1 : p == "cls" ? 2 : p == "last" ? 3 : -2;
+        if (pooling == -2) throw Error("--pooling " + p + ": mean, cls or last");
+      } else if (k == "--vocab")
         V = next(), vocab_given = true;
       else if (k == "--vocab-from") {
         if (i + 1 >= argc) throw Error(k + ": missing value");
@@ -106,7 +118,9 @@ int main(int argc, char** argv) {
     }
     const auto type = io::ggml_type_from_name(type_name);
     if (!type) throw Error("unknown type " + type_name);
-    const int D = H / NH;
+    if (arch != "llama" && arch != "qwen3") throw Error("--arch " + arch + ": llama or qwen3");
+    const bool qwen3 = arch == "qwen3";
+    if (D == 0) D = H / NH;
     using io::GgufValue;
     std::vector<io::GgufKv> tokenizer_kvs;
     if (!vocab_from.empty()) {
@@ -119,19 +133,22 @@ int main(int argc, char** argv) {
       if (tokens == nullptr) throw Error(vocab_from + ": no tokenizer.ggml.tokens");
       V = static_cast<int>(tokens->value.array_size());
     }
+    const std::string a = arch + ".";
     std::vector<io::GgufKv> kvs = {
-        {"general.architecture", GgufValue::make_string("llama"), 0},
-        {"llama.block_count", GgufValue::make_u32(L), 0},
-        {"llama.context_length", GgufValue::make_u32(8192), 0},
-        {"llama.embedding_length", GgufValue::make_u32(H), 0},
-        {"llama.feed_forward_length", GgufValue::make_u32(F), 0},
-        {"llama.attention.head_count", GgufValue::make_u32(NH), 0},
-        {"llama.attention.head_count_kv", GgufValue::make_u32(NKV), 0},
-        {"llama.attention.key_length", GgufValue::make_u32(D), 0},
-        {"llama.rope.freq_base", GgufValue::make_f32(500000.f), 0},
-        {"llama.attention.layer_norm_rms_epsilon", GgufValue::make_f32(1e-5f), 0},
-        {"llama.vocab_size", GgufValue::make_u32(V), 0},
+        {"general.architecture", GgufValue::make_string(arch), 0},
+        {a + "block_count", GgufValue::make_u32(L), 0},
+        {a + "context_length", GgufValue::make_u32(8192), 0},
+        {a + "embedding_length", GgufValue::make_u32(H), 0},
+        {a + "feed_forward_length", GgufValue::make_u32(F), 0},
+        {a + "attention.head_count", GgufValue::make_u32(NH), 0},
+        {a + "attention.head_count_kv", GgufValue::make_u32(NKV), 0},
+        {a + "attention.key_length", GgufValue::make_u32(D), 0},
+        {a + "attention.value_length", GgufValue::make_u32(D), 0},
+        {a + "rope.freq_base", GgufValue::make_f32(qwen3 ? 1e6f : 500000.f), 0},
+        {a + "attention.layer_norm_rms_epsilon", GgufValue::make_f32(qwen3 ? 1e-6f : 1e-5f), 0},
+        {a + "vocab_size", GgufValue::make_u32(V), 0},
     };
+    if (pooling >= 0) kvs.push_back({a + "pooling_type", GgufValue::make_u32(pooling), 0});
     kvs.insert(kvs.end(), tokenizer_kvs.begin(), tokenizer_kvs.end());
     std::vector<io::GgufTensorOut> ts;
     uint64_t seed = 1;
@@ -142,40 +159,45 @@ int main(int argc, char** argv) {
                     random_matrix(*type, rows, cols, sd, seed++),
                     {}});
     };
-    auto gain = [&](const std::string& name) {
-      std::vector<float> g(H);
+    auto gain = [&](const std::string& name, int n) {
+      std::vector<float> g(n);
       uint64_t s = seed++ * 7919;
       for (float& x : g) x = 0.5f + static_cast<float>(splitmix(s) >> 40) / 16777216.f;
-      io::GgufTensorOut t{name, {uint64_t(H)}, io::GgmlType::F32, {}, {}};
+      io::GgufTensorOut t{name, {uint64_t(n)}, io::GgmlType::F32, {}, {}};
       t.bytes.resize(g.size() * 4);
       std::memcpy(t.bytes.data(), g.data(), t.bytes.size());
       ts.push_back(std::move(t));
     };
     matrix("token_embd.weight", V, H, 1.0);
+    const size_t per_layer = qwen3 ? 11 : 9;
     for (int l = 0; l < L; ++l) {
       const std::string p = fmt::format("blk.{}.", l);
-      if (l >= distinct) {  // a copy of layer l % distinct's 9 tensors under this layer's names
-        const size_t first = 1 + size_t(l % distinct) * 9;
-        for (size_t i = 0; i < 9; ++i) {
+      if (l >= distinct) {  // a copy of layer l % distinct's tensors under this layer's names
+        const size_t first = 1 + size_t(l % distinct) * per_layer;
+        for (size_t i = 0; i < per_layer; ++i) {
           io::GgufTensorOut t = ts[first + i];
           t.name = p + t.name.substr(t.name.find('.', 4) + 1);
           ts.push_back(std::move(t));
         }
         continue;
       }
-      gain(p + "attn_norm.weight");
+      gain(p + "attn_norm.weight", H);
+      if (qwen3) {
+        gain(p + "attn_q_norm.weight", D);
+        gain(p + "attn_k_norm.weight", D);
+      }
       matrix(p + "attn_q.weight", NH * D, H, 1 / std::sqrt(double(H)));
       matrix(p + "attn_k.weight", NKV * D, H, 1 / std::sqrt(double(H)));
       matrix(p + "attn_v.weight", NKV * D, H, 1 / std::sqrt(double(H)));
       matrix(p + "attn_output.weight", H, NH * D, 1 / std::sqrt(double(NH * D)));
-      gain(p + "ffn_norm.weight");
+      gain(p + "ffn_norm.weight", H);
       matrix(p + "ffn_gate.weight", F, H, 1 / std::sqrt(double(H)));
       matrix(p + "ffn_up.weight", F, H, 1 / std::sqrt(double(H)));
       matrix(p + "ffn_down.weight", H, F, 1 / std::sqrt(double(F)));
       fmt::print(stderr, "\rlayer {}/{}", l + 1, L);
     }
-    gain("output_norm.weight");
-    matrix("output.weight", V, H, 1 / std::sqrt(double(H)));
+    gain("output_norm.weight", H);
+    if (pooling < 0) matrix("output.weight", V, H, 1 / std::sqrt(double(H)));
     io::write_gguf(out, kvs, ts);
     fmt::print(stderr, "\n{}: {} layers, hidden {}, {}\n", out, L, H, type_name);
     return 0;

@@ -1,6 +1,7 @@
-// `flashnorm embed -m DIR [-i FILE] [-o FILE]`: one embedding per input line, as JSON lines
+// `flashnorm embed -m MODEL [-i FILE] [-o FILE]`: one embedding per input line, as JSON lines
 // {"index": i, "embedding": [...], "tokens": n}, from a Hugging Face directory with
-// sentence-transformers' modules (model/embedding.h, engine/embedder.h).
+// sentence-transformers' modules or a GGUF file with <arch>.pooling_type (model/embedding.h,
+// engine/embedder.h).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -68,7 +69,8 @@ void register_embed(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("-m,--model", a->model,
-                  "Hugging Face directory with sentence-transformers' modules.json")
+                  "Hugging Face directory with sentence-transformers' modules.json, or GGUF "
+                  "file with <arch>.pooling_type")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("-i,--input", a->input, "inputs, one per line (- : standard input, the default)");
@@ -87,11 +89,6 @@ void register_embed(CLI::App& app) {
   cmd->add_option("--batch-tokens", a->batch_tokens, "rows of one encode pass at most")
       ->check(CLI::Range(1, 1 << 20));
   cmd->callback([a] {
-    if (!std::filesystem::is_directory(a->model)) {
-      throw Error(fmt::format(
-          "{}: embed reads a Hugging Face directory with sentence-transformers' modules.json",
-          a->model));
-    }
     const std::string what = a->input == "-" ? "--input - (standard input)" : "--input " + a->input;
     const std::vector<EmbedInput> inputs =
         parse_inputs(read_prompt_file(a->input, "--input"), a->jsonl, what);
@@ -101,11 +98,14 @@ void register_embed(CLI::App& app) {
       const std::filesystem::path ins[] = {a->model, a->input};
       out.emplace(a->output, std::span(ins, a->input == "-" ? 1 : 2));
     }
-    Model model = load_model(a->model);
-    std::optional<EmbeddingSpec> spec = read_sentence_transformers(a->model, model.cfg.hidden);
+    // a quantized GGUF runs from its own blocks, as `generate` runs it by default
+    Model model = load_model(a->model, /*with_data=*/true, cpu_default_storage(a->model));
+    std::optional<EmbeddingSpec> spec = embedding_spec(model);
     if (!spec) {
-      throw Error(fmt::format("{}: no modules.json: not a sentence-transformers embedding model",
-                              a->model));
+      throw Error(fmt::format(
+          "{}: not an embedding model (a Hugging Face directory needs sentence-transformers' "
+          "modules.json, a GGUF file {}.pooling_type)",
+          a->model, model.cfg.arch));
     }
     ModelTokenizer vocab = load_model_tokenizer(a->model, "", model.cfg.vocab);
     Embedder emb(std::move(model), std::move(vocab.tok), std::move(*spec), parse_norm_mode(a->norm),

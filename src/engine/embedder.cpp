@@ -116,6 +116,7 @@ std::vector<int32_t> Embedder::tokenize(std::string_view text, std::string_view 
   if (tok_.add_bos() && tok_.bos()) ids.push_back(*tok_.bos());
   const std::vector<int32_t> body = tok_.encode(full);
   ids.insert(ids.end(), body.begin(), body.end());
+  if (tok_.add_eos() && tok_.eos()) ids.push_back(*tok_.eos());
   return ids;
 }
 

@@ -82,7 +82,7 @@ Device resolve_device(Device d) {
 
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o) {
   if (resolve_device(o.device) == Device::kCuda) {
-    if (model.cfg.headless || !model.cfg.causal) {
+    if (model.cfg.headless || !model.cfg.causal || model.cfg.gguf_pooling >= 0) {
       throw Error(fmt::format("{}: the CUDA engine does not compute embeddings yet (--device cpu)",
                               model.source.string()));
     }
@@ -95,11 +95,12 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOpti
 }
 
 void require_lm_head(const Model& model) {
-  if (model.cfg.headless || !model.cfg.causal) {
+  if (model.cfg.headless || !model.cfg.causal || model.cfg.gguf_pooling >= 0) {
     throw Error(fmt::format(
         "{}: {}: the model computes embeddings only (flashnorm embed)", model.source.string(),
         model.cfg.headless ? "config.json architectures names a base model without an LM head"
-                           : "config.json asks for bidirectional attention"));
+        : model.cfg.gguf_pooling >= 0 ? fmt::format("{}.pooling_type is set", model.cfg.arch)
+                                      : "the model's config asks for bidirectional attention"));
   }
 }
 

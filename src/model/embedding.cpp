@@ -11,6 +11,7 @@
 #include "flashnorm/io/json_strict.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/io/side_file.h"
+#include "flashnorm/model/model.h"
 
 namespace flashnorm {
 namespace fs = std::filesystem;
@@ -278,6 +279,29 @@ std::string_view pooling_name(Pooling p) {
     if (q == p) return name;
   }
   return "?";
+}
+
+std::optional<EmbeddingSpec> embedding_spec(const Model& m) {
+  if (fs::is_directory(m.source)) return read_sentence_transformers(m.source, m.cfg.hidden);
+  if (m.cfg.gguf_pooling < 0) return std::nullopt;
+  EmbeddingSpec s;
+  switch (m.cfg.gguf_pooling) {
+    case 1:
+      s.pooling = Pooling::kMean;
+      break;
+    case 2:
+      s.pooling = Pooling::kCls;
+      break;
+    case 3:
+      s.pooling = Pooling::kLastToken;
+      break;
+    default:
+      throw Error(fmt::format("{}: {}.pooling_type = {} ({}) is not served (mean, cls, last)",
+                              m.source.string(), m.cfg.arch, m.cfg.gguf_pooling,
+                              m.cfg.gguf_pooling == 0 ? "none: token embeddings" : "rank"));
+  }
+  s.normalize = true;
+  return s;
 }
 
 PooledNormAudit audit_pooled_norm(const EmbeddingSpec& s) {

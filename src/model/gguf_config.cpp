@@ -104,6 +104,12 @@ void read_gguf_config(const io::GgufFile& f, const ArchDescription& a, ModelConf
     cfg.attn_scale = static_cast<float>(1.0 / std::sqrt(double(cfg.hidden / cfg.n_head)));
   }
   key("vocab_size");  // checked against the embedding by the loader
+  // embedding models (llama.cpp's LLM_KV_POOLING_TYPE, LLM_KV_ATTENTION_CAUSAL)
+  if (auto pt = f.get_uint_opt(key("pooling_type"))) {
+    if (*pt > 4) refuse_key(f, p + "pooling_type", fmt::format("{} is not a pooling type", *pt));
+    cfg.gguf_pooling = static_cast<int>(*pt);
+  }
+  cfg.causal = f.get_bool_or(key("attention.causal"), true);
   // llama.cpp loads these biases when present: each one layer 0 has is then needed in every layer
   cfg.biases = a.biases;
   for (const auto* group : {&a.attn_biases, &a.mlp_biases}) {

@@ -93,11 +93,7 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
       load_model(spec.path, /*with_data=*/true,
                  weight_storage(parse_weights(spec.weights), parse_device(spec.device), spec.path));
   m->vocab.emplace(load_model_tokenizer(spec.path, "", model.cfg.vocab));
-  std::optional<EmbeddingSpec> embedding;
-  if (std::filesystem::is_directory(spec.path)) {
-    embedding = read_sentence_transformers(spec.path, model.cfg.hidden);
-  }
-  if (embedding) {
+  if (std::optional<EmbeddingSpec> embedding = embedding_spec(model)) {
     for (const char* key : {"chat-format", "prefix-cache", "max-concurrent"}) {
       if (spec.given.count(key)) {
         throw Error(

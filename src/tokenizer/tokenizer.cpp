@@ -119,6 +119,7 @@ size_t Tokenizer::vocab_size() const { return impl_->tokens.size(); }
 std::optional<int32_t> Tokenizer::bos() const { return impl_->bos; }
 std::optional<int32_t> Tokenizer::eos() const { return impl_->eos; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
+bool Tokenizer::add_eos() const { return impl_->add_eos; }
 
 bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->eog.size() &&

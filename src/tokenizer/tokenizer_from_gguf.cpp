@@ -34,6 +34,7 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& f) {
   v.unk = f.get_uint_opt("tokenizer.ggml.unknown_token_id");
   v.pad = f.get_uint_opt("tokenizer.ggml.padding_token_id");
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false);
   auto impl = std::make_unique<Impl>();
   impl->build(v, offset_of);
   return Tokenizer(std::move(impl));

@@ -236,6 +236,7 @@ void Tokenizer::Impl::build(TokenizerVocab& v,
   const std::optional<int32_t> unk = special_id(v.unk, "tokenizer.ggml.unknown_token_id");
   (void)special_id(v.pad, "tokenizer.ggml.padding_token_id");
   t.add_bos = v.add_bos;
+  t.add_eos = v.add_eos;
 
   if (is_spm) {
     t.spm.emplace(t.tokens, t.types, t.by_text, std::move(scores), unk, v.add_space_prefix);

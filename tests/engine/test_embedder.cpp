@@ -3,6 +3,7 @@
 // (mean pooling); batching inputs into one encode pass changes nothing; and the negative control:
 // dropping the rstd under mean pooling (what the audit refuses) changes the embeddings.
 // sentence-transformers itself is the reference in tests/cli/embed_st_test.py.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "flashnorm/engine/embedder.h"
 #include "flashnorm/error.h"
 #include "flashnorm/io/gguf.h"
+#include "support/gguf_rewrite.h"
 #include "support/random_llama.h"
 
 namespace flashnorm {
@@ -36,8 +38,11 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct Fixture {
-  std::filesystem::path dir = testing::fresh_dir("embedder_llama");
-  Fixture() { testing::write_random_llama(dir, {.seed = 17}); }
+  testing::RandomLlamaOptions opt;
+  std::filesystem::path dir = testing::fresh_dir("embedder_" + opt.arch);
+  explicit Fixture(testing::RandomLlamaOptions o = {.seed = 17}) : opt(std::move(o)) {
+    testing::write_random_llama(dir, opt);
+  }
   Embedder make(Pooling p, NormMode mode, int batch_tokens = 2048) const {
     EmbeddingSpec s{.pooling = p, .normalize = true};
     return Embedder(
@@ -100,6 +105,48 @@ TEST(Embedder, DroppingTheRstdUnderMeanPoolingIsWrong) {
       EXPECT_LT(worst, 1 - 1e-5) << "dropping the rstd under mean pooling changed nothing";
     }
   }
+}
+
+// The same model (Gemma 3's layout: RoPE pairs and gains agree between its GGUF and HF files) as a
+// GGUF file with gemma3.pooling_type (last, L2 as llama.cpp's default) and as the Hugging Face
+// directory with sentence-transformers' last-token pooling and Normalize: the same embeddings;
+// pooling_type none and rank are refused naming the key.
+TEST(Embedder, GgufPoolingTypeGivesTheSameEmbeddingsAsTheModules) {
+  const Fixture f(testing::small_gemma3_options(17));
+  const auto plain = testing::fresh_dir("embedder_gguf") / "m.gguf";
+  testing::write_random_gguf(plain, f.opt);
+  auto with_pooling = [&](uint32_t type) {
+    const auto out = plain.parent_path() / fmt::format("pool{}.gguf", type);
+    testing::rewrite_gguf(plain, out, [&](auto& kvs, auto&) {
+      kvs.push_back({"gemma3.pooling_type", io::GgufValue::make_u32(type), 0});
+    });
+    return out;
+  };
+  Model gm = load_model(with_pooling(3));
+  const std::optional<EmbeddingSpec> spec = embedding_spec(gm);
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->pooling, Pooling::kLastToken);
+  EXPECT_TRUE(spec->normalize);
+  const auto tok = [] { return Tokenizer::from_gguf(io::GgufFile::open(testing::smollm2_path())); };
+  Embedder from_gguf(std::move(gm), tok(), *spec, NormMode::FlashNorm,
+                     EngineOptions{.device = Device::kCpu});
+  const auto inputs = random_inputs(8, 300, 9);
+  const auto a = from_gguf.embed(inputs);
+  const auto b = f.make(Pooling::kLastToken, NormMode::Standard).embed(inputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_GT(cosine(a[i].values, b[i].values), 1 - 1e-6) << "input " << i;
+  }
+  for (uint32_t refused : {0u, 4u}) {
+    Model m = load_model(with_pooling(refused), /*with_data=*/false);
+    try {
+      embedding_spec(m);
+      ADD_FAILURE() << "pooling_type " << refused << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("pooling_type"), std::string::npos) << e.what();
+    }
+  }
+  // a GGUF without the key is no embedding model
+  EXPECT_FALSE(embedding_spec(load_model(plain, /*with_data=*/false)));
 }
 
 TEST(Embedder, RefusesBadInputsNamingThem) {

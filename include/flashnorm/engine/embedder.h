@@ -61,8 +61,8 @@ class Embedder {
 
   // The token ids of a text input as sentence-transformers makes them: `prompt_name`'s prompt
   // (spec().prompts; "" picks the default prompt, if any) before the text, the tokenizer's BOS
-  // first where it adds one; not cut (embed() cuts texts to spec().max_tokens). Errors: Error
-  // naming an unknown prompt.
+  // first and EOS last where it adds them (Tokenizer::add_bos, add_eos); not cut (embed() cuts
+  // texts to spec().max_tokens). Errors: Error naming an unknown prompt.
   std::vector<int32_t> tokenize(std::string_view text, std::string_view prompt_name = "") const;
 
   // One embedding per input, in order; texts tokenized by tokenize() and cut to

@@ -53,9 +53,9 @@ Device resolve_device(Device d);
 // engines' constructors' (engine/cpu_engine.h, engine/cuda_engine.h).
 std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOptions& o);
 
-// Refuses a model that computes hidden states only (ModelConfig::headless or !causal: an
-// embedding model, engine/embedder.h) where logits are needed (generate, verify, bench, a served
-// completion model). Errors: Error naming the model and config.json's field.
+// Refuses a model that computes hidden states only (ModelConfig::headless, !causal or a GGUF
+// pooling_type: an embedding model, engine/embedder.h) where logits are needed (generate, verify,
+// bench, a served completion model). Errors: Error naming the model and config.json's field.
 void require_lm_head(const Model& model);
 
 // "auto" / "cpu" / "cuda" -> Device. Errors: Error naming the value otherwise.

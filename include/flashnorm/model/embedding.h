@@ -64,6 +64,15 @@ struct PooledNormAudit {
 };
 PooledNormAudit audit_pooled_norm(const EmbeddingSpec& s);
 
+// The embedding pipeline of a loaded model: a Hugging Face directory's sentence-transformers
+// modules (read_sentence_transformers), or a GGUF file's <arch>.pooling_type (1 mean, 2 cls,
+// 3 last) with L2 normalization, as llama.cpp's embeddings default to (embd_normalize 2);
+// std::nullopt when the files do not make it an embedding model. Errors: as
+// read_sentence_transformers; for pooling_type 0 (none: token embeddings) and 4 (rank: a
+// reranker), Error naming the key.
+struct Model;
+std::optional<EmbeddingSpec> embedding_spec(const Model& m);
+
 // The embedding modules of a sentence-transformers directory, or std::nullopt when `dir` has no
 // modules.json (not a sentence-transformers model). `hidden`: the transformer's hidden size, which
 // the first module after pooling must take. Accepted: a Transformer at path "" first, then one

@@ -95,6 +95,9 @@ struct ModelConfig {
   // _bidirectional_window_overlay; sliding_window then holds config.json's value // 2 + 1, as
   // Gemma3TextConfig sets it); such a model computes hidden states only.
   bool causal = true;
+  // GGUF <arch>.pooling_type (llama.cpp's enum: 0 none, 1 mean, 2 cls, 3 last, 4 rank), which
+  // makes the file an embedding model (model/embedding.h); -1 when absent (HF: always).
+  int gguf_pooling = -1;
 };
 
 struct Model {

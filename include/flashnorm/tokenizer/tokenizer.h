@@ -73,6 +73,7 @@ struct PreSplit {
 //          llama.cpp; Gemma 3 sets false)
 //   bos/eos/unk/pad "tokenizer.ggml.{bos,eos,unknown,padding}_token_id"
 //   add_bos "tokenizer.ggml.add_bos_token"
+//   add_eos "tokenizer.ggml.add_eos_token" (read for embeddings, engine/embedder.h)
 // model "bpe" is Hugging Face tokenizers' BPE model as a tokenizer.json describes it (filled by
 // read_hf_tokenizer, tokenizer_json.h): text is split at added tokens (types 3 special / 4 not),
 // first those with normalized false in the raw text; each stretch between them is normalized
@@ -96,6 +97,7 @@ struct TokenizerVocab {
   bool add_space_prefix = true;
   std::optional<uint64_t> bos, eos, unk, pad;
   bool add_bos = false;
+  bool add_eos = false;
   // model "bpe" only (see above); for gpt2 pre_splits come from `pre`.
   std::vector<PreSplit> pre_splits;
   std::vector<bool> normalized;  // per token; true: an added token matched in normalized text
@@ -181,6 +183,9 @@ class Tokenizer {
   std::optional<int32_t> bos() const;
   std::optional<int32_t> eos() const;
   bool add_bos() const;
+  // True when the vocabulary asks for EOS after a text (GGUF add_eos_token): what llama.cpp
+  // appends to an embedding input. Only the embedding pipeline adds it (engine/embedder.h).
+  bool add_eos() const;
   // End-of-generation: eos, and any control token named "<|im_end|>", "<end_of_turn>",
   // "<|eot_id|>" or "<|endoftext|>" (as llama.cpp's end-of-generation set). False out of range.
   bool is_eog(int32_t id) const;
