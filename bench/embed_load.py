@@ -162,7 +162,9 @@ def server(system, args, gguf):
         cmd = [args.llama_server, "-m", str(gguf), "--embedding", "--pooling", "last", "--port",
                str(port), "-t", str(args.threads), "-tb", str(args.threads), "-np",
                str(args.clients), "-c", str(args.clients * 1024), "-b", "4096", "-ub", "4096"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the server's log to a file: an unread pipe fills and stops the server
+    log = open(args.log_dir / f"{system}.log", "a")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     wait_health(port, proc, system)
     return proc, port
 
@@ -186,13 +188,17 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-st", action="store_true", help="skip sentence-transformers")
+    ap.add_argument("--systems", default="flashnorm-flashnorm,llama-server,flashnorm-standard",
+                    help="servers to alternate (flashnorm-flashnorm, flashnorm-standard, "
+                         "llama-server)")
     ap.add_argument("--out")
     args = ap.parse_args()
     cache = Path(os.environ.get("FLASHNORM_CACHE", Path.home() / ".cache/flashnorm")) / "embed_load"
     cache.mkdir(parents=True, exist_ok=True)
     gguf, st_dir = model_files(args, cache)
+    args.log_dir = cache
     work = workloads()
-    systems = ["flashnorm-flashnorm", "llama-server", "flashnorm-standard"]
+    systems = [s for s in args.systems.split(",") if s]
     runs = {s: {w: [] for w in work} for s in systems}
     for rnd in range(args.rounds):
         for s in systems if rnd % 2 == 0 else list(reversed(systems)):
@@ -231,7 +237,7 @@ def main():
     flags = Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0]
     result = {
         "commit": commit, "date": datetime.date.today().isoformat(),
-        "cpu": Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].strip(": "),
+        "cpu": Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].strip(" \t:"),
         "simd": [f for f in ("avx2", "avx512f", "avx512_vnni") if f in flags.split()],
         "threads": args.threads, "batch": args.batch, "clients": args.clients,
         "model": "random Qwen3-Embedding-0.6B shape, Q8_0, last-token pooling, L2",
@@ -241,14 +247,14 @@ def main():
     }
     out = Path(args.out or ROOT / f"bench/results/embed_load-cpu-{commit}-{result['date']}.json")
     out.write_text(json.dumps(result, indent=1))
-    ref = result["summary"]["llama-server"]
+    ref = result["summary"].get("llama-server")
     print("\n| system | workload | tokens/s | texts/s | p50 s | p99 s | vs llama-server |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for s, per in result["summary"].items():
         for w, m in per.items():
             print(f"| {s} | {w} | {m['tokens_per_s']:.0f} | {m['texts_per_s']:.1f} | "
                   f"{m['p50_s']:.2f} | {m['p99_s']:.2f} | "
-                  f"{m['tokens_per_s'] / ref[w]['tokens_per_s']:.2f}x |")
+                  + (f"{m['tokens_per_s'] / ref[w]['tokens_per_s']:.2f}x |" if ref else "- |"))
     print(f"\n{out}")
 
 
