@@ -52,6 +52,7 @@ std::vector<EmbedInput> parse_inputs(const std::string& text, bool jsonl, const 
       }
     }
     if (!in.is_tokens) require_utf8(in.text, fmt::format("{} line {}", what, line));
+    if (in.text.empty() && !in.is_tokens) throw Error(fmt::format("{} line {}: empty", what, line));
     out.push_back(std::move(in));
   }
   return out;
@@ -76,23 +77,29 @@ void register_embed(CLI::App& app) {
   cmd->add_option("-i,--input", a->input, "inputs, one per line (- : standard input, the default)");
   cmd->add_flag("--jsonl", a->jsonl,
                 "each input line is a JSON string or a JSON array of token ids");
-  cmd->add_option("-o,--output", a->output, "write the JSON lines to FILE (default: stdout)");
+  auto* output =
+      cmd->add_option("-o,--output", a->output, "write the JSON lines to FILE (default: stdout)");
   cmd->add_option("--norm", a->norm, "normalization mode: standard or flashnorm")
       ->check(CLI::IsMember({"standard", "flashnorm"}));
   cmd->add_option("--dimensions", a->dimensions,
                   "keep the first N values (Matryoshka), L2-normalized again when the model "
                   "normalizes (0: all)")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--prompt-name", a->prompt_name,
-                  "put the model's prompt of this name (config_sentence_transformers.json) before "
-                  "each text (default: its default_prompt_name, if any)");
+  auto* prompt_name = cmd->add_option(
+      "--prompt-name", a->prompt_name,
+      "put the model's prompt of this name (config_sentence_transformers.json) before "
+      "each text (default: its default_prompt_name, if any)");
   cmd->add_option("--batch-tokens", a->batch_tokens, "rows of one encode pass at most")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->callback([a] {
+  cmd->callback([a, output, prompt_name] {
     const std::string what = a->input == "-" ? "--input - (standard input)" : "--input " + a->input;
     const std::vector<EmbedInput> inputs =
         parse_inputs(read_prompt_file(a->input, "--input"), a->jsonl, what);
     if (inputs.empty()) throw Error(fmt::format("{}: no inputs", what));
+    if (prompt_name->count() && a->prompt_name.empty()) {
+      throw Error("--prompt-name is empty (name one of the model's prompts)");
+    }
+    if (output->count() && a->output.empty()) throw Error("--output is empty");
     std::optional<io::AtomicFile> out;
     if (!a->output.empty()) {
       const std::filesystem::path ins[] = {a->model, a->input};
@@ -107,6 +114,8 @@ void register_embed(CLI::App& app) {
           "modules.json, a GGUF file {}.pooling_type)",
           a->model, model.cfg.arch));
     }
+    // a module file reached through a link lies outside the directory the first check covered
+    if (!a->output.empty()) io::refuse_overwrite(a->output, spec->files);
     ModelTokenizer vocab = load_model_tokenizer(a->model, "", model.cfg.vocab);
     Embedder emb(std::move(model), std::move(vocab.tok), std::move(*spec), parse_norm_mode(a->norm),
                  EngineOptions{.device = Device::kCpu},
@@ -116,7 +125,12 @@ void register_embed(CLI::App& app) {
                               a->dimensions, emb.dimensions()));
     }
     std::fprintf(stderr, "device: %s | %zu inputs\n", emb.describe().c_str(), inputs.size());
-    const std::vector<Embedding> result = emb.embed(inputs, a->dimensions, a->prompt_name);
+    std::vector<Embedding> result;
+    try {
+      result = emb.embed(inputs, a->dimensions, a->prompt_name);
+    } catch (const Error& e) {  // "input i": line i + 1 of the input
+      throw Error(fmt::format("{} (inputs counted from 0, one per line): {}", what, e.what()));
+    }
     std::string text;
     for (size_t i = 0; i < result.size(); ++i) {
       const nlohmann::json line = {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "flashnorm/error.h"
 #include "flashnorm/io/json_strict.h"
@@ -34,7 +35,7 @@ std::optional<json> read_json(const fs::path& path) {
   if (!text) return std::nullopt;
   json j = io::parse_json_strict(*text, path.string(), 0);
   if (!j.is_object() && !j.is_array()) {
-    throw Error(fmt::format("{}: not a JSON object", path.string()));
+    throw Error(fmt::format("{}: not a JSON object or list", path.string()));
   }
   return j;
 }
@@ -87,7 +88,7 @@ void known_keys(const json& j, const fs::path& file,
 Pooling read_pooling(const fs::path& dir, int hidden) {
   const fs::path file = dir / "config.json";
   const std::optional<json> j = read_json(file);
-  if (!j || !j->is_object()) refuse(file, "config.json", "is missing");
+  if (!j || !j->is_object()) refuse(file, "config.json", "is missing or not a JSON object");
   known_keys(*j, file,
              {"embedding_dimension", "word_embedding_dimension", "pooling_mode", "include_prompt",
               "pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_tokens",
@@ -143,7 +144,7 @@ Pooling read_pooling(const fs::path& dir, int hidden) {
 DenseLayer read_dense(const fs::path& dir, int in) {
   const fs::path file = dir / "config.json";
   const std::optional<json> j = read_json(file);
-  if (!j || !j->is_object()) refuse(file, "config.json", "is missing");
+  if (!j || !j->is_object()) refuse(file, "config.json", "is missing or not a JSON object");
   known_keys(*j, file,
              {"in_features", "out_features", "bias", "activation_function", "module_input_name",
               "module_output_name", "use_residual"});
@@ -336,10 +337,15 @@ std::optional<EmbeddingSpec> read_sentence_transformers(const fs::path& dir, int
   EmbeddingSpec s;
   enum class Stage { kTransformer, kPooling, kDense, kDone } stage = Stage::kTransformer;
   int width = hidden;
+  std::set<std::string> names;
   for (size_t i = 0; i < modules->size(); ++i) {
     const json& m = (*modules)[i];
     if (!m.is_object()) refuse(file, fmt::format("modules[{}]", i), "is not an object");
     const std::string cls = module_class(m, file, i);
+    // sentence-transformers keys its modules by name: a repeated one would drop a module there
+    if (!names.insert(string_field(m, file, "name")).second) {
+      refuse(file, fmt::format("modules[{}].name", i), "repeats another module's name");
+    }
     const std::string path = string_field(m, file, "path");
     const fs::path sub = dir / path;
     if (path.find("..") != std::string::npos || fs::path(path).is_absolute()) {
@@ -377,6 +383,15 @@ std::optional<EmbeddingSpec> read_sentence_transformers(const fs::path& dir, int
   }
   read_transformer_settings(dir, s);
   read_prompts(dir, s);
+  for (const char* f : {"modules.json", "sentence_bert_config.json",
+                        "config_sentence_transformers.json", "tokenizer_config.json"}) {
+    s.files.push_back(dir / f);
+  }
+  for (const json& m : *modules) {
+    const fs::path sub = dir / m["path"].get<std::string>();
+    if (m["path"].get<std::string>().empty()) continue;
+    for (const char* f : {"config.json", "model.safetensors"}) s.files.push_back(sub / f);
+  }
   return s;
 }
 

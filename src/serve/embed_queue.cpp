@@ -72,7 +72,7 @@ void EmbedQueue::run() {
     std::vector<EmbedInput> inputs;
     for (const auto& job : pass) {
       for (const auto& ids : job->inputs) {
-        inputs.push_back({.tokens = ids, .is_tokens = true});
+        inputs.push_back(EmbedInput::of_tokens(ids));
       }
     }
     std::vector<Embedding> out;

@@ -46,7 +46,7 @@ std::vector<int32_t> token_array(const json& a, const std::string& at) {
 }
 
 EmbedInput text_input(const json& s, const std::string& at) {
-  EmbedInput in{.text = s.get<std::string>()};
+  EmbedInput in = EmbedInput::of_text(s.get<std::string>());
   if (in.text.empty()) bad(at, "is empty");
   if (first_invalid_utf8(in.text)) bad(at, "is not valid UTF-8");
   return in;
@@ -71,14 +71,14 @@ EmbeddingRequest parse(std::string_view body) {
     if (in.empty()) bad("input", "is an empty list");
     if (in.size() > kMaxInputs) bad("input", fmt::format("holds more than {} inputs", kMaxInputs));
     if (in[0].is_number()) {  // one array of token ids
-      r.inputs.push_back({.tokens = token_array(in, "input"), .is_tokens = true});
+      r.inputs.push_back(EmbedInput::of_tokens(token_array(in, "input")));
     } else {
       for (size_t k = 0; k < in.size(); ++k) {
         const std::string at = fmt::format("input[{}]", k);
         if (in[k].is_string()) {
           r.inputs.push_back(text_input(in[k], at));
         } else if (in[k].is_array()) {
-          r.inputs.push_back({.tokens = token_array(in[k], at), .is_tokens = true});
+          r.inputs.push_back(EmbedInput::of_tokens(token_array(in[k], at)));
         } else {
           bad(at, "must be a string or an array of token ids");
         }

@@ -97,9 +97,9 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
     for (const char* key : {"chat-format", "prefix-cache", "max-concurrent"}) {
       if (spec.given.count(key)) {
         throw Error(
-            fmt::format("--model {}: {} does not apply to an embedding model (its "
-                        "directory has sentence-transformers' modules.json)",
-                        spec.name, key));
+            fmt::format("{} does not apply to an embedding model (its directory has "
+                        "sentence-transformers' modules.json)",
+                        key));
       }
     }
     auto e = std::make_unique<Embedder>(

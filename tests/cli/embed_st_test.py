@@ -377,6 +377,22 @@ def main():
             if name == "gte_qwen2":
                 refusal("Dense use_residual", set_json(
                     "2_Dense/config.json", lambda j: {**j, "use_residual": True}), "use_residual")
+                # sentence-transformers keys modules by name: a repeated name drops one there
+                refusal("a repeated module name", set_json(
+                    "modules.json", lambda j: j[:3] + [{**j[3], "name": j[2]["name"]}]),
+                    "modules[3].name")
+                # -o onto a module file reached through a link: refused, the file intact
+                linked, elsewhere = root / "linked", root / "elsewhere"
+                shutil.copytree(path, linked)
+                elsewhere.mkdir()
+                shutil.move(linked / "2_Dense", elsewhere / "2_Dense")
+                (linked / "2_Dense").symlink_to(elsewhere / "2_Dense")
+                target = elsewhere / "2_Dense" / "model.safetensors"
+                before = target.read_bytes()
+                r = run(args.cli, "embed", "-m", linked, "-o", target, stdin="a text\n")
+                check(r.returncode == 1 and "refusing to write" in r.stderr and
+                      target.read_bytes() == before,
+                      f"-o onto a linked module's weights refused: {r.stderr.strip()!r}")
 
         serve_checks(args.cli, root, built, check)
     print(f"{len(failures)} failure(s)")

@@ -34,6 +34,10 @@ struct EmbedInput {
   std::string text;
   std::vector<int32_t> tokens;
   bool is_tokens = false;
+  static EmbedInput of_text(std::string t) { return {.text = std::move(t), .tokens = {}}; }
+  static EmbedInput of_tokens(std::vector<int32_t> ids) {
+    return {.text = {}, .tokens = std::move(ids), .is_tokens = true};
+  }
 };
 
 struct Embedding {

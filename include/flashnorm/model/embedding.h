@@ -45,6 +45,9 @@ struct EmbeddingSpec {
   int max_tokens = 0;
   std::map<std::string, std::string, std::less<>> prompts;  // name -> text put before the input
   std::string default_prompt;  // default_prompt_name (applied when none is asked for), or ""
+  // Every file read beside the transformer's (module configs and weights, through any link), so
+  // that an output can be refused when it is one of them.
+  std::vector<std::filesystem::path> files;
   // Size of an embedding: the last Dense's out, else `hidden`.
   int dimensions(int hidden) const { return dense.empty() ? hidden : dense.back().out; }
 };
