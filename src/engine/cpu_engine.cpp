@@ -447,10 +447,14 @@ std::vector<float> CpuEngine::encode(std::span<const std::span<const int32_t>> i
     ++n;
   }
   x.resize(size_t(n) * H);
+  const float* gain = o.final_norm.gain ? out_gain_ : nullptr;
   for (int t = 0; t < n; ++t) {
     float* row = &x[size_t(t) * H];
-    const float r = o.final_norm.rstd ? rstd(row, H, c.eps) : 1.0f;
-    for (int i = 0; i < H; ++i) row[i] = row[i] * r * (o.final_norm.gain ? out_gain_[i] : 1.0f);
+    if (o.final_norm.rstd) {
+      rms_norm_row(row, H, gain, c.eps);
+    } else if (gain) {
+      for (int i = 0; i < H; ++i) row[i] *= gain[i];
+    }
   }
   return x;
 }

@@ -63,11 +63,11 @@ std::vector<float> dense(const DenseLayer& d, std::span<const float> x) {
 Embedder::Embedder(Model model, Tokenizer tokenizer, EmbeddingSpec spec, NormMode mode,
                    const EngineOptions& engine, const EmbedderOptions& o)
     : tok_(std::move(tokenizer)), spec_(std::move(spec)), opt_(o) {
-  hidden_ = model.cfg.hidden;
-  dims_ = spec_.dimensions(hidden_);
-  if (!spec_.dense.empty() && spec_.dense[0].in != hidden_) {
+  const int hidden = model.cfg.hidden;
+  dims_ = spec_.dimensions(hidden);
+  if (!spec_.dense.empty() && spec_.dense[0].in != hidden) {
     throw Error(fmt::format("{}: the first Dense layer takes {} values, the model gives {}",
-                            model.source.string(), spec_.dense[0].in, hidden_));
+                            model.source.string(), spec_.dense[0].in, hidden));
   }
   if (mode == NormMode::FlashNorm) {
     audit_ = audit_pooled_norm(spec_);
@@ -120,13 +120,27 @@ std::vector<int32_t> Embedder::tokenize(std::string_view text, std::string_view 
   return ids;
 }
 
+std::optional<std::string> Embedder::input_problem(std::span<const int32_t> ids, int limit) const {
+  const int ctx = engine_->max_context(), vocab = engine_->config().vocab;
+  limit = limit > 0 ? std::min(limit, ctx) : ctx;
+  if (ids.empty()) return "is empty";
+  if (ids.size() > size_t(limit)) {
+    return fmt::format("has {} tokens, more than the limit of {}", ids.size(), limit);
+  }
+  for (int32_t t : ids) {
+    if (t < 0 || t >= vocab) {
+      return fmt::format("token id {} is outside the vocabulary of {}", t, vocab);
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<Embedding> Embedder::embed(std::span<const EmbedInput> inputs, int dimensions,
                                        std::string_view prompt_name) {
   if (dimensions < 0 || dimensions > dims_) {
     throw Error(fmt::format("dimensions {} is outside 1..{}, the model's embedding size",
                             dimensions, dims_));
   }
-  const int vocab = engine_->config().vocab, ctx = engine_->max_context();
   std::vector<std::vector<int32_t>> ids(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     ids[i] = inputs[i].is_tokens ? inputs[i].tokens : tokenize(inputs[i].text, prompt_name);
@@ -134,20 +148,12 @@ std::vector<Embedding> Embedder::embed(std::span<const EmbedInput> inputs, int d
     if (!inputs[i].is_tokens && spec_.max_tokens > 0 && ids[i].size() > size_t(spec_.max_tokens)) {
       ids[i].resize(spec_.max_tokens);
     }
-    if (ids[i].empty()) throw Error(fmt::format("input {} is empty", i));
-    if (int(ids[i].size()) > ctx) {
-      throw Error(fmt::format("input {} has {} tokens, more than the model's context of {}", i,
-                              ids[i].size(), ctx));
-    }
-    for (int32_t t : ids[i]) {
-      if (t < 0 || t >= vocab) {
-        throw Error(
-            fmt::format("input {}: token id {} is outside the vocabulary of {}", i, t, vocab));
-      }
+    if (const auto problem = input_problem(ids[i])) {
+      throw Error(fmt::format("input {}: {}", i, *problem));
     }
   }
   std::vector<Embedding> out(inputs.size());
-  const int H = hidden_;
+  const int H = engine_->config().hidden;
   for (size_t first = 0; first < ids.size();) {
     // inputs [first, last) in one pass: up to max_batch_tokens rows (one input at least)
     size_t last = first;

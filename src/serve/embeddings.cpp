@@ -132,22 +132,15 @@ void answer_embeddings(const ModelMap& models, const httplib::Request& req,
   }
   auto job = std::make_shared<EmbedJob>();
   job->dimensions = r.dimensions;
-  const int vocab = e.engine().config().vocab;
-  const int limit = e.spec().max_tokens > 0
-                        ? std::min(e.spec().max_tokens, e.engine().max_context())
-                        : e.engine().max_context();
   int tokens = 0;
   for (size_t k = 0; k < r.inputs.size(); ++k) {
     const std::string at = r.inputs.size() == 1 ? "input" : fmt::format("input[{}]", k);
     const EmbedInput& in = r.inputs[k];
     // (the body's size, kMaxBody, bounds the tokenizer's work)
-    const std::vector<int32_t> ids = in.is_tokens ? in.tokens : e.tokenize(in.text);
-    if (int(ids.size()) > limit) {
-      bad(at, fmt::format("has more than {} tokens, the model's limit", limit));
-    }
-    for (int32_t t : ids) {
-      if (t >= vocab) bad(at, fmt::format("token id {} is outside the vocabulary of {}", t, vocab));
-    }
+    std::vector<int32_t> ids = in.is_tokens ? in.tokens : e.tokenize(in.text);
+    // past max_seq_length refused, not cut (as OpenAI's API refuses it); a text may also encode
+    // to no tokens at all
+    if (const auto problem = e.input_problem(ids, e.spec().max_tokens)) bad(at, *problem);
     tokens += static_cast<int>(ids.size());
     job->inputs.push_back(std::move(ids));
   }

@@ -163,6 +163,13 @@ TEST(Embedder, RefusesBadInputsNamingThem) {
     EXPECT_NE(std::string(err.what()).find("input 1"), std::string::npos) << err.what();
   }
   EXPECT_THROW(e.embed(random_inputs(1, 300, 7), e.dimensions() + 1), Error);
+  // the one check the server's requests share (a text may encode to no tokens at all)
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5};
+  EXPECT_FALSE(e.input_problem(five));
+  EXPECT_EQ(e.input_problem({}).value_or(""), "is empty");
+  EXPECT_NE(e.input_problem(five, 4).value_or("").find("limit of 4"), std::string::npos);
+  EXPECT_NE(e.input_problem(std::vector<int32_t>{1, 300}).value_or("").find("token id 300"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,6 +69,10 @@ class Embedder {
   // first and EOS last where it adds them (Tokenizer::add_bos, add_eos); not cut (embed() cuts
   // texts to spec().max_tokens). Errors: Error naming an unknown prompt.
   std::vector<int32_t> tokenize(std::string_view text, std::string_view prompt_name = "") const;
+  // Why `ids` cannot be embedded, or std::nullopt: "is empty", "has N tokens, more than the limit
+  // of L" (L: `limit` when it is smaller than the engine's context, else that context) or "token
+  // id T is outside the vocabulary of V". The one check of embed() and the server's requests.
+  std::optional<std::string> input_problem(std::span<const int32_t> ids, int limit = 0) const;
 
   // One embedding per input, in order; texts tokenized by tokenize() and cut to
   // spec().max_tokens, token inputs used as given. `dimensions`: 0 for dimensions(), else the first
@@ -85,7 +90,6 @@ class Embedder {
   FinalNorm final_norm_;
   EncodeRows rows_ = EncodeRows::kAll;
   int dims_ = 0;
-  int hidden_ = 0;
   EmbedderOptions opt_;
 };
 
