@@ -131,6 +131,13 @@ FoldReport fold_gguf(const std::filesystem::path& in, const std::filesystem::pat
     }
     std::erase(plan.norms, final_norm);
     rep.kept_tied_head = true;
+  } else if (f.find(rep.arch + ".pooling_type")) {
+    // An embedding model: its pooling reads the final norm's output, so that norm keeps its gain
+    // and no head is made (one the file has keeps its bytes).
+    for (const NormSite& s : arch.final_norms) {
+      std::erase_if(plan.consumer_to_norm, [&](const auto& c) { return c.second == s.norm; });
+      std::erase(plan.norms, s.norm);
+    }
   }
 
   // Gains of every foldable norm, as multipliers, checked to be vectors.

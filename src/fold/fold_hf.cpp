@@ -7,6 +7,7 @@
 #include "flashnorm/io/atomic_file.h"
 #include "flashnorm/io/safetensors.h"
 #include "flashnorm/model/check.h"
+#include "flashnorm/model/embedding.h"
 #include "flashnorm/model/model.h"
 #include "plan.h"
 
@@ -58,6 +59,27 @@ void set_config_dtype(nlohmann::json& config, io::StDtype folded,
   config[v4 ? "torch_dtype" : "dtype"] = load_as;
 }
 
+// A sentence-transformers Dense module's tensors with the final norm's gain folded into its
+// weight's columns (W*[:, i] = g_i W[:, i], fp64, rounded once to `dtype`); the bias keeps its
+// bytes. `file`: its model.safetensors (read_sentence_transformers checked its tensors).
+std::vector<io::StTensorOut> fold_dense(const io::SafetensorsFile& file,
+                                        const std::vector<double>& gain, io::StDtype dtype,
+                                        FoldTarget target) {
+  std::vector<io::StTensorOut> out;
+  for (const io::StTensorInfo& t : file.tensors()) {
+    if (t.name != "linear.weight") {
+      out.push_back({t.name, t.dtype, t.shape, {}, file.data(t)});
+      continue;
+    }
+    io::StTensorOut o{t.name, dtype, t.shape, io::st_to_fp32(t.dtype, file.data(t)), std::nullopt};
+    std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], gain);
+    check_folded_range(folded, target, file.name() + ":linear.weight");
+    round_folded(folded, target, o.values);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 }  // namespace
 
 FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::path& out_dir,
@@ -80,6 +102,8 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   auto cls = config.value("architectures", nlohmann::json::array());
   const std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";
   const ArchDescription* arch = arch_by_hf_class(hf_class);
+  // a base-model class (an embedding model's transformer): no LM head, names without "model."
+  const bool headless = !arch && (arch = arch_by_hf_base_class(hf_class));
   if (!arch) {
     throw Error(fmt::format("{}/config.json: architectures '{}' is not supported", in_dir.string(),
                             hf_class));
@@ -99,16 +123,32 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   auto hf = [&](const std::string& canon) {
     auto n = to_hf_name(*arch, canon);
     if (!n) throw Error(fmt::format("no Hugging Face name for '{}'", canon));
+    if (headless && n->starts_with(kHfModelPrefix)) n->erase(0, kHfModelPrefix.size());
     return *n;
   };
+  // An embedding model's modules (sentence-transformers): its pooling reads the final norm's
+  // output, so that norm's gain folds only into the first Dense, where audit_pooled_norm says it
+  // does; otherwise it is kept. The module folders are copied beside the folded transformer.
+  std::optional<EmbeddingSpec> modules;
+  bool final_gain_folds = false;
+  if (headless) {
+    modules = read_sentence_transformers(in_dir, config["hidden_size"].get<int>());
+    final_gain_folds = modules && audit_pooled_norm(*modules).gain_folds;
+    for (const NormSite& site : arch->final_norms) {
+      std::erase_if(plan.consumer_to_norm, [&](const auto& c) { return c.second == site.norm; });
+      if (!final_gain_folds) std::erase(plan.norms, site.norm);
+    }
+    if (final_gain_folds && arch->final_norms.size() != 1)
+      throw Error(fmt::format("{}: internal: {} final norms", in_dir.string(), arch->name));
+  }
   std::map<std::string, std::vector<double>> gains;  // canonical norm -> multipliers
   for (const auto& norm : plan.norms) {
     gains.emplace(
         norm, gain_multipliers(d.load_fp32(hf(norm)), opt.assume_gains.value_or(arch->hf_gains)));
   }
-  const std::string head_hf = hf(arch->head);
+  const std::string head_hf = headless ? std::string() : hf(arch->head);
   std::vector<std::string> names = d.tensor_names();
-  if (!d.find(head_hf)) {
+  if (!headless && !d.find(head_hf)) {
     names.push_back(head_hf);
     rep.untied_head = true;
   }  // (a tied config with a different lm_head tensor was refused by load_model above)
@@ -124,7 +164,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
     const io::SafetensorsFile* file = nullptr;
     const io::StTensorInfo* info = d.find(is_new_head ? hf(arch->tied_source) : name, &file);
     if (!info) throw Error(fmt::format("{}: missing tensor '{}'", in_dir.string(), name));
-    auto canon = from_hf_name(*arch, name);
+    auto canon = from_hf_name(*arch, headless ? std::string(kHfModelPrefix) + name : name);
     auto cit = canon ? plan.consumer_to_norm.find(*canon) : plan.consumer_to_norm.end();
     if (cit != plan.consumer_to_norm.end()) {
       // A rewritten tensor: the fp64 fold of its original values, rounded once to --dtype.
@@ -160,13 +200,27 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   }
   set_config_dtype(config, fold_dtype, other_types);
   // The output always has its own (folded) head: tied to the embedding it would lose the gain.
-  config["tie_word_embeddings"] = false;
+  if (!headless) config["tie_word_embeddings"] = false;
+  io::HfModuleFolders folders;
+  std::optional<io::SafetensorsFile> dense0;  // the bias's bytes are read from it
+  if (modules) {
+    folders.folders = modules->module_paths;
+    if (final_gain_folds) {
+      const std::string file = modules->dense_paths.at(0) + "/model.safetensors";
+      dense0.emplace(io::SafetensorsFile::open(in_dir / file));
+      folders.rewritten.emplace(
+          file, fold_dense(*dense0, gains.at(arch->final_norms[0].norm), fold_dtype, target));
+      rep.tensors.push_back(
+          {file + ":linear.weight", "dense0", std::string(st_dtype_name(fold_dtype)), {}});
+    }
+  }
   std::map<std::string, std::string> meta = d.metadata();
   meta["format"] = "pt";
   meta[std::string(kFoldedKey)] = "true";
   meta[std::string(kDtypesKey)] =
       nlohmann::json{{"folded", folded_types}, {"other", other_types}}.dump();
-  io::write_hf_dir(out_dir, config, outs, meta, static_cast<int>(d.shards().size()), in_dir);
+  io::write_hf_dir(out_dir, config, outs, meta, static_cast<int>(d.shards().size()), in_dir,
+                   folders);
   return rep;
 }
 

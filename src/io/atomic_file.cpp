@@ -41,8 +41,10 @@ struct Dirent64 {
 
 // Unlinks the files directly inside `dir`, then the directory (staging directories hold files
 // only). Async-signal-safe.
-void remove_flat_dir(const char* dir) {
-  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+// Removes the directory open as `fd` (named `name` in `parent_fd`) with its files and, `depth`
+// levels down, its folders. Async-signal-safe (system calls only).
+void remove_dir_at(int parent_fd, const char* name, int depth) {
+  const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
     alignas(8) char buf[4096];
     for (;;) {
@@ -50,16 +52,20 @@ void remove_flat_dir(const char* dir) {
       if (n <= 0) break;
       for (long off = 0; off < n;) {
         const auto* d = reinterpret_cast<const Dirent64*>(buf + off);
-        const char* name = d->d_name;
-        const bool dot = name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0));
-        if (!dot) ::unlinkat(fd, name, 0);
+        const char* entry = d->d_name;
+        const bool dot = entry[0] == '.' && (entry[1] == 0 || (entry[1] == '.' && entry[2] == 0));
+        if (!dot && ::unlinkat(fd, entry, 0) != 0 && errno == EISDIR && depth > 0)
+          remove_dir_at(fd, entry, depth - 1);
         off += d->d_reclen;
       }
     }
     ::close(fd);
   }
-  ::rmdir(dir);
+  ::unlinkat(parent_fd, name, AT_REMOVEDIR);
 }
+
+// A staging directory: its files and one level of folders (sentence-transformers' modules).
+void remove_staging_dir(const char* dir) { remove_dir_at(AT_FDCWD, dir, 1); }
 
 extern "C" void remove_temporaries(int sig) {
   detail::remove_registered_outputs();
@@ -184,7 +190,7 @@ void remove_registered_outputs() noexcept {
     if (g_tmp_used[i] == 1) ::unlink(g_tmp_paths[i]);
   }
   for (int i = 0; i < kSlots; ++i) {  // after the files, which may lie inside the directories
-    if (g_tmp_used[i] == 2) remove_flat_dir(g_tmp_paths[i]);
+    if (g_tmp_used[i] == 2) remove_staging_dir(g_tmp_paths[i]);
   }
 }
 

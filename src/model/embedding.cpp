@@ -359,9 +359,12 @@ std::optional<EmbeddingSpec> read_sentence_transformers(const fs::path& dir, int
       stage = Stage::kPooling;
     } else if (cls == "Pooling" && stage == Stage::kPooling) {
       s.pooling = read_pooling(sub, hidden);
+      if (!path.empty()) s.module_paths.push_back(path);
       stage = Stage::kDense;
     } else if (cls == "Dense" && stage == Stage::kDense) {
       s.dense.push_back(read_dense(sub, width));
+      if (!path.empty()) s.module_paths.push_back(path);
+      s.dense_paths.push_back(path);
       width = s.dense.back().out;
     } else if (cls == "Normalize" && stage == Stage::kDense) {
       if (const std::optional<json> j = read_json(sub / "config.json")) {
@@ -371,6 +374,7 @@ std::optional<EmbeddingSpec> read_sentence_transformers(const fs::path& dir, int
         expect_value(*j, sub / "config.json", "module_output_name", "sentence_embedding");
       }
       s.normalize = true;
+      if (!path.empty()) s.module_paths.push_back(path);
       stage = Stage::kDone;
     } else {
       refuse(

@@ -11,14 +11,18 @@ sentence-transformers (seeded, every gain randomized, fp32) beside a tokenizer.j
     Dense with bias and Tanh, Normalize. transformers' Qwen2 is always causal, so the reference
     runs it bidirectionally as gte-Qwen2's own modeling code does (every attention's is_causal
     off, create_bidirectional_mask for the mask).
-For 64 texts of 1 to 40 words, in both norm modes: cosine similarity >= 0.99999 against
-SentenceTransformer.encode for every text, and the same top-1 neighbour of every text.
+For 64 texts of 1 to 40 words, in both norm modes, on the directory and on its `flashnorm fold`
+output (which sentence-transformers must load to the same embeddings too): cosine similarity >=
+0.99999 against SentenceTransformer.encode of the original for every text, and the same top-1
+neighbour of every text.
 Negative controls, which must fail the same bar: pooling from the wrong row (cls for lasttoken),
-the Dense layers left out of modules.json, and the causal attention of a bidirectional model
-(is_causal true). Refusals, one line naming the field, exit 1: a combined pooling mode, a Dense
+the Dense layers left out of modules.json, the causal attention of a bidirectional model
+(is_causal true), and a folded directory that lost the final gain (the unfolded Dense beside it,
+or the final norm set to its identity). Refusals, one line naming the field, exit 1: a combined pooling mode, a Dense
 with use_residual, an unknown module, --dimensions above the model's, a directory without
 modules.json, and `generate` on a model without an LM head.
-`flashnorm serve` with the three models (and SmolLM2 as a completion model): POST /v1/embeddings
+`flashnorm serve` with the three models and their folded directories (and SmolLM2 as a completion
+model): POST /v1/embeddings
 through the `openai` client, float and base64, in both norm modes, against the same reference;
 bad requests (an empty input list, an empty string, a 10 MB input, an input past max_seq_length, dimensions above the model's,
 a completion model, an unknown field; completions from an embedding model) get a 4xx naming
@@ -45,6 +49,7 @@ sys.path.insert(0, str(here.parent / "engine"))
 sys.path.insert(0, str(here.parent / "tokenizer"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 from sentence_transformers import SentenceTransformer, models  # noqa: E402
 from transformers import Gemma3TextModel, Qwen2Model, Qwen3Model  # noqa: E402
 from transformers import masking_utils  # noqa: E402
@@ -317,6 +322,37 @@ def main():
                     check(cos >= COS_BAR and top1 == 1.0,
                           f"{name} {mode} {label}: min cosine {cos:.8f}, top-1 {top1:.3f} "
                           f"({err.splitlines()[0] if err else ''})")
+
+            # `flashnorm fold` on the directory: the module folders copied beside the folded
+            # transformer, the final gain folded into the first Dense where it folds (else kept);
+            # sentence-transformers itself and both norm modes on the output against `ref`
+            folded = root / f"{name}_folded"
+            r = run(args.cli, "fold", path, "-o", folded)
+            check(r.returncode == 0, f"{name} fold: exit {r.returncode} ({r.stderr.strip()})")
+            built[f"{name}_folded"] = (folded, ref)  # served too
+            cos, top1 = agreement(reference(folded, corpus, bidi_qwen2), ref)
+            check(cos >= COS_BAR and top1 == 1.0,
+                  f"{name} folded, SentenceTransformer.encode: min cosine {cos:.8f}, top-1 {top1:.3f}")
+            for mode in ("standard", "flashnorm"):
+                got, err = embed(args.cli, folded, corpus, "--norm", mode)
+                cos, top1 = agreement(got, ref)
+                check(cos >= COS_BAR and top1 == 1.0,
+                      f"{name} folded {mode}: min cosine {cos:.8f}, top-1 {top1:.3f}")
+            # its negative control: the final gain lost (the original Dense beside the folded
+            # transformer; without a Dense, the final norm set to its identity as a head fold would)
+            lost = root / f"{name}_folded_gain_lost"
+            shutil.copytree(folded, lost)
+            if dense_specs:
+                shutil.copy(path / "2_Dense" / "model.safetensors", lost / "2_Dense")
+            else:
+                w = load_file(lost / "model.safetensors")
+                w["norm.weight"] = torch.ones_like(w["norm.weight"])
+                save_file(w, lost / "model.safetensors", metadata={"format": "pt"})
+            got, err = embed(args.cli, lost, corpus, "--norm", "flashnorm")
+            cos, top1 = agreement(got, ref)
+            check(got is not None and (cos < COS_BAR or top1 < 1.0),
+                  f"{name} negative control, folded with the final gain lost: min cosine "
+                  f"{cos:.6f}, top-1 {top1:.3f}")
 
             # Negative controls: each must miss the bar.
             def control(label, edit):

@@ -12,6 +12,7 @@
 #include "flashnorm/engine/cpu_engine.h"
 #include "flashnorm/engine/embedder.h"
 #include "flashnorm/error.h"
+#include "flashnorm/fold/fold.h"
 #include "flashnorm/io/gguf.h"
 #include "support/gguf_rewrite.h"
 #include "support/random_llama.h"
@@ -147,6 +148,46 @@ TEST(Embedder, GgufPoolingTypeGivesTheSameEmbeddingsAsTheModules) {
   }
   // a GGUF without the key is no embedding model
   EXPECT_FALSE(embedding_spec(load_model(plain, /*with_data=*/false)));
+}
+
+// `flashnorm fold` of a GGUF embedding file (pooling_type): the pooling reads the final norm, so
+// the fold keeps that norm's gain and makes no head; the folded file gives the same embeddings.
+// Negative control: the fold of a causal model (final gain moved into a new head) given the same
+// pooling_type afterwards loses the gain and must miss.
+TEST(Embedder, FoldOfAGgufEmbeddingKeepsTheFinalNorm) {
+  const testing::RandomLlamaOptions opt = testing::small_gemma3_options(23);
+  const auto dir = testing::fresh_dir("embedder_fold_gguf");
+  const auto plain = dir / "m.gguf", pooled = dir / "pooled.gguf";
+  testing::write_random_gguf(plain, opt);
+  const auto add_pooling = [](const std::filesystem::path& in, const std::filesystem::path& out) {
+    testing::rewrite_gguf(in, out, [&](auto& kvs, auto&) {
+      kvs.push_back({"gemma3.pooling_type", io::GgufValue::make_u32(3), 0});
+    });
+  };
+  add_pooling(plain, pooled);
+  const FoldReport rep = fold_gguf(pooled, dir / "folded.gguf");
+  EXPECT_FALSE(rep.untied_head);
+  for (const std::string& n : rep.folded_norms) EXPECT_NE(n, "output_norm.weight");
+  EXPECT_FALSE(io::GgufFile::open(dir / "folded.gguf").find_tensor("output.weight"));
+  fold_gguf(plain, dir / "lm_folded.gguf");
+  add_pooling(dir / "lm_folded.gguf", dir / "lm_folded_pooled.gguf");
+
+  const auto tok = [] { return Tokenizer::from_gguf(io::GgufFile::open(testing::smollm2_path())); };
+  const auto embed = [&](const std::filesystem::path& p) {
+    Model m = load_model(p);
+    const EmbeddingSpec spec = *embedding_spec(m);
+    return Embedder(std::move(m), tok(), spec, NormMode::FlashNorm,
+                    EngineOptions{.device = Device::kCpu})
+        .embed(random_inputs(8, 300, 4));
+  };
+  const auto want = embed(pooled), got = embed(dir / "folded.gguf");
+  const auto lost = embed(dir / "lm_folded_pooled.gguf");
+  double worst = 1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_GT(cosine(got[i].values, want[i].values), 1 - 1e-6) << "input " << i;
+    worst = std::min(worst, cosine(lost[i].values, want[i].values));
+  }
+  EXPECT_LT(worst, 1 - 1e-5) << "the final gain moved into a head changed nothing";
 }
 
 TEST(Embedder, RefusesBadInputsNamingThem) {

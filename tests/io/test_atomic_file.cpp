@@ -121,8 +121,9 @@ TEST(StagingDir, MissingParentIsRefusedWithoutCreatingIt) {
   EXPECT_TRUE(entries(t.path).empty());
 }
 
-// A signal in the middle of a write removes the staging directory with the files already in it
-// (and an AtomicFile's temporary), then ends the process with that signal.
+// A signal in the middle of a write removes the staging directory with the files already in it,
+// its folders of files (sentence-transformers' modules) and an AtomicFile's temporary in one of
+// them, then ends the process with that signal.
 TEST(StagingDir, SignalsRemoveTheStagingDirectory) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
     TempDir t;
@@ -130,7 +131,10 @@ TEST(StagingDir, SignalsRemoveTheStagingDirectory) {
     const int got = signal_of_child([&] {
       StagingDir d(out);
       write_file(d.path() / "model-00001-of-00002.safetensors", "done shard");
-      AtomicFile f(d.path() / "model-00002-of-00002.safetensors");
+      fs::create_directory(d.path() / "1_Pooling");
+      fs::create_directory(d.path() / "2_Dense");
+      write_file(d.path() / "1_Pooling" / "config.json", "{}");
+      AtomicFile f(d.path() / "2_Dense" / "model.safetensors");
       f.write("partial", 7);
       std::raise(sig);
     });

@@ -58,7 +58,7 @@ class AtomicFile {
 // files in it are removed. <path> must not exist or be an empty directory (an
 // existing one with files is refused, so a failed or partial write never mixes with older files
 // and nothing is replaced); its parent must exist (nothing else is created). A trailing separator
-// is ignored. Only files may be written inside (the signal handler removes a flat directory).
+// is ignored. Files and folders of files may be written inside (what the signal handler removes).
 // Errors: throws flashnorm::Error naming the path.
 class StagingDir {
  public:

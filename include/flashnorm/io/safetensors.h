@@ -163,9 +163,18 @@ class HfModelDir {
 // files (.safetensors, .bin, .pt, .pth, .ckpt, .h5, .msgpack, .gguf, .onnx).
 // Errors: Error for n_shards < 1 or more shards than tensors, a config that is not an object, an
 // existing non-empty `dir`, or any error of write_safetensors.
+// `folders`: sentence-transformers' module folders of `copy_from` (one path component each, e.g.
+// "2_Dense"), created in `dir` with their regular files copied, except the files of `rewritten`
+// (a path relative to the directory, e.g. "2_Dense/model.safetensors" -> its tensors, written
+// with no metadata instead of the copy). Errors: also Error for a folder that is not one path
+// component or not a directory of copy_from, and a rewritten file outside those folders.
+struct HfModuleFolders {
+  std::vector<std::string> folders;
+  std::map<std::string, std::vector<StTensorOut>> rewritten;
+};
 void write_hf_dir(const std::filesystem::path& dir, const nlohmann::json& config,
                   const std::vector<StTensorOut>& tensors,
                   const std::map<std::string, std::string>& metadata, int n_shards,
-                  const std::filesystem::path& copy_from = {});
+                  const std::filesystem::path& copy_from = {}, const HfModuleFolders& modules = {});
 
 }  // namespace flashnorm::io

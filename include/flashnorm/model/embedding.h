@@ -48,6 +48,10 @@ struct EmbeddingSpec {
   // Every file read beside the transformer's (module configs and weights, through any link), so
   // that an output can be refused when it is one of them.
   std::vector<std::filesystem::path> files;
+  // The folders of the modules after the transformer (modules.json's paths, relative to the model
+  // directory, in order; Dense i's weights are dense_paths[i]/model.safetensors). Empty for a GGUF.
+  std::vector<std::string> module_paths;
+  std::vector<std::string> dense_paths;
   // Size of an embedding: the last Dense's out, else `hidden`.
   int dimensions(int hidden) const { return dense.empty() ? hidden : dense.back().out; }
 };

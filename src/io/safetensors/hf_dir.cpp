@@ -232,17 +232,21 @@ void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
                         const std::vector<StTensorOut>& tensors,
                         const std::map<std::string, std::string>& metadata, int n_shards,
                         const fs::path& copy_from, const std::vector<fs::path>& inputs);
+void write_module_folders(const fs::path& dir, const fs::path& copy_from,
+                          const HfModuleFolders& modules, const std::vector<fs::path>& inputs);
 }  // namespace
 
 void write_hf_dir(const fs::path& dir, const nlohmann::json& config,
                   const std::vector<StTensorOut>& tensors,
                   const std::map<std::string, std::string>& metadata, int n_shards,
-                  const fs::path& copy_from) {
+                  const fs::path& copy_from, const HfModuleFolders& modules) {
   if (n_shards < 1) throw Error(fmt::format("n_shards must be at least 1, not {}", n_shards));
   if (static_cast<size_t>(n_shards) > std::max<size_t>(tensors.size(), 1)) {
     throw Error(fmt::format("cannot split {} tensors into {} shards", tensors.size(), n_shards));
   }
   if (!config.is_object()) throw Error("config must be a JSON object");
+  if (copy_from.empty() && (!modules.folders.empty() || !modules.rewritten.empty()))
+    throw Error("module folders need the directory they are copied from");
   std::vector<fs::path> inputs;
   if (!copy_from.empty()) {
     if (!fs::is_directory(copy_from)) {
@@ -256,6 +260,7 @@ void write_hf_dir(const fs::path& dir, const nlohmann::json& config,
   // replaces) the files of an existing directory, which is refused unless empty.
   StagingDir staging(dir);
   write_hf_dir_files(staging.path(), config, tensors, metadata, n_shards, copy_from, inputs);
+  write_module_folders(staging.path(), copy_from, modules, inputs);
   staging.commit();
 }
 
@@ -293,6 +298,38 @@ void write_hf_dir_files(const fs::path& dir, const nlohmann::json& config,
       if (!entry.is_regular_file() || is_weight_file(entry.path())) continue;
       copy_file_atomic(entry.path(), dir / entry.path().filename(), copy_from);
     }
+  }
+}
+
+void write_module_folders(const fs::path& dir, const fs::path& copy_from,
+                          const HfModuleFolders& modules, const std::vector<fs::path>& inputs) {
+  std::set<std::string> written;
+  for (const std::string& f : modules.folders) {
+    const fs::path rel(f);
+    if (f.empty() || rel.is_absolute() || std::distance(rel.begin(), rel.end()) != 1 || f == "." ||
+        f == "..") {
+      throw Error(
+          fmt::format("{}: module folder '{}' is not one folder name", copy_from.string(), f));
+    }
+    const fs::path from = copy_from / rel;
+    if (!fs::is_directory(from))
+      throw Error(fmt::format("{}: module folder '{}' is not a directory", copy_from.string(), f));
+    if (!fs::create_directory(dir / rel)) continue;  // listed twice: copied once
+    for (const auto& entry : fs::directory_iterator(from)) {
+      if (!entry.is_regular_file()) continue;
+      const std::string name = f + "/" + entry.path().filename().string();
+      if (auto it = modules.rewritten.find(name); it != modules.rewritten.end()) {
+        write_safetensors(dir / name, it->second, {}, inputs);
+        written.insert(name);
+      } else {
+        copy_file_atomic(entry.path(), dir / name, copy_from);
+      }
+    }
+  }
+  for (const auto& [name, tensors] : modules.rewritten) {
+    if (!written.count(name))
+      throw Error(fmt::format("{}: '{}' is not a file of a module folder written",
+                              copy_from.string(), name));
   }
 }
 
