@@ -27,7 +27,7 @@ through the `openai` client, float and base64, in both norm modes, against the s
 bad requests (an empty input list, an empty string, a 10 MB input, an input past max_seq_length, dimensions above the model's,
 a completion model, an unknown field; completions from an embedding model) get a 4xx naming
 the field, and the server keeps serving.
-Usage: embed_st_test.py --cli FLASHNORM
+Usage: embed_st_test.py --cli FLASHNORM [--write-for-vllm DIR]
 """
 import argparse
 import base64
@@ -95,17 +95,19 @@ def dense(width, out, bias, act, seed):
     return d
 
 
-def shapes():
-    """(name, factory, base class, pooling, Dense layers (out, bias, activation), prompts)."""
+def shapes(**config):
+    """(name, factory, base class, pooling, Dense layers (out, bias, activation), prompts);
+    `config`: settings every config gets (e.g. a head_dim vLLM's CPU attention takes)."""
     return [
-        ("qwen3_embedding", hft.qwen3, Qwen3Model, "lasttoken", [],
+        ("qwen3_embedding", lambda **kw: hft.qwen3(**config, **kw), Qwen3Model, "lasttoken", [],
          {"query": "Instruct: find the passage\nQuery: ", "document": ""}),
         ("embeddinggemma",
-         lambda **kw: hft.gemma3(use_bidirectional_attention=True, sliding_window=6, **kw),
+         lambda **kw: hft.gemma3(use_bidirectional_attention=True, sliding_window=6, **config,
+                                 **kw),
          Gemma3TextModel, "mean", [(128, False, torch.nn.Identity()),
                                    (32, False, torch.nn.Identity())], {}),
-        ("gte_qwen2", lambda **kw: hft.qwen2(is_causal=False, **kw), Qwen2Model, "lasttoken",
-         [(64, True, torch.nn.Tanh())], {}),
+        ("gte_qwen2", lambda **kw: hft.qwen2(is_causal=False, **config, **kw), Qwen2Model,
+         "lasttoken", [(64, True, torch.nn.Tanh())], {}),
     ]
 
 
@@ -286,10 +288,41 @@ def serve_checks(cli, root, built, check):
         server.stop()
 
 
+# Shapes vLLM's CPU attention takes (head_dim 32), for tests/vllm/test_vllm_pooling.py
+VLLM_CONFIG = {"hidden_size": 128, "intermediate_size": 192, "head_dim": 32}
+
+
+def write_for_vllm(cli, root):
+    """The three shapes in vLLM's sizes under `root`, each with its `flashnorm fold` copy, and
+    root/reference.json: {name: {"model", "folded", "ids" (sentence-transformers' token ids per
+    text, as it cuts them), "embeddings" (SentenceTransformer.encode)}}."""
+    corpus, out = texts(), {}
+    for seed, spec in enumerate(shapes(**VLLM_CONFIG), start=21):
+        name, factory, cls, pooling, dense_specs, prompts = spec
+        path = build(root, name, factory, cls, pooling, dense_specs, prompts, seed)
+        folded = root / f"{name}_folded"
+        r = run(cli, "fold", path, "-o", folded)
+        if r.returncode != 0:
+            raise RuntimeError(f"flashnorm fold {path}: {r.stderr.strip()}")
+        st = SentenceTransformer(str(path), device="cpu")
+        enc = st.preprocess(corpus)
+        ids = [[int(t) for t, m in zip(row, mask) if m]
+               for row, mask in zip(enc["input_ids"].tolist(), enc["attention_mask"].tolist())]
+        ref = reference(path, corpus, name == "gte_qwen2")
+        out[name] = {"model": str(path), "folded": str(folded), "ids": ids,
+                     "embeddings": ref.tolist()}
+    (root / "reference.json").write_text(json.dumps(out))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
+    ap.add_argument("--write-for-vllm", metavar="DIR",
+                    help="only write the vLLM test's checkpoints and references into DIR")
     args = ap.parse_args()
+    if args.write_for_vllm:
+        write_for_vllm(args.cli, Path(args.write_for_vllm))
+        return 0
     failures = []
 
     def check(ok, what):

@@ -50,7 +50,6 @@ RUNS = {
 EXTRA = {
     "reload_all": {"reload": "all"},
     "reload_chunked": {"reload": "chunked"},
-    "refuse_pooling": {"runner": "pooling"},
     "refuse_lora": {"lora": True},
 }
 CHECKED = [r for r in RUNS if not r.startswith("negative") and r != "flashnorm_drop_qk"]
@@ -196,7 +195,6 @@ def test_partial_weight_update_is_refused(results):
 
 
 @pytest.mark.parametrize("name,message", [
-    ("refuse_pooling", "runner 'pooling' is not supported"),
     ("refuse_lora", "LoRA is not supported"),
 ])
 def test_refused_with_one_line(results, name, message):

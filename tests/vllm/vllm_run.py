@@ -7,7 +7,7 @@ RUNS.json: {"prompts": [[token id, ...], ...], "tokens": greedy tokens per promp
 arch: the architecture vLLM builds (hf_overrides), e.g. FlashNormLlamaForCausalLM; null: the
 checkpoint's own. negative (controls, TP 1 only): "rstd": the deferred linear skips the rstd
 scale; "fold": the first norm's gain is not folded. env: set while the run builds its engine.
-Optional: "runner": "pooling" (an embedding runner), "lora": true (enable_lora), "reload": "all" |
+Optional: "lora": true (enable_lora), "reload": "all" |
 "chunked" (after generating, the checkpoint's weights but o_proj / down_proj, which the CPU build
 repacks, loaded again in one load_weights call, or in two: the norms, then the rest; then the
 prompts generated again into "tokens_after_reload", or "reload_error").
@@ -76,8 +76,6 @@ def run(r, prompts, n_tokens):
     env = r.get("env") or {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    if r.get("runner"):
-        kw.update(runner=r["runner"], convert="embed")
     if r.get("lora"):
         kw.update(enable_lora=True)
     try:

@@ -10,9 +10,10 @@ attention, the KV cache and the scheduler are vLLM's. What changes, for every no
   * after vLLM loads the weights, each gain is folded into the projection's local rows (fp64
     product, one rounding) and set to the identity: a directory `flashnorm fold` wrote (gains
     already the identity) and an unfolded checkpoint both work.
+Under the pooling runner (embeddings) the final norm, which the pooler reads, is kept as vLLM
+computes it; every other norm is made free as above.
 Refused with one line naming it: a quantized model (vLLM's quantization config), LoRA (its
-deltas would read the un-normalized x), a runner other than "generate" (a pooler reads the final
-norm's output), a projection whose linear method is not vLLM's unquantized one, and a
+deltas would read the un-normalized x), a runner other than "generate" and "pooling", a projection whose linear method is not vLLM's unquantized one, and a
 load_weights call that brings a free norm's gain without its projection or the other way round
 (a partial weight update: the fold needs both).
 """
@@ -109,13 +110,21 @@ def _install(model: nn.Module, vllm_config, hf_class: str) -> deferred.EnginePla
         raise ValueError("flashnorm.vllm: LoRA is not supported (its deltas would read the "
                          "un-normalized input of the deferred projections)")
     runner = getattr(vllm_config.model_config, "runner_type", "generate")
-    if runner != "generate":
-        raise ValueError(f"flashnorm.vllm: runner {runner!r} is not supported (only 'generate': "
-                         f"a pooler reads the final norm's output)")
+    if runner not in ("generate", "pooling"):
+        raise ValueError(f"flashnorm.vllm: runner {runner!r} is not supported ('generate', "
+                         f"'pooling')")
     config = vllm_config.model_config.hf_config
     tied = bool(getattr(config, "tie_word_embeddings", False))
-    plan = deferred.engine_plan(deferred.hf_plan(hf_class, config),
-                                type(model).packed_modules_mapping, tied)
+    audit = deferred.hf_plan(hf_class, config)
+    plan = deferred.engine_plan(audit, type(model).packed_modules_mapping, tied)
+    if runner == "pooling":
+        # no LM head: the pooler reads the final norm's output, so that norm stays as it is
+        # (its rstd is not dropped either: a request may ask for unnormalized embeddings)
+        final = {deferred.module_path(s["norm"]) for s, is_final in deferred.sites(audit)
+                 if is_final}
+        plan.kept += [deferred.Kept(s.norm, "the pooler reads it") for s in plan.free
+                      if s.norm in final]
+        plan.free = [s for s in plan.free if s.norm not in final]
     drop = _drop_qk_rstd()
     dropped = False
     for site in plan.free:
@@ -178,6 +187,12 @@ def _flashnorm_class(base: type, hf_class: str) -> type:
     """vLLM's `base` with the norms of the plan made free (module docstring)."""
 
     def __init__(self, *, vllm_config, prefix: str = "", **kwargs):
+        config = vllm_config.model_config.hf_config
+        if (getattr(vllm_config.model_config, "runner_type", "generate") == "pooling"
+                and getattr(config, "use_bidirectional_attention", None) is not None):
+            # what vLLM's config hook for Gemma3TextModel does (EmbeddingGemma), which a
+            # FlashNorm architecture name would otherwise skip
+            config.is_causal = not config.use_bidirectional_attention
         base.__init__(self, vllm_config=vllm_config, prefix=prefix, **kwargs)
         self._flashnorm_plan = _install(self, vllm_config, hf_class)
 
