@@ -107,6 +107,8 @@ void register_generate(CLI::App& app) {
     const bool model_native = model.file != nullptr;  // native tensors keep the mapped file
     const ModelTokenizer vocab = load_model_tokenizer(a->model, a->tokenizer, model.cfg.vocab);
     const Tokenizer& tok = vocab.tok;
+    require_lm_head(model);  // (make_engine checks it too) before the tokenizer's own refusal
+    refuse_appended_token(tok, "generate");
     std::string text = text_in;
     if (conversation) {
       text = model_chat_prompt(vocab, a->chat_format, turns);

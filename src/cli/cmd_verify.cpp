@@ -340,6 +340,7 @@ void register_verify(CLI::App& app) {
         load_model_tokenizer(a->original, a->tokenizer,
                              load_model(a->original, /*with_data=*/false).cfg.vocab)
             .tok;
+    refuse_appended_token(tok, "verify");
     std::vector<int32_t> text = tok.encode(read_text(a->text), /*parse_special=*/false);
     if (a->max_text_tokens > 0 && text.size() > size_t(a->max_text_tokens)) {
       text.resize(a->max_text_tokens);

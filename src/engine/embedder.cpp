@@ -116,7 +116,7 @@ std::vector<int32_t> Embedder::tokenize(std::string_view text, std::string_view 
   if (tok_.add_bos() && tok_.bos()) ids.push_back(*tok_.bos());
   const std::vector<int32_t> body = tok_.encode(full);
   ids.insert(ids.end(), body.begin(), body.end());
-  if (tok_.add_eos() && tok_.eos()) ids.push_back(*tok_.eos());
+  if (tok_.appended()) ids.push_back(*tok_.appended());
   return ids;
 }
 
@@ -144,9 +144,11 @@ std::vector<Embedding> Embedder::embed(std::span<const EmbedInput> inputs, int d
   std::vector<std::vector<int32_t>> ids(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     ids[i] = inputs[i].is_tokens ? inputs[i].tokens : tokenize(inputs[i].text, prompt_name);
-    // texts cut to max_seq_length, as sentence-transformers' tokenizer call cuts them
+    // texts cut to max_seq_length, as sentence-transformers' tokenizer call cuts them: the text's
+    // tokens, keeping the appended special token last
     if (!inputs[i].is_tokens && spec_.max_tokens > 0 && ids[i].size() > size_t(spec_.max_tokens)) {
       ids[i].resize(spec_.max_tokens);
+      if (tok_.appended()) ids[i].back() = *tok_.appended();
     }
     if (const auto problem = input_problem(ids[i])) {
       throw Error(fmt::format("input {}: {}", i, *problem));

@@ -118,6 +118,7 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec) {
   o.max_context = spec.ctx;
   o.max_sequences = spec.limits.max_concurrent;  // the CUDA engine's cache slots
   require_lm_head(model);
+  refuse_appended_token(m->vocab->tok, "serve (completions)");
   std::unique_ptr<Engine> engine = make_engine(std::move(model), parse_norm_mode(spec.norm), o);
   m->engine = describe_engine(*engine);
   m->scheduler =

@@ -119,7 +119,8 @@ size_t Tokenizer::vocab_size() const { return impl_->tokens.size(); }
 std::optional<int32_t> Tokenizer::bos() const { return impl_->bos; }
 std::optional<int32_t> Tokenizer::eos() const { return impl_->eos; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
-bool Tokenizer::add_eos() const { return impl_->add_eos; }
+std::optional<int32_t> Tokenizer::appended() const { return impl_->appended; }
+std::string_view Tokenizer::appended_source() const { return impl_->appended_source; }
 
 bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->eog.size() &&
@@ -130,6 +131,14 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
   auto it = impl_->by_text.find(text);
   if (it == impl_->by_text.end()) return std::nullopt;
   return it->second;
+}
+
+void refuse_appended_token(const Tokenizer& tok, std::string_view command) {
+  if (!tok.appended()) return;
+  throw Error(
+      fmt::format("{}: appends token {} after every text (an embedding model's tokenizer); {} "
+                  "does not prompt a model with it (flashnorm embed does)",
+                  tok.appended_source(), *tok.appended(), command));
 }
 
 }  // namespace flashnorm

@@ -236,7 +236,13 @@ void Tokenizer::Impl::build(TokenizerVocab& v,
   const std::optional<int32_t> unk = special_id(v.unk, "tokenizer.ggml.unknown_token_id");
   (void)special_id(v.pad, "tokenizer.ggml.padding_token_id");
   t.add_bos = v.add_bos;
-  t.add_eos = v.add_eos;
+  if (v.suffix) {
+    t.appended = special_id(v.suffix, "post_processor");
+    t.appended_source = "tokenizer.json post_processor";
+  } else if (v.add_eos && t.eos) {
+    t.appended = t.eos;
+    t.appended_source = "tokenizer.ggml.add_eos_token";
+  }
 
   if (is_spm) {
     t.spm.emplace(t.tokens, t.types, t.by_text, std::move(scores), unk, v.add_space_prefix);

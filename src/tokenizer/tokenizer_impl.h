@@ -52,7 +52,8 @@ struct Tokenizer::Impl {
   tokenizer_detail::SpecialTable raw_specials, norm_specials;
   std::optional<int32_t> bos, eos;
   bool add_bos = false;
-  bool add_eos = false;
+  std::optional<int32_t> appended;  // Tokenizer::appended
+  std::string appended_source;
   std::vector<bool> eog;
   std::optional<tokenizer_detail::PreTokenizer> pre;  // gpt2 and bpe models
   std::optional<tokenizer_detail::SpmModel> spm;      // llama model (SentencePiece BPE)

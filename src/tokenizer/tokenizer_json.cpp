@@ -74,10 +74,14 @@ TokenizerVocab parse_unguarded(std::string_view tokenizer_json,
     r.fail("model.byte_fallback", "true with a ByteLevel pre-tokenizer is not supported");
   }
   read_decoder(r, r.member(root, "decoder", ""), v);
-  const std::optional<int64_t> template_bos = read_post_processor(r, node("post_processor"));
-  if (template_bos && static_cast<size_t>(*template_bos) >= v.tokens.size()) {
-    r.fail("post_processor", fmt::format("token id {} is not in the vocabulary", *template_bos));
+  const tokenizer_detail::TemplateSpecials specials =
+      read_post_processor(r, node("post_processor"));
+  const std::optional<int64_t> template_bos = specials.bos;
+  for (const std::optional<int64_t>& id : {specials.bos, specials.suffix}) {
+    if (id && static_cast<size_t>(*id) >= v.tokens.size())
+      r.fail("post_processor", fmt::format("token id {} is not in the vocabulary", *id));
   }
+  if (specials.suffix) v.suffix = static_cast<uint64_t>(*specials.suffix);
 
   // tokenizer_config.json
   v.add_bos = template_bos.has_value();

@@ -229,10 +229,10 @@ void read_decoder(const Reader& r, const json& node, TokenizerVocab& v) {
   }
 }
 
-// TemplateProcessing's single sequence -> the special token it starts with (bos), if any.
-std::optional<int64_t> read_post_processor(const Reader& r, const json& node) {
-  std::optional<int64_t> bos;
-  if (node.is_null()) return bos;
+// TemplateProcessing's single sequence -> the special tokens around $A (bos before, suffix after).
+TemplateSpecials read_post_processor(const Reader& r, const json& node) {
+  TemplateSpecials out;
+  if (node.is_null()) return out;
   for (const auto& [n, path] : flatten(r, node, "post_processor", "processors")) {
     const std::string type = r.type(*n, path);
     if (type == "ByteLevel") {
@@ -249,24 +249,31 @@ std::optional<int64_t> read_post_processor(const Reader& r, const json& node) {
       const json* id = s != nullptr && s->is_object() ? r.find(*s, "id") : nullptr;
       return id != nullptr && *id == "A";
     };
-    std::optional<std::string> first;
-    const json* st =
-        single.size() == 2 && single[0].is_object() ? r.find(single[0], "SpecialToken") : nullptr;
-    if (st != nullptr && is_a(single[1])) {
-      const std::string stp = index(sp, 0) + ".SpecialToken";
-      first = r.string(r.member(r.object(*st, stp), "id", stp), stp + ".id");
-    } else if (!(single.size() == 1 && is_a(single[0]))) {
-      r.fail(sp, "only \"$A\" or \"<special> $A\" is supported");
+    auto special = [&](size_t i) -> const json* {
+      return i < single.size() && single[i].is_object() ? r.find(single[i], "SpecialToken")
+                                                        : nullptr;
+    };
+    // "$A", "<special> $A", "$A <special>" or "<special> $A <special>"
+    const size_t a = special(0) != nullptr ? 1 : 0;
+    if (single.size() < a + 1 || single.size() > a + 2 || !is_a(single[a]) ||
+        (single.size() == a + 2 && special(a + 1) == nullptr)) {
+      r.fail(sp, "only \"$A\" with at most one special token before and one after is supported");
     }
-    if (!first) continue;
-    const std::string tp = join(join(path, "special_tokens"), *first);
-    const json& tok =
-        r.object(r.member(specials, first->c_str(), join(path, "special_tokens")), tp);
-    const json& ids = r.array(r.member(tok, "ids", tp), join(tp, "ids"));
-    if (ids.size() != 1) r.fail(join(tp, "ids"), "exactly one id is supported");
-    bos = r.id(ids[0], index(join(tp, "ids"), 0));
+    auto id_of = [&](size_t i) {
+      const std::string stp = index(sp, i) + ".SpecialToken";
+      const std::string name =
+          r.string(r.member(r.object(*special(i), stp), "id", stp), stp + ".id");
+      const std::string tp = join(join(path, "special_tokens"), name);
+      const json& tok =
+          r.object(r.member(specials, name.c_str(), join(path, "special_tokens")), tp);
+      const json& ids = r.array(r.member(tok, "ids", tp), join(tp, "ids"));
+      if (ids.size() != 1) r.fail(join(tp, "ids"), "exactly one id is supported");
+      return r.id(ids[0], index(join(tp, "ids"), 0));
+    };
+    if (a == 1) out.bos = id_of(0);
+    if (single.size() == a + 2) out.suffix = id_of(a + 1);
   }
-  return bos;
+  return out;
 }
 
 }  // namespace flashnorm::tokenizer_detail

@@ -63,9 +63,13 @@ void read_pre_tokenizer(const Reader& r, const json& node, TokenizerVocab& v);
 // " ", ByteFallback (exactly when v.byte_fallback), Fuse, Strip (into v.strip_leading_spaces).
 void read_decoder(const Reader& r, const json& node, TokenizerVocab& v);
 
-// The "post_processor" node: TemplateProcessing's single sequence -> the special token it starts
-// with (bos), if any; ByteLevel (offsets only) and null change nothing.
-std::optional<int64_t> read_post_processor(const Reader& r, const json& node);
+// The "post_processor" node: TemplateProcessing's single sequence "$A" with at most one special
+// token before it (bos) and one after it (suffix: Qwen3-Embedding's "$A <|endoftext|>");
+// ByteLevel (offsets only) and null change nothing.
+struct TemplateSpecials {
+  std::optional<int64_t> bos, suffix;
+};
+TemplateSpecials read_post_processor(const Reader& r, const json& node);
 
 // tokenizer_config.json's text (`source` names the tokenizer.json beside it): bos_token and
 // eos_token (looked up in `ids`; bos must agree with `template_bos`) and add_bos_token into `v`;

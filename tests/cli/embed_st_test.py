@@ -2,7 +2,8 @@
 checkpoints of the three decoder embedders' shapes, each written by transformers and
 sentence-transformers (seeded, every gain randomized, fp32) beside a tokenizer.json trained by the
 `tokenizers` library:
-  * Qwen3-Embedding: Qwen3Model (causal, QK-norm), last-token pooling, Normalize, a query prompt
+  * Qwen3-Embedding: Qwen3Model (causal, QK-norm), a tokenizer.json template that appends
+    <|endoftext|> to every text (the row last-token pooling reads), Normalize, a query prompt
     (--prompt-name query against encode(prompt_name="query"));
   * EmbeddingGemma: Gemma3TextModel with use_bidirectional_attention (a sliding window shorter
     than most inputs), mean pooling, Dense h -> 2h -> h/2 without bias, Normalize, Matryoshka
@@ -16,7 +17,8 @@ output (which sentence-transformers must load to the same embeddings too): cosin
 0.99999 against SentenceTransformer.encode of the original for every text, and the same top-1
 neighbour of every text.
 Negative controls, which must fail the same bar: pooling from the wrong row (cls for lasttoken),
-the Dense layers left out of modules.json, the causal attention of a bidirectional model
+the Dense layers left out of modules.json, the template's appended token left out, the causal
+attention of a bidirectional model
 (is_causal true), and a folded directory that lost the final gain (the unfolded Dense beside it,
 or the final norm set to its identity). Refusals, one line naming the field, exit 1: a combined pooling mode, a Dense
 with use_residual, an unknown module, --dimensions above the model's, a directory without
@@ -75,8 +77,12 @@ def texts(n=64, seed=5):
     return out
 
 
-def tokenizer_files(d):
+def tokenizer_files(d, suffix=False):
+    """tokenizer.json (trained) and tokenizer_config.json in `d`; suffix: the template appends
+    <|endoftext|> to every text, as Qwen3-Embedding's does. Returns the embedding rows."""
     tj = htj.build_byte_level(htj.QWEN_REGEX, True, ["<|endoftext|>"], None, False)
+    if suffix:
+        tj = htj.with_suffix(tj, "<|endoftext|>")
     (d / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False), encoding="utf-8")
     (d / "tokenizer_config.json").write_text(json.dumps({
         "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
@@ -114,7 +120,7 @@ def shapes(**config):
 def build(root, name, factory, cls, pooling, dense_specs, prompts, seed):
     hf_dir = root / f"{name}_transformer"
     hf_dir.mkdir()
-    rows = tokenizer_files(hf_dir)
+    rows = tokenizer_files(hf_dir, suffix=name.startswith("qwen3_embedding"))
     torch.manual_seed(seed)
     cfg, _ = factory(vocab_size=rows)
     model = cls(cfg).eval()
@@ -405,6 +411,10 @@ def main():
                     p.write_text(json.dumps(fn(j)))
                 return edit
 
+            if name == "qwen3_embedding":  # its template appends <|endoftext|>, pooled last
+                control("template suffix left out", set_json(
+                    "tokenizer.json", lambda j: {**j, "post_processor":
+                                                 j["post_processor"]["processors"][0]}))
             if pooling == "lasttoken":
                 control("pooling from the first row",
                         set_json("1_Pooling/config.json", lambda j: {**j, "pooling_mode": "cls"}))

@@ -2,7 +2,7 @@
 // tokenizer_from_hf_dir and answers a request file (JSON):
 //   {"texts": [...], "decode": [[ids], ...]}
 // with one line of JSON on stdout:
-//   {"vocab_size", "bos", "eos" (null when absent), "add_bos",
+//   {"vocab_size", "bos", "eos" (null when absent), "add_bos", "appended" (Tokenizer::appended),
 //    "ids": [[...]] (encode, special tokens parsed), "ids_plain": [[...]] (parse_special false),
 //    "decoded": [[bytes], ...] (decode of each "decode" list, as byte values)}
 // Errors (flashnorm::Error, e.g. a refused tokenizer.json): "error: <one line>" on stderr, exit 1.
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     out["bos"] = tok.bos() ? nlohmann::json(*tok.bos()) : nlohmann::json();
     out["eos"] = tok.eos() ? nlohmann::json(*tok.eos()) : nlohmann::json();
     out["add_bos"] = tok.add_bos();
+    out["appended"] = tok.appended() ? nlohmann::json(*tok.appended()) : nlohmann::json();
     if (argc == 3) {
       std::ifstream in(argv[2]);
       const nlohmann::json req = nlohmann::json::parse(in);

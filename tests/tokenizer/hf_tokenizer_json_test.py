@@ -10,7 +10,8 @@ with Prepend "▁" and Strip, and a Mistral v0.3 one with Metaspace; a byte-leve
 behaviour we implement). For each, every test string must encode to the ids `tokenizers` gives
 (encode(text, add_special_tokens=False)), with special-token parsing on and off (HF
 encode_special_tokens), our decode of those ids must be `tokenizers`' decode
-(skip_special_tokens=False), and bos/eos/add_bos must agree with what `tokenizers` adds.
+(skip_special_tokens=False), and bos/eos/add_bos and the token a template appends must agree
+with what `tokenizers` adds.
 Negative controls: the same comparison with one setting changed in our copy only must fail.
 Refusals: unsupported or malformed settings give exit 1 and one line naming the field; 60 random
 mutants of one file load or give one line, never a crash.
@@ -127,6 +128,21 @@ def build_byte_level(regex, nfc, specials, bos, ignore_merges):
     return json.loads(tok.to_str())
 
 
+def with_suffix(tj, token):
+    """tokenizer.json `tj` with Qwen3-Embedding's post-processor: "$A <token>" (and "$A <token> $B
+    <token>" for pairs) after the ByteLevel step."""
+    special = {"SpecialToken": {"id": token, "type_id": 0}}
+    ids = [t["id"] for t in tj["added_tokens"] if t["content"] == token]
+    tj["post_processor"] = {"type": "Sequence", "processors": [
+        tj["post_processor"],
+        {"type": "TemplateProcessing",
+         "single": [{"Sequence": {"id": "A", "type_id": 0}}, special],
+         "pair": [{"Sequence": {"id": "A", "type_id": 0}}, special,
+                  {"Sequence": {"id": "B", "type_id": 1}}, special],
+         "special_tokens": {token: {"id": token, "ids": ids, "tokens": [token]}}}]}
+    return tj
+
+
 def build_spm(llama2):
     """Gemma style (llama2=False) or Llama 2 / Mistral style (llama2=True)."""
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
@@ -206,6 +222,9 @@ def tokenizers_list():
         ("llama2", llama2, None),
         ("mistral", mistral, {"bos_token": "<bos>", "eos_token": "<eos>"}),
         ("metaspace-split", metaspace_split, None),
+        ("qwen3-embedding", with_suffix(build_byte_level(QWEN_REGEX, True, ["<|endoftext|>"],
+                                                         None, False), "<|endoftext|>"),
+         {"eos_token": "<|endoftext|>"}),
     ]
 
 
@@ -270,11 +289,15 @@ def compare(f, name, tool, d, root, texts, ref, config):
             f"{name}: vocab_size {out['vocab_size']}, tokenizers {tok.get_vocab_size()}")
     with_bos = tok.encode("hi", add_special_tokens=True).ids
     without = tok.encode("hi", add_special_tokens=False).ids
-    hf_adds_bos = len(with_bos) == len(without) + 1
+    hf_adds_bos = with_bos[1:1 + len(without)] == without and len(with_bos) > len(without)
     f.check(out["add_bos"] == hf_adds_bos, f"{name}: add_bos {out['add_bos']}, tokenizers adds"
             f" {with_bos[:1] if hf_adds_bos else 'nothing'}")
     if hf_adds_bos:
         f.check(out["bos"] == with_bos[0], f"{name}: bos {out['bos']}, tokenizers {with_bos[0]}")
+    # the token the template appends after a text (Qwen3-Embedding's "$A <|endoftext|>")
+    hf_suffix = with_bos[-1] if len(with_bos) > len(without) + hf_adds_bos else None
+    f.check(out["appended"] == hf_suffix,
+            f"{name}: appended {out['appended']}, tokenizers appends {hf_suffix}")
     eos = (config or {}).get("eos_token")
     if isinstance(eos, dict):
         eos = eos["content"]
@@ -351,8 +374,11 @@ REFUSALS = [
     (lambda d: d["model"]["vocab"].update(a=-1), "model.vocab[\"a\"]"),
     (lambda d: d["model"]["vocab"].update(a=0), "already"),
     (lambda d: d["post_processor"]["processors"][1].update(single=[{"Sequence": {"id": "A"}},
-                                                                  {"SpecialToken": {"id": "x"}}]),
+                                                                  {"Sequence": {"id": "A"}}]),
      "post_processor.processors[1].single"),
+    (lambda d: d["post_processor"]["processors"][1].update(single=[{"Sequence": {"id": "A"}},
+                                                                  {"SpecialToken": {"id": "x"}}]),
+     "post_processor.processors[1].special_tokens"),
     (lambda d: d["model"].update(continuing_subword_prefix="##"),
      "model.continuing_subword_prefix"),
     (lambda d: d.update(model=None), "model: expected an object"),

@@ -276,3 +276,23 @@ TEST(ChatTemplate, MissingOrMistypedKeyInGguf) {
   EXPECT_THROW(flashnorm::gguf_chat_template(GgufFile::open(dir / "b.gguf")), FormatError);
   fs::remove_all(dir);
 }
+
+// GGUF add_eos_token: EOS is the token appended after a text (the embedding pipeline adds it),
+// and the commands that prompt a model refuse such a vocabulary naming the key; without the key
+// nothing is appended or refused (the negative control).
+TEST_F(TokenizerVocabTest, AddEosTokenIsAppendedAndRefusedForPrompts) {
+  const Tokenizer plain = load();
+  EXPECT_FALSE(plain.appended());
+  EXPECT_NO_THROW(flashnorm::refuse_appended_token(plain, "generate"));
+  set_kv(kvs_, "tokenizer.ggml.add_eos_token", GgufValue::make_bool(true));
+  const Tokenizer tok = load();
+  ASSERT_TRUE(tok.appended());
+  EXPECT_EQ(tok.appended(), tok.eos());
+  try {
+    flashnorm::refuse_appended_token(tok, "generate");
+    ADD_FAILURE() << "not refused";
+  } catch (const flashnorm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.add_eos_token"), std::string::npos)
+        << e.what();
+  }
+}

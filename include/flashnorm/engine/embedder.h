@@ -66,8 +66,9 @@ class Embedder {
 
   // The token ids of a text input as sentence-transformers makes them: `prompt_name`'s prompt
   // (spec().prompts; "" picks the default prompt, if any) before the text, the tokenizer's BOS
-  // first and EOS last where it adds them (Tokenizer::add_bos, add_eos); not cut (embed() cuts
-  // texts to spec().max_tokens). Errors: Error naming an unknown prompt.
+  // first and its appended token last where it adds them (Tokenizer::add_bos, appended); not cut
+  // (embed() cuts texts to spec().max_tokens, the appended token kept last). Errors: Error naming
+  // an unknown prompt.
   std::vector<int32_t> tokenize(std::string_view text, std::string_view prompt_name = "") const;
   // Why `ids` cannot be embedded, or std::nullopt: "is empty", "has N tokens, more than the limit
   // of L" (L: `limit` when it is smaller than the engine's context, else that context) or "token

@@ -73,7 +73,7 @@ struct PreSplit {
 //          llama.cpp; Gemma 3 sets false)
 //   bos/eos/unk/pad "tokenizer.ggml.{bos,eos,unknown,padding}_token_id"
 //   add_bos "tokenizer.ggml.add_bos_token"
-//   add_eos "tokenizer.ggml.add_eos_token" (read for embeddings, engine/embedder.h)
+//   add_eos "tokenizer.ggml.add_eos_token" (-> Tokenizer::appended)
 // model "bpe" is Hugging Face tokenizers' BPE model as a tokenizer.json describes it (filled by
 // read_hf_tokenizer, tokenizer_json.h): text is split at added tokens (types 3 special / 4 not),
 // first those with normalized false in the raw text; each stretch between them is normalized
@@ -98,6 +98,8 @@ struct TokenizerVocab {
   std::optional<uint64_t> bos, eos, unk, pad;
   bool add_bos = false;
   bool add_eos = false;
+  // model "bpe": the special token tokenizer.json's template puts after a text ("$A <special>").
+  std::optional<uint64_t> suffix;
   // model "bpe" only (see above); for gpt2 pre_splits come from `pre`.
   std::vector<PreSplit> pre_splits;
   std::vector<bool> normalized;  // per token; true: an added token matched in normalized text
@@ -183,9 +185,14 @@ class Tokenizer {
   std::optional<int32_t> bos() const;
   std::optional<int32_t> eos() const;
   bool add_bos() const;
-  // True when the vocabulary asks for EOS after a text (GGUF add_eos_token): what llama.cpp
-  // appends to an embedding input. Only the embedding pipeline adds it (engine/embedder.h).
-  bool add_eos() const;
+  // The token the vocabulary puts after a text: tokenizer.json's template suffix ("$A <special>",
+  // what transformers appends with add_special_tokens), else EOS where GGUF's add_eos_token asks
+  // for it (what llama.cpp appends). The embedding pipeline adds it (engine/embedder.h); commands
+  // that prompt a model refuse such a vocabulary (refuse_appended_token).
+  std::optional<int32_t> appended() const;
+  // Where the appended token comes from, for messages ("tokenizer.json post_processor" or
+  // "tokenizer.ggml.add_eos_token"); empty when there is none.
+  std::string_view appended_source() const;
   // End-of-generation: eos, and any control token named "<|im_end|>", "<end_of_turn>",
   // "<|eot_id|>" or "<|endoftext|>" (as llama.cpp's end-of-generation set). False out of range.
   bool is_eog(int32_t id) const;
@@ -197,5 +204,10 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Refuses, for a command that prompts a model (`command`: "generate", "verify", "serve"), a
+// vocabulary that appends a token after every text (Tokenizer::appended: an embedding model's
+// tokenizer). Errors: Error naming the setting and the token.
+void refuse_appended_token(const Tokenizer& tok, std::string_view command);
 
 }  // namespace flashnorm

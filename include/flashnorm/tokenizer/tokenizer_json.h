@@ -14,7 +14,8 @@
 //                  ByteFallback (exactly when model.byte_fallback), Fuse, Strip " " (start n,
 //                  stop 0, after Fuse)
 //   post_processor null, ByteLevel (offsets only), TemplateProcessing whose single sequence is
-//                  "$A" or "<special> $A" (-> add_bos), a Sequence of those
+//                  "$A" with at most one special token before it (-> add_bos) and one after it
+//                  (-> Tokenizer::appended), a Sequence of those
 //   added_tokens   special (-> control, type 3) and not (user-defined, type 4), normalized or
 //                  not; lstrip, rstrip and single_word must be false; each id must be the one
 //                  tokenizers assigns (its model.vocab id, else the next from the vocab size on)
