@@ -67,6 +67,31 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
 
 // Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
 // (Gemma3ForCausalLM.forward); nothing when cap is 0.
+// x rounded to float8_e4m3fn (round to nearest even; saturated at 448, as PyTorch's cast of an
+// fp32 tensor to torch.float8_e4m3fn), as fp32.
+float round_fp8_e4m3(float x) {
+  const float a = std::fabs(x);
+  if (!(a > 0)) return x;  // zeros and NaN
+  int e = 0;
+  std::frexp(a, &e);                                             // a in [2^(e-1), 2^e)
+  const float step = std::ldexp(1.0f, std::max(e - 1, -6) - 3);  // 3 mantissa bits; subnormal 2^-9
+  const float r = std::min(std::nearbyint(a / step) * step, 448.0f);
+  return std::copysign(r, x);
+}
+
+// compressed-tensors' dynamic per-token FP8 activations (ModelConfig::fp8): each row of x [T, k]
+// becomes fp8(x / s) * s with s = max|x| / 448 (a row of zeros stays zeros).
+void fp8_tokens(float* x, int T, int k) {
+  for (int t = 0; t < T; ++t) {
+    float* row = x + size_t(t) * k;
+    float amax = 0;
+    for (int i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
+    const float s = amax / 448.0f;
+    if (!(s > 0)) continue;
+    for (int i = 0; i < k; ++i) row[i] = round_fp8_e4m3(row[i] / s) * s;
+  }
+}
+
 void softcap(std::vector<float>& y, float cap) {
   if (cap == 0) return;
   for (float& v : y) v = std::tanh(v / cap) * cap;
@@ -102,8 +127,10 @@ CpuEngine::CpuEngine(Model model, NormMode mode, const CpuEngineOptions& o)
     pool_ = std::make_unique<kernels::cpu::ThreadPool>();
     one_blas_thread_ = pool_->size() > 1 && kernels::cpu::BlasThreads::available();
   }
-  // Native weights are never folded: the gain multiplies x instead.
+  // Native weights are never folded: the gain multiplies x instead. FP8 layers neither: their
+  // inputs are quantized per token with the gain on x (x * g, then fp8; rstd after the GEMM).
   const bool fold = mode == NormMode::FlashNorm && !native_;
+  const bool fold_layers = fold && !c.fp8;
   // Gains stay owned by the model, replaced by their multiplier form (1 + w for OnePlus files).
   auto gains = [&](const std::string& name) {
     Tensor& t = m_.get(name);
@@ -114,7 +141,7 @@ CpuEngine::CpuEngine(Model model, NormMode mode, const CpuEngineOptions& o)
   auto fuse = [&](std::initializer_list<std::string> names, const float* gain) {
     std::vector<float> out;
     for (const auto& n : names) {
-      std::vector<float> part = fold_columns(m_.get(n), fold ? gain : nullptr);
+      std::vector<float> part = fold_columns(m_.get(n), fold_layers ? gain : nullptr);
       out.insert(out.end(), part.begin(), part.end());
       m_.tensors.erase(n);  // the fused copy replaces it
     }
@@ -298,11 +325,20 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
       const float r = rstd(x + size_t(t) * k, k, eps);
       for (int i = 0; i < k; ++i) xn[size_t(t) * k + i] = x[size_t(t) * k + i] * r * gain[i];
     }
+    if (fp8_inputs(w)) fp8_tokens(xn.data(), T, k);
     matmul(xn.data(), T, w, n, k, y);
     add_bias(y, T, n, bias);
     return;
+  } else if (fp8_inputs(w)) {
+    // FP8 with the gain on x: fp8(x * g / s) * s, s = max|x * g| / 448 per token (the payload
+    // Standard's normalized x gives, up to rounding: max|rstd * x * g| = rstd * max|x * g|);
+    // the rows' rstd after the GEMM, below
+    std::vector<float> xg(size_t(T) * k);
+    for (size_t i = 0; i < xg.size(); ++i) xg[i] = x[i] * gain[i % size_t(k)];
+    fp8_tokens(xg.data(), T, k);
+    matmul(xg.data(), T, w, n, k, y);
   }
-  if (q.empty()) matmul(x, T, w, n, k, y);
+  if (q.empty() && !fp8_inputs(w)) matmul(x, T, w, n, k, y);
   int scaled_cols = n;
   for (const auto& [b, e] : unscaled) scaled_cols -= e - b;
   // every consumer renormalizes: no reduction at all
@@ -536,6 +572,7 @@ std::vector<float> CpuEngine::layers_pass(std::span<const SequenceChunk> chunks,
     if (native_) {
       native_matmul(att.data(), T, L.wo_q, proj.data());
     } else {
+      if (c.fp8) fp8_tokens(att.data(), T, nq);
       matmul(att.data(), T, L.wo, H, nq, proj.data());
     }
     add_bias(proj.data(), T, H, L.bo);
@@ -563,6 +600,7 @@ std::vector<float> CpuEngine::layers_pass(std::span<const SequenceChunk> chunks,
     if (native_) {
       native_matmul(act.data(), T, L.wdown_q, proj.data());
     } else {
+      if (c.fp8) fp8_tokens(act.data(), T, F);
       matmul(act.data(), T, L.wdown, H, F, proj.data());
     }
     add_bias(proj.data(), T, H, L.bdown);

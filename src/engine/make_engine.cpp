@@ -86,6 +86,12 @@ std::unique_ptr<Engine> make_engine(Model model, NormMode mode, const EngineOpti
       throw Error(fmt::format("{}: the CUDA engine does not compute embeddings yet (--device cpu)",
                               model.source.string()));
     }
+    if (model.cfg.fp8) {
+      throw Error(fmt::format(
+          "{}/config.json: quantization_config (FP8): the CUDA engine does not run FP8 models yet "
+          "(--device cpu)",
+          model.source.string()));
+    }
     return cuda_module().make_engine(model, mode, o);
   }
   return std::make_unique<CpuEngine>(std::move(model), mode,

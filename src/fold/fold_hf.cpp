@@ -99,6 +99,13 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
   // The checkpoint must be one `generate` runs: the same checks, before computing anything.
   check_model_file(in_dir);
   nlohmann::json config = d.config();
+  if (config.contains("quantization_config")) {
+    // a gain folded into float8 weights would need them requantized (their scales with them)
+    throw Error(
+        fmt::format("{}/config.json: quantization_config: folding an FP8 checkpoint is "
+                    "not supported (run it unfolded: its gains ride on x)",
+                    in_dir.string()));
+  }
   auto cls = config.value("architectures", nlohmann::json::array());
   const std::string hf_class = cls.is_array() && !cls.empty() && cls[0].is_string() ? cls[0] : "";
   const ArchDescription* arch = arch_by_hf_class(hf_class);

@@ -25,6 +25,12 @@ class GgufFile;
 void read_hf_config(const nlohmann::json& c, const ArchDescription& a, const std::string& where,
                     ModelConfig& cfg);
 
+// config.json's quantization_config (`q`): compressed-tensors' FP8 dynamic scheme (one group
+// targeting Linear; weights float8 per channel, static; input activations float8 per token,
+// dynamic; lm_head ignored) -> cfg.fp8. Errors: flashnorm::Error
+// "<where>: quantization_config.<path>: ..." for anything else.
+void read_compressed_tensors(const nlohmann::json& q, const std::string& where, ModelConfig& cfg);
+
 // tie_word_embeddings when config.json has none (transformers' default for the architecture:
 // true for Gemma 3, false for Llama, Qwen 2, Qwen 3 and Mistral).
 bool hf_default_tied(const ArchDescription& a);

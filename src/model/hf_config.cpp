@@ -412,6 +412,7 @@ void read_hf_config(const json& c, const ArchDescription& a, const std::string& 
   }
   // read by the loader (tensors decide vocab and tying), checked there
   r.find("vocab_size"), r.find("tie_word_embeddings");
+  if (const json* q = r.find("quantization_config")) read_compressed_tensors(*q, where, cfg);
   for (const auto& [k, v] : c.items()) {
     if (r.used().count(k) || kMetadataKeys.count(k)) continue;
     if (const auto it = s.neutral.find(k); it != s.neutral.end()) {

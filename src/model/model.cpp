@@ -151,6 +151,41 @@ Model load_gguf(const fs::path& path, bool with_data, WeightStorage storage) {
   return m;
 }
 
+// A decoder layer's projection (q, k, v, o, gate, up, down weights): what compressed-tensors' FP8
+// scheme quantizes.
+bool is_layer_projection(const std::string& canonical) {
+  if (!canonical.starts_with("blk.") || !canonical.ends_with(".weight")) return false;
+  for (const char* k : {".attn_q.", ".attn_k.", ".attn_v.", ".attn_output.", ".ffn_gate.",
+                        ".ffn_up.", ".ffn_down."}) {
+    if (canonical.find(k) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// W[n, :] = fp8 values * weight_scale[n] (fp32 products, as transformers decompresses them), the
+// scale read from `hf`'s sibling "<name>.weight_scale" ([N, 1] or [N], any float dtype).
+void scale_fp8_rows(const io::HfModelDir& d, const std::string& hf, Tensor& x, bool with_data) {
+  const std::string name = hf.substr(0, hf.size() - 6) + "weight_scale";
+  const io::SafetensorsFile* file = nullptr;
+  const io::StTensorInfo* s = d.find(name, &file);
+  if (!s) throw Error(fmt::format("its scale '{}' is missing", name));
+  const uint64_t rows = x.shape.empty() ? 0 : x.shape[0];
+  if (x.shape.size() != 2 ||
+      !(s->shape == std::vector<uint64_t>{rows, 1} || s->shape == std::vector<uint64_t>{rows})) {
+    throw Error(fmt::format("its scale '{}' has shape [{}], expected [{}, 1] (one per row)", name,
+                            fmt::join(s->shape, ", "), rows));
+  }
+  const std::vector<float> scale =
+      io::st_to_fp32(s->dtype, with_data ? file->data(*s) : std::span<const uint8_t>());
+  if (!with_data) return;
+  const size_t cols = x.shape[1];
+  for (size_t r = 0; r < rows; ++r) {
+    if (!std::isfinite(scale[r]) || scale[r] < 0)
+      throw Error(fmt::format("its scale '{}' row {} is {}", name, r, scale[r]));
+    for (size_t c = 0; c < cols; ++c) x.data[r * cols + c] *= scale[r];
+  }
+}
+
 Model load_hf(const fs::path& dir, bool with_data) {
   io::HfModelDir d = io::HfModelDir::open(dir);
   const auto& c = d.config();
@@ -217,6 +252,16 @@ Model load_hf(const fs::path& dir, bool with_data) {
   }
   m.cfg.folded = hf_folded_marker(d);
   for (const auto& hf : d.tensor_names()) {
+    // compressed-tensors FP8: a projection's per-row scale, read with its weight below
+    if (m.cfg.fp8 && hf.ends_with(".weight_scale")) {
+      const std::string weight = hf.substr(0, hf.size() - 6);
+      const io::StTensorInfo* w = d.find(weight);
+      if (!w || w->dtype != io::StDtype::F8_E4M3) {
+        throw Error(
+            fmt::format("{}: tensor '{}' scales no float8 weight '{}'", dir.string(), hf, weight));
+      }
+      continue;
+    }
     auto canon = from_hf_name(*m.arch, m.cfg.headless ? std::string(kHfModelPrefix) + hf : hf);
     if (!canon) {
       // Rotary inv_freq buffers some exporters keep are recomputed from rope_theta; any other
@@ -234,10 +279,22 @@ Model load_hf(const fs::path& dir, bool with_data) {
     const io::StTensorInfo* info = d.find(hf, &file);
     Tensor x;
     x.shape = info->shape;
+    const bool fp8 = info->dtype == io::StDtype::F8_E4M3;
+    if (m.cfg.fp8 != fp8 && is_layer_projection(*canon)) {
+      throw Error(fmt::format("{}: tensor '{}' is {}, but {}", file->name(), hf,
+                              io::st_dtype_name(info->dtype),
+                              m.cfg.fp8 ? "quantization_config makes every layer projection float8"
+                                        : "config.json has no quantization_config"));
+    }
+    if (fp8 && !is_layer_projection(*canon)) {
+      throw Error(fmt::format("{}: tensor '{}' is F8_E4M3; only the layers' projections may be",
+                              file->name(), hf));
+    }
     try {
       // without data, converting no bytes still refuses a dtype that has no fp32 conversion
       x.data =
           io::st_to_fp32(info->dtype, with_data ? file->data(*info) : std::span<const uint8_t>());
+      if (fp8) scale_fp8_rows(d, hf, x, with_data);
     } catch (const Error& e) {
       throw Error(fmt::format("{}: tensor '{}': {}", file->name(), hf, e.what()));
     }

@@ -135,6 +135,9 @@ class CpuEngine final : public Engine {
   // y[T, n] = normed(x) W^T + bias (bias [n] or null, added after the FlashNorm row scale).
   // `unscaled` marks column ranges [begin, end) that get no rstd in FlashNorm mode.
   // With native weights `w` is unused and `q` holds the matrix's row blocks in order.
+  // Whether the projection with weights `w` quantizes its inputs per token (ModelConfig::fp8: the
+  // layers' projections; the LM head, compressed-tensors' ignored module, does not).
+  bool fp8_inputs(const float* w) const { return m_.cfg.fp8 && w != head_.data(); }
   void normed_projection(const float* x, int T, const float* gain, const float* w, int n, float* y,
                          const float* bias = nullptr,
                          std::span<const std::pair<int, int>> unscaled = {},

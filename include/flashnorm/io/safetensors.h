@@ -94,8 +94,13 @@ class SafetensorsFile {
   std::unique_ptr<Impl> impl_;
 };
 
-// Converts a tensor's bytes to fp32. Errors: throws Error for dtypes other than F32/F16/BF16.
+// Converts a tensor's bytes to fp32 (exactly: every F16, BF16 and F8_E4M3 value is an fp32 value).
+// Errors: throws Error for dtypes other than F32/F16/BF16/F8_E4M3.
 std::vector<float> st_to_fp32(StDtype dtype, std::span<const uint8_t> bytes);
+
+// One float8_e4m3fn value (OCP FP8 E4M3 as PyTorch's torch.float8_e4m3fn: 4 exponent bits, bias 7,
+// 3 mantissa bits, no infinities, 0x7F / 0xFF NaN; largest finite 448) as fp32.
+float fp8_e4m3_to_fp32(uint8_t b);
 
 // One tensor to write: fp32 values converted once (round to nearest even) to `dtype`, or, when
 // `bytes` is set, those bytes written unchanged (any dtype; e.g. a view into a mapped input, which

@@ -89,6 +89,11 @@ struct ModelConfig {
   // saves an embedding model's transformer): tensors named without "model.", no LM head; the model
   // computes hidden states (Engine::encode), never logits.
   bool headless = false;
+  // config.json's quantization_config: compressed-tensors' FP8 dynamic scheme. The decoder
+  // layers' projections are float8_e4m3 weights with a per-row weight_scale (dequantized at load,
+  // W[n, :] = fp8 * scale[n], as transformers decompresses them) whose inputs are quantized per
+  // token: x' = fp8(x / s) * s, s = max|x| / 448 (compressed-tensors' dynamic activations).
+  bool fp8 = false;
   // false (config.json is_causal false; Gemma 3: use_bidirectional_attention true): every
   // position attends to every position of its input, on sliding-window layers to
   // those less than sliding_window away (Gemma 3's use_bidirectional_attention, as transformers'

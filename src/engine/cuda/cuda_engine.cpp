@@ -23,8 +23,20 @@ void require_gpu() {
 }
 }  // namespace
 
+namespace {
+// FP8 models (ModelConfig::fp8: per-token quantized activations) are the CPU engine's only.
+bool refuse_fp8(const Model& m) {
+  if (m.cfg.fp8) {
+    throw Error(fmt::format(
+        "{}/config.json: quantization_config (FP8): the CUDA engine does not run FP8 models yet",
+        m.source.string()));
+  }
+  return true;
+}
+}  // namespace
+
 CudaEngine::CudaEngine(const Model& m, NormMode mode, const CudaEngineOptions& opt)
-    : p_((require_gpu(), std::make_unique<Impl>(m, mode, opt))) {}
+    : p_((refuse_fp8(m), require_gpu(), std::make_unique<Impl>(m, mode, opt))) {}
 
 const std::vector<GemvTuning>& CudaEngine::gemv_tuning() const { return p_->tuning; }
 

@@ -5,7 +5,9 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "flashnorm/error.h"
@@ -69,10 +71,23 @@ uint64_t StTensorOut::byte_size() const {
   return bytes ? bytes->size() : values.size() * st_dtype_size(dtype);
 }
 
+float fp8_e4m3_to_fp32(uint8_t b) {
+  const int exp = (b >> 3) & 0xF, mant = b & 7;
+  if (exp == 15 && mant == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float mag = exp == 0 ? std::ldexp(float(mant), -9) : std::ldexp(float(8 + mant), exp - 10);
+  return (b & 0x80) ? -mag : mag;
+}
+
 std::vector<float> st_to_fp32(StDtype dtype, std::span<const uint8_t> bytes) {
+  if (dtype == StDtype::F8_E4M3) {
+    std::vector<float> out(bytes.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = fp8_e4m3_to_fp32(bytes[i]);
+    return out;
+  }
   if (dtype != StDtype::F32 && dtype != StDtype::F16 && dtype != StDtype::BF16) {
-    throw Error(fmt::format("cannot convert safetensors dtype {} to fp32 (only F32, F16, BF16)",
-                            st_dtype_name(dtype)));
+    throw Error(
+        fmt::format("cannot convert safetensors dtype {} to fp32 (only F32, F16, BF16, F8_E4M3)",
+                    st_dtype_name(dtype)));
   }
   const size_t esize = st_dtype_size(dtype);
   if (bytes.size() % esize != 0) {
