@@ -15,6 +15,7 @@
 #include "flashnorm/io/dequant.h"
 #include "flashnorm/kernels/cpu/blas_threads.h"
 #include "flashnorm/kernels/cpu/decode_attention.h"
+#include "flashnorm/kernels/cpu/fp8.h"
 #include "flashnorm/model/audit.h"
 
 namespace flashnorm {
@@ -67,18 +68,6 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
 
 // Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
 // (Gemma3ForCausalLM.forward); nothing when cap is 0.
-// x rounded to float8_e4m3fn (round to nearest even; saturated at 448, as PyTorch's cast of an
-// fp32 tensor to torch.float8_e4m3fn), as fp32.
-float round_fp8_e4m3(float x) {
-  const float a = std::fabs(x);
-  if (!(a > 0)) return x;  // zeros and NaN
-  int e = 0;
-  std::frexp(a, &e);                                             // a in [2^(e-1), 2^e)
-  const float step = std::ldexp(1.0f, std::max(e - 1, -6) - 3);  // 3 mantissa bits; subnormal 2^-9
-  const float r = std::min(std::nearbyint(a / step) * step, 448.0f);
-  return std::copysign(r, x);
-}
-
 // compressed-tensors' dynamic per-token FP8 activations (ModelConfig::fp8): each row of x [T, k]
 // becomes fp8(x / s) * s with s = max|x| / 448 (a row of zeros stays zeros).
 void fp8_tokens(float* x, int T, int k) {
@@ -88,7 +77,7 @@ void fp8_tokens(float* x, int T, int k) {
     for (int i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
     const float s = amax / 448.0f;
     if (!(s > 0)) continue;
-    for (int i = 0; i < k; ++i) row[i] = round_fp8_e4m3(row[i] / s) * s;
+    for (int i = 0; i < k; ++i) row[i] = kernels::cpu::fp8_e4m3_round(row[i] / s) * s;
   }
 }
 
