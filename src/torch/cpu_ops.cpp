@@ -18,13 +18,6 @@ namespace {
 
 namespace stable = torch::stable;
 
-// x as a dense float32 [M, K] (a copy when x is not float32 or not contiguous).
-Tensor rows_f32(const Tensor& x, int64_t K) {
-  Tensor c = stable::contiguous(x);
-  if (c.scalar_type() != ScalarType::Float) c = stable::to(c, ScalarType::Float);
-  return stable::reshape(c, {c.numel() / K, K});
-}
-
 // A float32 result [M, n] reshaped to x's leading dimensions and rounded once to x's dtype.
 Tensor finish(const Tensor& y, const Tensor& x, int64_t n) {
   Tensor out = stable::reshape(y, with_last(x, n));

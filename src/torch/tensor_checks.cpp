@@ -47,6 +47,12 @@ void check_vector(const Tensor& v, const Tensor& x, int64_t n, std::string_view 
           shape_str(v));
 }
 
+Tensor rows_f32(const Tensor& x, int64_t K) {
+  Tensor c = torch::stable::contiguous(x);
+  if (c.scalar_type() != ScalarType::Float) c = torch::stable::to(c, ScalarType::Float);
+  return torch::stable::reshape(c, {c.numel() / K, K});
+}
+
 std::vector<int64_t> with_last(const Tensor& x, int64_t n) {
   std::vector<int64_t> s(x.dim());
   for (int64_t d = 0; d < x.dim(); ++d) s[d] = x.size(d);

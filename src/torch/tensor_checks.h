@@ -44,6 +44,8 @@ void check_vector(const Tensor& v, const Tensor& x, int64_t n, std::string_view 
 std::vector<int64_t> with_last(const Tensor& x, int64_t n);
 // x.shape without its last dimension (the shape of a per-row result such as rstd).
 std::vector<int64_t> leading_dims(const Tensor& x);
+// x [..., K] as a dense float32 [rows, K] (a copy when x is not float32 or not contiguous).
+Tensor rows_f32(const Tensor& x, int64_t K);
 
 }  // namespace flashnorm::torch_ops
 
