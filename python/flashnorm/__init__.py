@@ -16,6 +16,8 @@ import torch
 torch.ops.load_library(os.path.join(os.path.dirname(__file__), "_C.so"))
 
 # importing ops registers the fake implementations
-from .ops import flashnorm_linear, fold_gain, rms_norm, rstd, tune_linear  # noqa: E402
+from .ops import (flashnorm_linear, fold_gain, fp8_linear, fp8_quantize, rms_norm,  # noqa: E402
+                  rstd, tune_linear)
 
-__all__ = ["flashnorm_linear", "fold_gain", "rms_norm", "rstd", "tune_linear"]
+__all__ = ["flashnorm_linear", "fold_gain", "fp8_linear", "fp8_quantize", "rms_norm", "rstd",
+           "tune_linear"]

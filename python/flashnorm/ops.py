@@ -44,6 +44,40 @@ def fold_gain(w: torch.Tensor, gain: torch.Tensor, gain_one_plus: bool) -> torch
     return _ops.fold_gain(w, gain, gain_one_plus)
 
 
+def fp8_quantize(x: torch.Tensor, gain: torch.Tensor | None, eps: float,
+                 rstd_on_scale: bool = True, gain_one_plus: bool = False):
+    """Per-token FP8 quantization of v = x * G (G = gain, 1 + gain with gain_one_plus, or 1):
+    returns (payload float8_e4m3fn [..., K], scale float32 [...]) with s = max|v| / 448 per row,
+    payload = fp8(v / s) (ties to even, saturated at 448) and scale = s * rstd(x) when
+    rstd_on_scale (FlashNorm: one pass over the raw x; max|rstd v| = rstd max|v|, so the payload is
+    the normalized x's up to rounding and the rstd rides on the row scale), else s (x normalized
+    already). x: [..., K] float32/bfloat16/float16; gain [K] in x's dtype. CPU reference."""
+    return _ops.fp8_quantize(x, gain, eps, rstd_on_scale, gain_one_plus)
+
+
+def fp8_linear(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+    """(x w^T) * x_scale[row] * w_scale[n] (+ bias) in float32 [..., N]: x [..., K] and w [N, K]
+    float8_e4m3fn, x_scale float32 [...] (fp8_quantize's scale), w_scale float32 [N] (a per-channel
+    weight scale, compressed-tensors' weight_scale). CPU reference."""
+    return _ops.fp8_linear(x, x_scale, w, w_scale, bias)
+
+
+@torch.library.register_fake("flashnorm::fp8_quantize")
+def _fp8_quantize_fake(x, gain, eps, rstd_on_scale=True, gain_one_plus=False):
+    torch._check(gain is None or gain.shape == x.shape[-1:],
+                 lambda: f"flashnorm::fp8_quantize: gain must have shape [{x.shape[-1]}]")
+    return (x.new_empty(x.shape, dtype=torch.float8_e4m3fn),
+            x.new_empty(x.shape[:-1], dtype=torch.float32))
+
+
+@torch.library.register_fake("flashnorm::fp8_linear")
+def _fp8_linear_fake(x, x_scale, w, w_scale, bias=None):
+    torch._check(w.dim() == 2 and w.shape[1] == x.shape[-1],
+                 lambda: f"flashnorm::fp8_linear: w must have shape [N, {x.shape[-1]}]")
+    return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=torch.float32)
+
+
 @torch.library.register_fake("flashnorm::rstd")
 def _rstd_fake(x, eps):
     return x.new_empty(x.shape[:-1], dtype=torch.float32)

@@ -16,6 +16,12 @@
 //                                        cancellation audit as JSON (hf_plan.cpp)
 //   linear_calls()                    -> int: flashnorm_linear calls executed by this process
 //                                        (linear_calls.h)
+//   fp8_quantize(x, gain, eps, rstd_on_scale, one_plus) -> (float8_e4m3fn [..., K], float32 [...]):
+//       v = x * G, s = max|v| / 448 per row, payload fp8(v / s) (ties to even, saturated), scale
+//       s * rstd(x) (rstd_on_scale: FlashNorm's one pass over the raw x) or s (x normalized
+//       already: the standard pipeline's quantization step) (fp8_ops.cpp)
+//   fp8_linear(x, x_scale, w, w_scale, bias) -> float32 [..., N]: (x w^T) * x_scale[row] *
+//       w_scale[n] (+ bias), x [..., K] and w [N, K] float8_e4m3fn, the scales float32
 #include <torch/csrc/stable/library.h>
 
 STABLE_TORCH_LIBRARY(flashnorm, m) {
@@ -30,4 +36,10 @@ STABLE_TORCH_LIBRARY(flashnorm, m) {
   m.def("fold_gain(Tensor w, Tensor gain, bool gain_one_plus) -> Tensor");
   m.def("hf_plan(str hf_class, int num_layers, str[] tensors) -> str");
   m.def("linear_calls() -> int");
+  m.def(
+      "fp8_quantize(Tensor x, Tensor? gain, float eps, bool rstd_on_scale=True, "
+      "bool gain_one_plus=False) -> (Tensor, Tensor)");
+  m.def(
+      "fp8_linear(Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, Tensor? bias=None) -> "
+      "Tensor");
 }
