@@ -31,50 +31,49 @@ bool Forward::decode_path(int M) const {
 }
 
 // y[M, N] = x[M, K] W[N, K]^T (+ bias [N] dt when set) with no normalization (same kernel in both
-// modes). With add_residual (decode_path(M) only): x32 += the result and xb = round(x32) instead
-// (the residual add in the GEMV's epilogue; y, ldy, y_f32 unused). With glu (decode_path(M) only):
-// x is the fp32 gate|up output [M, 2K] and the GLU is applied as the kernel stages it. A bias
-// outside the decode path needs y_f32 (add_bias after the GEMM). A quantized projection (q, not
-// empty; wt unused) takes quant_gemv up to kQuantGemvMaxM tokens, else its expanded tile; it needs
-// fp32 y and neither fused op.
-void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y, int ldy,
-                    bool y_f32, bool add_residual, bool glu, const void* bias, const QuantProj* q) {
-  if (ldy == 0) ldy = N;
-  if (q && !q->empty()) {
-    if (!y_f32) throw Error("internal: a quantized projection with a dt output");
-    if (M <= kQuantGemvMaxM)
-      return quant(*q, x, M, nullptr, false, y, ldy, bias, glu, add_residual);
-    if (add_residual || glu) throw Error("internal: a fused op on a quantized prompt pass");
-    wt = expand(*q, nullptr);
+// modes), the fused ops of ProjOut on the decode path only. A bias outside the decode path needs
+// fp32 y (add_bias after the GEMM). A quantized projection takes quant_gemv up to kQuantGemvMaxM
+// tokens, else its expanded tile; it needs fp32 y and neither fused op.
+void Forward::plain(const void* x, int M, const ProjWeights& pw, const ProjOut& out) {
+  const int N = pw.N, K = pw.K, ldy = out.ldy == 0 ? N : out.ldy;
+  const void* wt = pw.w;
+  if (pw.quantized()) {
+    if (!out.y_f32) throw Error("internal: a quantized projection with a dt output");
+    if (M <= kQuantGemvMaxM) return quant(x, M, pw, out, /*gain=*/nullptr, /*rstd=*/false);
+    if (out.add_residual || out.glu) throw Error("internal: a fused op on a quantized prompt pass");
+    wt = expand(*pw.q, nullptr);
   }
   // W just written by quant_dequantize (the expanded tile): no PDL, whose kernel streams W before
   // it waits for the preceding kernel (LinearArgs::pdl)
   const bool w_written = wt == ws.wtile.get();
   if (decode_path(M)) {
     fk::LinearArgs a;
-    a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = glu ? 2 * K : K, a.w = wt;
-    a.ldw = K, a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = w.zero_mask.as<uint8_t>();
-    a.y_f32 = y_f32, a.pdl = opt.launch.pdl && !w_written, a.x_glu = glu, a.glu_kind = glu_kind();
-    a.bias = bias;
-    if (add_residual) {
+    a.dtype = dt, a.M = M, a.N = N, a.K = K, a.x = x, a.ldx = out.glu ? 2 * K : K, a.w = wt;
+    a.ldw = K, a.y = out.y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = w.zero_mask.as<uint8_t>();
+    a.y_f32 = out.y_f32, a.pdl = opt.launch.pdl && !w_written, a.x_glu = out.glu;
+    a.glu_kind = glu_kind(), a.bias = pw.bias;
+    if (out.add_residual) {
       a.y = ws.x32.get(), a.ldy = d.H, a.y_f32 = true, a.accumulate = true;
       a.y_rounded = ws.xb.get();
     }
     decode_gemv(a);
   } else {
-    if (add_residual || glu) throw Error("internal: fused decode op outside the decode path");
-    if (bias && !y_f32) throw Error("internal: a bias outside the decode path needs fp32 y");
-    ok(ctx.gemm(dt, M, N, K, x, K, wt, K, y, ldy, nullptr, s, y_f32));
-    if (bias) ok(fk::add_bias(dt, M, N, static_cast<float*>(y), ldy, bias, s, opt.launch.pdl));
+    if (out.add_residual || out.glu)
+      throw Error("internal: fused decode op outside the decode path");
+    if (pw.bias && !out.y_f32) throw Error("internal: a bias outside the decode path needs fp32 y");
+    ok(ctx.gemm(dt, M, N, K, x, K, wt, K, out.y, ldy, nullptr, s, out.y_f32));
+    if (pw.bias) {
+      ok(fk::add_bias(dt, M, N, static_cast<float*>(out.y), ldy, pw.bias, s, opt.launch.pdl));
+    }
   }
 }
 
-// y = normalized(x) W^T for a projection fed by an RMSNorm, x = rows row0 .. row0+M-1 of xb.
+// y = normalized(x) W^T for a projection fed by an RMSNorm (NormIn: its rows of xb, gains, mask).
 // Standard runs the norm (unless the preceding residual add already wrote xn:
 // StandardNorm::kFusedAdd) then the plain projection; FlashNorm runs flashnorm_linear on raw x with
 // the folded W, or in a norm_in_add pass the plain projection on xn = x * rstd (written by the
 // residual add; by a gainless rms_norm for the first layer) with the folded W (native weights: xn =
-// x * rstd * g, the dt gain applied by the add or that rms_norm). keep_gain: FlashNorm
+// x * rstd * g, the dt gain applied by the add or that rms_norm). in.keep_gain: FlashNorm
 // mode's tied LM head (TiedHead::kKeepGain), normalized as in Standard mode since its gain is not
 // folded. bias ([N] dt, or null) is added last, after the FlashNorm row scale: y = rstd * (x W*^T)
 // + b. A quantized projection (q; gain32 its fp32 gain) runs, in FlashNorm mode, quant_gemv on raw
@@ -83,13 +82,12 @@ void Forward::plain(const void* x, int M, int K, const void* wt, int N, void* y,
 // Standard mode, the plain quantized projection of xn = x * rstd * g. In a norm_in_add pass every
 // column is scaled, mask and all_unscaled included: the Standard computation, which the QK-norm's
 // cancellation matches up to its eps.
-void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, void* y,
-                     const uint8_t* mask, bool all_unscaled, int ldy, bool y_f32, bool keep_gain,
-                     const void* bias, const QuantProj* q, const DeviceBuffer* gain32) {
-  const bool quantized = q && !q->empty();
-  if (ldy == 0) ldy = N;
-  const void* x = static_cast<const char*>(ws.xb.get()) + size_t(row0) * d.H * 2;
-  const void* xnr = static_cast<const char*>(ws.xn.get()) + size_t(row0) * d.H * 2;
+void Forward::normed(const NormIn& in, const ProjWeights& pw, const ProjOut& out) {
+  if (out.add_residual || out.glu) throw Error("internal: a fused op on a normed projection");
+  const int M = in.M, N = pw.N, ldy = out.ldy == 0 ? N : out.ldy;
+  const bool quantized = pw.quantized();
+  const void* x = static_cast<const char*>(ws.xb.get()) + size_t(in.row0) * d.H * 2;
+  const void* xnr = static_cast<const char*>(ws.xn.get()) + size_t(in.row0) * d.H * 2;
   // xn = RMSNorm(x) * g (g null: 1) unless the preceding residual add already wrote it
   auto norm_into_xn = [&](const void* g) {
     if (!xn_ready) {
@@ -102,10 +100,9 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     }
     xn_ready = false;
   };
-  if (mode == NormMode::Standard || keep_gain) {
-    norm_into_xn(gain);
-    prof.op(kNormedProj, s,
-            [&] { plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias, q); });
+  if (mode == NormMode::Standard || in.keep_gain) {
+    norm_into_xn(in.gain);
+    prof.op(kNormedProj, s, [&] { plain(xnr, M, pw, out); });
     return;
   }
   // the LM head past its decode GEMV rows (head_gemv_rows: cuBLASLt was faster there) normalizes
@@ -119,24 +116,23 @@ void Forward::normed(int row0, int M, const void* gain, const void* wt, int N, v
     // plain quantized projection; expanding the tile with the gain instead cost 32 strided fp32
     // loads per run of 32 in quant_dequantize (Llama-3-8B Q4_1 prompts, 512 tokens: 8450 against
     // 11169 tokens/s in Standard mode on Hopper).
-    norm_into_xn(quantized ? gain : nullptr);
-    prof.op(kNormedProj, s, [&] {
-      if (quantized && M <= kQuantGemvMaxM) return quant(*q, xnr, M, nullptr, false, y, ldy, bias);
-      plain(xnr, M, d.H, wt, N, y, ldy, y_f32, false, false, bias, q);
-    });
+    norm_into_xn(quantized ? in.gain : nullptr);
+    prof.op(kNormedProj, s, [&] { plain(xnr, M, pw, out); });
     return;
   }
   prof.op(kNormedProj, s, [&] {
+    const void* wt = pw.w;
     if (quantized) {
-      if (!y_f32) throw Error("internal: a quantized projection with a dt output");
-      if (M <= kQuantGemvMaxM) return quant(*q, x, M, gain32->as<float>(), true, y, ldy, bias);
-      wt = expand(*q, gain32->as<float>());  // the gain folded into the tile
+      if (!out.y_f32) throw Error("internal: a quantized projection with a dt output");
+      if (M <= kQuantGemvMaxM) return quant(x, M, pw, out, in.gain32->as<float>(), /*rstd=*/true);
+      wt = expand(*pw.q, in.gain32->as<float>());  // the gain folded into the tile
     }
-    if (all_unscaled)  // dropped: no rstd at all
-      return plain(x, M, d.H, wt, N, y, ldy, y_f32, false, false, bias);
+    if (in.all_unscaled)  // dropped: no rstd at all
+      return plain(x, M, ProjWeights{.w = wt, .N = N, .K = pw.K, .bias = pw.bias}, out);
     fk::LinearArgs a;
     a.dtype = dt, a.M = M, a.N = N, a.K = d.H, a.x = x, a.ldx = d.H, a.w = wt, a.ldw = d.H;
-    a.y = y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = mask, a.y_f32 = y_f32, a.bias = bias;
+    a.y = out.y, a.ldy = ldy, a.eps = cfg.eps, a.scale_mask = in.mask, a.y_f32 = out.y_f32;
+    a.bias = pw.bias;
     const bool decode = M <= gemv_rows;
     a.pdl = opt.launch.pdl && decode && wt != ws.wtile.get();  // kDecode's option (plain's note)
     const fk::LinearImpl impl = opt.flashnorm.deferred == Deferred::kTwoStream
@@ -162,8 +158,12 @@ void Forward::decode_gemv(const fk::LinearArgs& a) {
   }
 }
 
-void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
-                    int ldy, const void* bias, bool glu, bool add_residual) {
+void Forward::quant(const void* x, int M, const ProjWeights& pw, const ProjOut& out,
+                    const float* gain, bool rstd) {
+  const QuantProj& q = *pw.q;
+  const void* bias = pw.bias;
+  const bool glu = out.glu, add_residual = out.add_residual;
+  const int ldy = out.ldy == 0 ? pw.N : out.ldy;
   if (add_residual && bias) throw Error("internal: a fused residual add with a bias");
   if (quant_glu_out && (M != 1 || q.parts.size() != 1 || bias || glu || add_residual))
     throw Error("internal: the GLU in the gate|up epilogue outside a one-token, one-part pass");
@@ -181,7 +181,7 @@ void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain,
       a.type = part.type, a.dt = dt, a.M = m, a.N = part.N, a.K = q.K;
       a.x = static_cast<const char*>(x) + size_t(r0) * ldx * (glu ? 4 : 2);
       a.ldx = ldx, a.x_glu = glu, a.glu_kind = glu_kind(), a.gain = gain, a.w = part.w.get();
-      a.y = static_cast<float*>(y) + size_t(r0) * ldy + part.n0, a.ldy = ldy;
+      a.y = static_cast<float*>(out.y) + size_t(r0) * ldy + part.n0, a.ldy = ldy;
       a.scale_rows = rstd && part.scaled, a.eps = cfg.eps, a.pdl = opt.launch.pdl;
       if (quant_glu_out) a.glu_out = quant_glu_out, a.y = nullptr;
       if (add_residual) {  // x32 += the result, xb = round(x32)
@@ -191,7 +191,7 @@ void Forward::quant(const QuantProj& q, const void* x, int M, const float* gain,
       ok(fk::quant_gemv(a, s));
     }
   }
-  if (bias) ok(fk::add_bias(dt, M, q.N, static_cast<float*>(y), ldy, bias, s, opt.launch.pdl));
+  if (bias) ok(fk::add_bias(dt, M, q.N, static_cast<float*>(out.y), ldy, bias, s, opt.launch.pdl));
 }
 
 const void* Forward::expand(const QuantProj& q, const float* gain) {
@@ -225,9 +225,14 @@ void Forward::residual(int T, const DeviceBuffer& post, bool has_post, const voi
 void Forward::layer(int l, int T) {
   const DeviceWeights::Layer& ly = w.layers[l];
   const bool fuse_ops = opt.launch.fuse_decode_ops, pdl = opt.launch.pdl;
-  normed(0, T, ly.attn_gain.get(), ly.wqkv.get(), d.nqkv, ws.qkv.get(),
-         w.qkv_masked ? w.qkv_mask.as<uint8_t>() : nullptr, w.qkv_all_unscaled, 0, true, false,
-         ly.bqkv.get(), &ly.qqkv, &ly.attn_gain32);
+  normed(
+      NormIn{.M = T,
+             .gain = ly.attn_gain.get(),
+             .gain32 = &ly.attn_gain32,
+             .mask = w.qkv_masked ? w.qkv_mask.as<uint8_t>() : nullptr,
+             .all_unscaled = w.qkv_all_unscaled},
+      ProjWeights{.w = ly.wqkv.get(), .N = d.nqkv, .K = d.H, .bias = ly.bqkv.get(), .q = &ly.qqkv},
+      ProjOut{.y = ws.qkv.get(), .y_f32 = true});
   fk::RopeKvArgs ra;
   ra.dt = dt, ra.T = T, ra.n_head = cfg.n_head, ra.n_head_kv = cfg.n_head_kv, ra.D = d.D;
   ra.max_ctx = d.max_ctx, ra.qkv = ws.qkv.as<float>(), ra.ldqkv = d.nqkv;
@@ -269,8 +274,9 @@ void Forward::layer(int l, int T) {
   const bool fuse_res = fuse_ops && decode_path(T) && !ly.has_post && quant_res &&
                         !(mode == NormMode::Standard && opt.standard == StandardNorm::kFusedAdd);
   prof.op(kOtherProj, s, [&] {
-    plain(ws.att.get(), T, d.nq, ly.wo.get(), d.H, ws.proj.get(), 0, true, fuse_res, false,
-          ly.bo.get(), &ly.qo);
+    plain(ws.att.get(), T,
+          ProjWeights{.w = ly.wo.get(), .N = d.H, .K = d.nq, .bias = ly.bo.get(), .q = &ly.qo},
+          ProjOut{.y = ws.proj.get(), .y_f32 = true, .add_residual = fuse_res});
   });
   // next_folded: the next normed projection's gain is in its W (bf16 weights in FlashNorm mode),
   // not for native weights, whose gain an in-add pass applies to xn (normed())
@@ -283,8 +289,10 @@ void Forward::layer(int l, int T) {
       ~Unset() { p = nullptr; }
     } unset{quant_glu_out};
     if (glu_out) quant_glu_out = ws.act.get();
-    normed(0, T, ly.ffn_gain.get(), ly.wgu.get(), 2 * d.F, ws.gu.get(), nullptr, false, 0, true,
-           false, ly.bgu.get(), &ly.qgu, &ly.ffn_gain32);
+    normed(
+        NormIn{.M = T, .gain = ly.ffn_gain.get(), .gain32 = &ly.ffn_gain32},
+        ProjWeights{.w = ly.wgu.get(), .N = 2 * d.F, .K = d.H, .bias = ly.bgu.get(), .q = &ly.qgu},
+        ProjOut{.y = ws.gu.get(), .y_f32 = true});
   }
   const bool fuse_glu = glu_in_down(T) && !glu_out;
   if (!fuse_glu && !glu_out) {
@@ -292,8 +300,10 @@ void Forward::layer(int l, int T) {
             [&] { ok(fk::glu(dt, glu_kind(), T, d.F, ws.gu.as<float>(), ws.act.get(), s, pdl)); });
   }
   prof.op(kOtherProj, s, [&] {
-    plain(fuse_glu ? ws.gu.get() : ws.act.get(), T, d.F, ly.wdown.get(), d.H, ws.proj.get(), 0,
-          true, fuse_res, fuse_glu, ly.bdown.get(), &ly.qdown);
+    plain(fuse_glu ? ws.gu.get() : ws.act.get(), T,
+          ProjWeights{
+              .w = ly.wdown.get(), .N = d.H, .K = d.F, .bias = ly.bdown.get(), .q = &ly.qdown},
+          ProjOut{.y = ws.proj.get(), .y_f32 = true, .add_residual = fuse_res, .glu = fuse_glu});
   });
   if (!fuse_res) {
     const bool last = l + 1 == d.L;  // the next norm is the final one, a tied head keeps it
@@ -321,9 +331,14 @@ void Forward::run(int T, int rows, bool sample, float temperature, uint64_t seed
   for (int l = 0; l < d.L; ++l) layer(l, T);
   if (rows > 0) {
     gemv_rows = std::min(head_gemv_rows, cap), head_call = true;
-    normed(T - rows, rows, w.out_gain.get(), w.head_is_emb ? w.emb.get() : w.head.get(), d.V,
-           ws.logits.get(), nullptr, false, d.ldv, /*y_f32=*/true, /*keep_gain=*/w.head_is_emb,
-           nullptr, &w.qhead, &w.out_gain32);
+    normed(NormIn{.row0 = T - rows,
+                  .M = rows,
+                  .gain = w.out_gain.get(),
+                  .gain32 = &w.out_gain32,
+                  .keep_gain = w.head_is_emb},
+           ProjWeights{
+               .w = w.head_is_emb ? w.emb.get() : w.head.get(), .N = d.V, .K = d.H, .q = &w.qhead},
+           ProjOut{.y = ws.logits.get(), .ldy = d.ldv, .y_f32 = true});
     head_call = false;
     if (cfg.final_softcap > 0) {  // Gemma 3's final logit soft-capping, before the sampler
       prof.op(kOther, s, [&] {

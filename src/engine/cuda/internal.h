@@ -187,6 +187,42 @@ struct Pass {
   bool batched = false;
 };
 
+// One projection's weights for a call of the forward pass: W [N, K] in dt (its norm's gain folded
+// in FlashNorm mode where the consumer folds it), or the file's blocks (q with parts: W unused),
+// and its bias.
+struct ProjWeights {
+  const void* w = nullptr;
+  int N = 0, K = 0;
+  const void* bias = nullptr;    // [N] dt, or null
+  const QuantProj* q = nullptr;  // native blocks, or null / empty
+  bool quantized() const { return q && !q->empty(); }
+};
+
+// Where a projection's result goes: y [M, ldy] (ldy 0: N), fp32 (y_f32) or dt. add_residual
+// (decode path): x32 += the result and xb = round(x32) instead of y (the residual add in the
+// GEMV's epilogue). glu (decode path): x is the fp32 gate|up output [M, 2K] and the GLU is
+// applied as the kernel stages it.
+struct ProjOut {
+  void* y = nullptr;
+  int ldy = 0;
+  bool y_f32 = false;
+  bool add_residual = false;
+  bool glu = false;
+};
+
+// The RMSNorm that feeds a normed projection: rows row0 .. row0 + M - 1 of xb, the norm's gain
+// in dt (gain) and fp32 (gain32, native weights); mask: the output columns whose rstd is kept
+// (null: all), all_unscaled: every column's rstd cancels; keep_gain: FlashNorm mode's tied LM head
+// (TiedHead::kKeepGain), normalized as in Standard mode since its gain is not folded.
+struct NormIn {
+  int row0 = 0, M = 0;
+  const void* gain = nullptr;
+  const DeviceBuffer* gain32 = nullptr;
+  const uint8_t* mask = nullptr;
+  bool all_unscaled = false;
+  bool keep_gain = false;
+};
+
 // The forward pass (forward.cpp) over the weights and the workspace, on one stream.
 struct Forward {
   const ModelConfig& cfg;
@@ -246,19 +282,13 @@ struct Forward {
   // The decode GEMV (LinearImpl::kDecode) on a's rows in slices of at most kDecodeSliceRows (each
   // row's rstd, residual add and output are its own, so slices compute what one launch would).
   void decode_gemv(const fk::LinearArgs& a);
-  void plain(const void* x, int M, int K, const void* w, int N, void* y, int ldy = 0,
-             bool y_f32 = false, bool add_residual = false, bool glu = false,
-             const void* bias = nullptr, const QuantProj* q = nullptr);
-  void normed(int row0, int M, const void* gain, const void* w, int N, void* y, const uint8_t* mask,
-              bool all_unscaled, int ldy = 0, bool y_f32 = false, bool keep_gain = false,
-              const void* bias = nullptr, const QuantProj* q = nullptr,
-              const DeviceBuffer* gain32 = nullptr);
-  // q's parts by quant_gemv: y[:, n0 ..] = s * ((x * gain) W^T) (+ bias), s = rstd where `rstd`
-  // and the part is scaled, else 1; gain fp32 or null. M <= kQuantGemvMaxM. glu: x is the fp32
-  // gate|up output (the GLU applied as it is staged); add_residual: x32 += the result and
-  // xb = round(x32) instead of y (no bias).
-  void quant(const QuantProj& q, const void* x, int M, const float* gain, bool rstd, void* y,
-             int ldy, const void* bias, bool glu = false, bool add_residual = false);
+  void plain(const void* x, int M, const ProjWeights& pw, const ProjOut& out);
+  void normed(const NormIn& in, const ProjWeights& pw, const ProjOut& out);
+  // pw.q's parts by quant_gemv: y[:, n0 ..] = s * ((x * gain) W^T) (+ bias), s = rstd where
+  // `rstd` and the part is scaled, else 1; gain fp32 or null. M <= kQuantGemvMaxM. out.glu and
+  // out.add_residual as ProjOut says (no bias with the residual add).
+  void quant(const void* x, int M, const ProjWeights& pw, const ProjOut& out, const float* gain,
+             bool rstd);
   // q expanded into ws.wtile ([N, K] dt, times gain when set); returns the tile.
   const void* expand(const QuantProj& q, const float* gain);
   // x32 += ws.proj (post-normed where has_post); xb = round(x32); with Standard's kFusedAdd or
