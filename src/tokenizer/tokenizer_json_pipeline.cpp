@@ -241,9 +241,9 @@ TemplateSpecials read_post_processor(const Reader& r, const json& node) {
     if (type != "TemplateProcessing") r.unsupported(join(path, "type"), n->at("type"));
     r.only(*n, {"type", "single", "pair", "special_tokens"}, path);
     const std::string sp = join(path, "single");
+    const std::string tokens_path = join(path, "special_tokens");  // (lambdas below: no binding)
     const json& single = r.array(r.member(*n, "single", path), sp);
-    const json& specials =
-        r.object(r.member(*n, "special_tokens", path), join(path, "special_tokens"));
+    const json& specials = r.object(r.member(*n, "special_tokens", path), tokens_path);
     auto is_a = [&](const json& piece) {
       const json* s = piece.is_object() ? r.find(piece, "Sequence") : nullptr;
       const json* id = s != nullptr && s->is_object() ? r.find(*s, "id") : nullptr;
@@ -263,9 +263,8 @@ TemplateSpecials read_post_processor(const Reader& r, const json& node) {
       const std::string stp = index(sp, i) + ".SpecialToken";
       const std::string name =
           r.string(r.member(r.object(*special(i), stp), "id", stp), stp + ".id");
-      const std::string tp = join(join(path, "special_tokens"), name);
-      const json& tok =
-          r.object(r.member(specials, name.c_str(), join(path, "special_tokens")), tp);
+      const std::string tp = join(tokens_path, name);
+      const json& tok = r.object(r.member(specials, name.c_str(), tokens_path), tp);
       const json& ids = r.array(r.member(tok, "ids", tp), join(tp, "ids"));
       if (ids.size() != 1) r.fail(join(tp, "ids"), "exactly one id is supported");
       return r.id(ids[0], index(join(tp, "ids"), 0));
