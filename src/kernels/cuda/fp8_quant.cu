@@ -107,9 +107,9 @@ Status fp8_quantize(const Fp8QuantArgs& a, cudaStream_t stream) {
     return invalid(fmt::format(
         "fp8_quantize: M={} must be >= 1 and K={} a multiple of 8 in 8..32768", a.M, a.K));
   if (!a.x || !a.payload || !a.scale) return invalid("fp8_quantize: x, payload, scale are null");
-  if (a.ldx < a.K || a.ldx % 8 || a.ldp < a.K || a.ldp % 16)
-    return invalid(
-        fmt::format("fp8_quantize: ldx={} (>= K, % 8) or ldp={} (>= K, % 16)", a.ldx, a.ldp));
+  if (a.ldx < a.K || a.ldx % 8 || a.ldp < a.K || a.ldp % 8)
+    return invalid(fmt::format("fp8_quantize: ldx={} and ldp={} must be >= K and multiples of 8",
+                               a.ldx, a.ldp));
   for (const void* p : {a.x, a.gain, static_cast<const void*>(a.payload)})
     if (!detail::aligned16(p))
       return invalid("fp8_quantize: x, gain, payload must be 16-byte aligned");

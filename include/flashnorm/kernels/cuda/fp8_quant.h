@@ -19,7 +19,7 @@ namespace flashnorm::kernels::cuda {
 
 // x: [M, K] bf16/fp16 with row stride ldx; gain: [K] in x's dtype or null; payload: [M, K]
 // float8_e4m3fn bytes with row stride ldp; scale: [M] fp32. K % 8 == 0, K <= 32768; x, gain and
-// payload 16-byte aligned, ldx and ldp multiples of 8 (16 for ldp).
+// payload 16-byte aligned, ldx and ldp multiples of 8 (the payload is written 8 bytes at a time).
 struct Fp8QuantArgs {
   DType dtype = DType::kBF16;
   int64_t M = 0, K = 0;
