@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "flashnorm/error.h"
@@ -147,6 +149,24 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
     }
     if (final_gain_folds && arch->final_norms.size() != 1)
       throw Error(fmt::format("{}: internal: {} final norms", in_dir.string(), arch->name));
+    if (final_gain_folds) {
+      // the first Dense's weights get the gain: a folder another module reads too would apply
+      // it twice
+      const std::string& first = modules->dense_paths.at(0);
+      if (std::count(modules->module_paths.begin(), modules->module_paths.end(), first) > 1) {
+        throw Error(fmt::format(
+            "{}/modules.json: the first Dense module's folder '{}' is another module's too; "
+            "folding the final gain into it would apply the gain twice",
+            in_dir.string(), first));
+      }
+    }
+    if (modules) {
+      // a module without files (Normalize, as older sentence-transformers versions and the Hub
+      // leave it) has no folder to copy
+      std::erase_if(modules->module_paths, [&](const std::string& p) {
+        return !std::filesystem::is_directory(in_dir / p);
+      });
+    }
   }
   std::map<std::string, std::vector<double>> gains;  // canonical norm -> multipliers
   for (const auto& norm : plan.norms) {

@@ -393,6 +393,31 @@ def main():
                   f"{name} negative control, folded with the final gain lost: min cosine "
                   f"{cos:.6f}, top-1 {top1:.3f}")
 
+            if name == "qwen3_embedding":
+                # Normalize without its folder (older sentence-transformers versions, the Hub):
+                # folded all the same
+                bare, bare_folded = root / f"{name}_no_normalize_dir", root / f"{name}_bare_f"
+                shutil.copytree(path, bare)
+                for d in bare.glob("*_Normalize"):
+                    shutil.rmtree(d)
+                r = run(args.cli, "fold", bare, "-o", bare_folded)
+                got, _ = embed(args.cli, bare_folded, corpus) if r.returncode == 0 else (None, "")
+                cos, top1 = agreement(got, ref)
+                check(cos >= COS_BAR and top1 == 1.0,
+                      f"{name} without a Normalize folder, folded: exit {r.returncode}, "
+                      f"min cosine {cos:.8f} ({r.stderr.strip()})")
+            if name == "gte_qwen2":
+                # the first Dense's folder read by a second module too: the gain would apply twice
+                shared, shared_out = root / "gte_shared_dense", root / "gte_shared_dense_f"
+                shutil.copytree(path, shared)
+                mods = json.loads((shared / "modules.json").read_text())
+                mods.insert(3, {**mods[2], "idx": 3, "name": "2b"})
+                (shared / "modules.json").write_text(json.dumps(mods))
+                r = run(args.cli, "fold", shared, "-o", shared_out)
+                check(r.returncode == 1 and "apply the gain twice" in r.stderr and
+                      not shared_out.exists(),
+                      f"fold refuses a Dense folder two modules read: {r.stderr.strip()!r}")
+
             # Negative controls: each must miss the bar.
             def control(label, edit):
                 bad = root / f"{name}_{label.replace(' ', '_')}"
