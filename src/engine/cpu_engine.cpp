@@ -66,8 +66,6 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
   return out;
 }
 
-// Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
-// (Gemma3ForCausalLM.forward); nothing when cap is 0.
 // compressed-tensors' dynamic per-token FP8 activations (ModelConfig::fp8): each row of x [T, k]
 // becomes fp8(x / s) * s with s = max|x| / 448 (a row of zeros stays zeros).
 void fp8_tokens(float* x, int T, int k) {
@@ -81,6 +79,8 @@ void fp8_tokens(float* x, int T, int k) {
   }
 }
 
+// Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
+// (Gemma3ForCausalLM.forward); nothing when cap is 0.
 void softcap(std::vector<float>& y, float cap) {
   if (cap == 0) return;
   for (float& v : y) v = std::tanh(v / cap) * cap;
