@@ -13,9 +13,10 @@ attention, the KV cache and the scheduler are vLLM's. What changes, for every no
 Under the pooling runner (embeddings) the final norm, which the pooler reads, is kept as vLLM
 computes it; every other norm is made free as above.
 Refused with one line naming it: a quantized model (vLLM's quantization config), LoRA (its
-deltas would read the un-normalized x), a runner other than "generate" and "pooling", a projection whose linear method is not vLLM's unquantized one, and a
-load_weights call that brings a free norm's gain without its projection or the other way round
-(a partial weight update: the fold needs both).
+deltas would read the un-normalized x), a runner other than "generate" and "pooling", a
+projection whose linear method is not vLLM's unquantized one, and a load_weights call that brings
+a free norm's gain without its projection or the other way round (a partial weight update: the
+fold needs both).
 """
 import logging
 import os
