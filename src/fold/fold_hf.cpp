@@ -61,6 +61,16 @@ void set_config_dtype(nlohmann::json& config, io::StDtype folded,
   config[v4 ? "torch_dtype" : "dtype"] = load_as;
 }
 
+// o.values (a [rows, cols] matrix) replaced by W*[:, i] = g_i W[:, i]: the fp64 product, checked
+// (check_folded_range, naming `tensor`) and handed to the writer as fp32, for F16/BF16 targets the
+// round-to-odd carrier, so that the writer's final rounding equals one rounding of the product.
+void fold_into(io::StTensorOut& o, const std::vector<double>& gain, FoldTarget target,
+               std::string_view tensor) {
+  std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], gain);
+  check_folded_range(folded, target, tensor);
+  round_folded(folded, target, o.values);
+}
+
 // A sentence-transformers Dense module's tensors with the final norm's gain folded into its
 // weight's columns (W*[:, i] = g_i W[:, i], fp64, rounded once to `dtype`); the bias keeps its
 // bytes. `file`: its model.safetensors (read_sentence_transformers checked its tensors).
@@ -74,9 +84,7 @@ std::vector<io::StTensorOut> fold_dense(const io::SafetensorsFile& file,
       continue;
     }
     io::StTensorOut o{t.name, dtype, t.shape, io::st_to_fp32(t.dtype, file.data(t)), std::nullopt};
-    std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], gain);
-    check_folded_range(folded, target, file.name() + ":linear.weight");
-    round_folded(folded, target, o.values);
+    fold_into(o, gain, target, file.name() + ":linear.weight");
     out.push_back(std::move(o));
   }
   return out;
@@ -202,11 +210,7 @@ FoldReport fold_hf(const std::filesystem::path& in_dir, const std::filesystem::p
                                 in_dir.string(), name, o.shape.empty() ? 0 : o.shape.back(),
                                 g.size()));
       }
-      std::vector<double> folded = fold_matrix(o.values, o.shape[0], o.shape[1], g);
-      check_folded_range(folded, target, name);
-      // Values are handed to the writer as fp32: for F16/BF16 targets the round-to-odd carrier, so
-      // that the writer's final rounding equals one rounding of the fp64 product.
-      round_folded(folded, target, o.values);
+      fold_into(o, g, target, name);
       rep.tensors.push_back(
           {name, detail::tensor_kind(*canon), std::string(st_dtype_name(o.dtype)), {}});
       ++folded_types[rep.tensors.back().out_type];
