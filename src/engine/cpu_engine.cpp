@@ -66,17 +66,9 @@ std::vector<float> fold_columns(const Tensor& w, const float* gain) {
   return out;
 }
 
-// compressed-tensors' dynamic per-token FP8 activations (ModelConfig::fp8): each row of x [T, k]
-// becomes fp8(x / s) * s with s = max|x| / 448 (a row of zeros stays zeros).
+// compressed-tensors' dynamic per-token FP8 activations (ModelConfig::fp8) on each row of x [T, k].
 void fp8_tokens(float* x, int T, int k) {
-  for (int t = 0; t < T; ++t) {
-    float* row = x + size_t(t) * k;
-    float amax = 0;
-    for (int i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
-    const float s = amax / 448.0f;
-    if (!(s > 0)) continue;
-    for (int i = 0; i < k; ++i) row[i] = kernels::cpu::fp8_e4m3_round(row[i] / s) * s;
-  }
+  for (int t = 0; t < T; ++t) kernels::cpu::fp8_fake_quantize_row({x + size_t(t) * k, size_t(k)});
 }
 
 // Final logit soft-capping in place: y = cap * tanh(y / cap) in fp32, in transformers' order
@@ -326,8 +318,9 @@ void CpuEngine::normed_projection(const float* x, int T, const float* gain, cons
     for (size_t i = 0; i < xg.size(); ++i) xg[i] = x[i] * gain[i % size_t(k)];
     fp8_tokens(xg.data(), T, k);
     matmul(xg.data(), T, w, n, k, y);
+  } else {
+    matmul(x, T, w, n, k, y);
   }
-  if (q.empty() && !fp8_inputs(w)) matmul(x, T, w, n, k, y);
   int scaled_cols = n;
   for (const auto& [b, e] : unscaled) scaled_cols -= e - b;
   // every consumer renormalizes: no reduction at all

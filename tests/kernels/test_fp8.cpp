@@ -53,6 +53,12 @@ TEST(Fp8, QuantizeRowScalesByTheLargestMagnitude) {
   std::vector<uint8_t> z(5, 1);
   EXPECT_EQ(fp8_quantize_row(zeros, nullptr, z.data()), 0.0f);
   EXPECT_EQ(z, std::vector<uint8_t>(5, 0));
+  // in place, dequantized: the payload's values times s
+  std::vector<float> v = {0.5f, -2.0f, 1.0f, 0.0f, 0.3f};
+  std::vector<uint8_t> q(v.size());
+  const float sv = fp8_quantize_row(v, nullptr, q.data());
+  fp8_fake_quantize_row(v);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], io::fp8_e4m3_to_fp32(q[i]) * sv) << i;
 }
 
 }  // namespace

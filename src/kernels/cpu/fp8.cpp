@@ -29,11 +29,24 @@ uint8_t fp8_e4m3_encode(float x) {
   return sign | uint8_t(biased << 3) | uint8_t(mant);
 }
 
-float fp8_quantize_row(std::span<const float> x, const float* gain, uint8_t* payload) {
+namespace {
+// s = max_i |x_i * gain_i| / 448 (gain null: 1).
+float row_scale(std::span<const float> x, const float* gain) {
   float amax = 0;
   for (size_t i = 0; i < x.size(); ++i)
     amax = std::max(amax, std::fabs(gain ? x[i] * gain[i] : x[i]));
-  const float s = amax / 448.0f;
+  return amax / 448.0f;
+}
+}  // namespace
+
+void fp8_fake_quantize_row(std::span<float> x) {
+  const float s = row_scale(x, nullptr);
+  if (!(s > 0)) return;
+  for (float& v : x) v = fp8_e4m3_round(v / s) * s;
+}
+
+float fp8_quantize_row(std::span<const float> x, const float* gain, uint8_t* payload) {
+  const float s = row_scale(x, gain);
   for (size_t i = 0; i < x.size(); ++i)
     payload[i] = s > 0 ? fp8_e4m3_encode((gain ? x[i] * gain[i] : x[i]) / s) : 0;
   return s;

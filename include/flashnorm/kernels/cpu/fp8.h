@@ -19,4 +19,9 @@ uint8_t fp8_e4m3_encode(float x);
 // payload: x.size() bytes.
 float fp8_quantize_row(std::span<const float> x, const float* gain, uint8_t* payload);
 
+// The same quantization of one token in place, as its dequantized values: x_i becomes
+// fp8_e4m3_round(x_i / s) * s, s = max_i |x_i| / 448 (compressed-tensors' dynamic activations as
+// its fake quantization computes them; a row of zeros stays zeros).
+void fp8_fake_quantize_row(std::span<float> x);
+
 }  // namespace flashnorm::kernels::cpu
